@@ -1,0 +1,172 @@
+//! `MaasCluster` (infrastructure.cluster.x-k8s.io/v1beta1), field names as in
+//! the Go provider; status follows the Cluster API v1beta2 contract with the
+//! legacy `ready` flag kept for v1beta1 readers.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::conditions::Condition;
+use super::meta::ObjectMeta;
+
+pub const KIND: &str = "MaasCluster";
+pub const FINALIZER: &str = "maascluster.infrastructure.cluster.x-k8s.io";
+
+/// Condition types and reasons, byte-identical to the Go provider.
+pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
+pub const LOAD_BALANCER_FAILED: &str = "LoadBalancerFailed";
+pub const WAIT_FOR_DNS_NAME: &str = "WaitForDNSName";
+pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
+pub const API_SERVER_NOT_READY: &str = "APIServerNotReady";
+pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
+pub const DELETING: &str = "Deleting";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaasCluster {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: MaasClusterSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<MaasClusterStatus>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaasClusterSpec {
+    #[serde(default)]
+    pub dns_domain: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_domains: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiEndpoint {
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub port: i64,
+}
+
+impl ApiEndpoint {
+    /// Cluster API's `APIEndpoint.IsValid`.
+    pub fn is_valid(&self) -> bool {
+        !self.host.is_empty() && self.port != 0
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaasClusterStatus {
+    /// Legacy v1beta1-contract flag, set together with `initialization.provisioned`.
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "failure_domains_any_shape"
+    )]
+    pub failure_domains: Vec<FailureDomain>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Initialization {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Network {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dns_name: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One entry of the v1beta2 `status.failureDomains` list.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomain {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<Map<String, Value>>,
+}
+
+/// Objects written by a v1beta1-contract provider carry a map here; read
+/// it as empty so the controller rewrites it as a list instead of failing.
+fn failure_domains_any_shape<'de, D>(de: D) -> Result<Vec<FailureDomain>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Value::deserialize(de)?;
+    match value {
+        Value::Array(_) => serde_json::from_value(value).map_err(serde::de::Error::custom),
+        _ => Ok(Vec::new()),
+    }
+}
+
+impl MaasCluster {
+    pub fn status(&self) -> MaasClusterStatus {
+        self.status.clone().unwrap_or_default()
+    }
+
+    pub fn dns_name(&self) -> Option<&str> {
+        let name = self.status.as_ref()?.network.as_ref()?.dns_name.as_str();
+        (!name.is_empty()).then_some(name)
+    }
+
+    pub fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_keeps_unknown_fields() {
+        let input = serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false},
+                     "controlPlaneEndpoint": {"host": "c-abcdef.maas", "port": 6443}},
+            "status": {"ready": true, "initialization": {"provisioned": true},
+                       "network": {"dnsName": "c-abcdef.maas"},
+                       "failureDomains": [{"name": "z1", "controlPlane": true}],
+                       "somethingNew": 1}
+        });
+        let c: MaasCluster = serde_json::from_value(input.clone()).unwrap();
+        assert_eq!(c.dns_name(), Some("c-abcdef.maas"));
+        assert_eq!(serde_json::to_value(&c).unwrap(), input);
+    }
+
+    #[test]
+    fn legacy_map_failure_domains_read_as_empty() {
+        let c: MaasCluster = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c"}, "spec": {"dnsDomain": "maas"},
+            "status": {"ready": false, "failureDomains": {"z1": {"controlPlane": true}}}
+        }))
+        .unwrap();
+        assert!(c.status().failure_domains.is_empty());
+    }
+}

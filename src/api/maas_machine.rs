@@ -1,0 +1,243 @@
+//! `MaasMachine` and `MaasMachineTemplate` (infrastructure.cluster.x-k8s.io/v1beta1),
+//! field names as in the Go provider; status follows the Cluster API v1beta2
+//! contract with the legacy `ready` flag kept for v1beta1 readers.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::conditions::Condition;
+use super::maas_cluster::Initialization;
+use super::meta::ObjectMeta;
+
+pub const KIND: &str = "MaasMachine";
+pub const FINALIZER: &str = "maasmachine.infrastructure.cluster.x-k8s.io";
+
+/// Condition types and reasons, byte-identical to the Go provider.
+pub const MACHINE_DEPLOYED: &str = "MachineDeployed";
+pub const WAITING_FOR_CLUSTER_INFRASTRUCTURE: &str = "WaitingForClusterInfrastructure";
+pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
+pub const MACHINE_NOT_FOUND: &str = "MachineNotFound";
+pub const MACHINE_DEPLOY_STARTED: &str = "MachineDeployStartedReason";
+pub const MACHINE_DEPLOY_FAILED: &str = "MachineDeployFailed";
+pub const MACHINE_DEPLOYING: &str = "MachineDeploying";
+pub const MACHINE_TERMINATED: &str = "MachineTerminatedReason";
+pub const MACHINE_POWERED_OFF: &str = "MachinePoweredOff";
+pub const MACHINE_STATE_UNDEFINED: &str = "MachineStateUndefined";
+pub const DELETED: &str = "Deleted";
+pub const DNS_ATTACHED: &str = "DNSAttached";
+pub const DNS_ATTACH_PENDING: &str = "DNSAttachPending";
+pub const DNS_DETACH_PENDING: &str = "DNSDetachPending";
+/// Ours (the Go provider has no such condition): whether the workload Node
+/// carries this machine's providerID.
+pub const NODE_PROVIDER_ID_SET: &str = "NodeProviderIDSet";
+pub const WAITING_FOR_NODE: &str = "WaitingForNode";
+pub const NODE_PROVIDER_ID_MISMATCH: &str = "NodeProviderIDMismatch";
+
+/// `failureReason` value (Cluster API `MachineStatusError`).
+pub const UPDATE_MACHINE_ERROR: &str = "UpdateMachineError";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaasMachine {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: MaasMachineSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<MaasMachineStatus>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaasMachineSpec {
+    #[serde(
+        rename = "failureDomain",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub failure_domain: Option<String>,
+    #[serde(rename = "systemID", default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    #[serde(
+        rename = "resourcePool",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resource_pool: Option<String>,
+    #[serde(rename = "minCPU", default, skip_serializing_if = "Option::is_none")]
+    pub min_cpu: Option<i64>,
+    #[serde(rename = "minMemory", default, skip_serializing_if = "Option::is_none")]
+    pub min_memory: Option<i64>,
+    #[serde(
+        rename = "minDiskSize",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min_disk_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub image: String,
+    #[serde(
+        rename = "deployInMemory",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub deploy_in_memory: bool,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaasMachineStatus {
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_state: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub machine_powered: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(
+        rename = "dnsAttached",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub dns_attached: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<MachineAddress>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MachineAddress {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub address: String,
+}
+
+impl MaasMachine {
+    pub fn status(&self) -> MaasMachineStatus {
+        self.status.clone().unwrap_or_default()
+    }
+
+    pub fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or(&[])
+    }
+
+    pub fn is_provisioned(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned)
+            .unwrap_or(false)
+    }
+
+    /// The MAAS system id: `spec.systemID`, else the text after the last `/`
+    /// of `spec.providerID` (objects written by older providers).
+    pub fn system_id(&self) -> Option<&str> {
+        if let Some(id) = self.spec.system_id.as_deref().filter(|s| !s.is_empty()) {
+            return Some(id);
+        }
+        let provider_id = self.spec.provider_id.as_deref()?;
+        let id = provider_id.rsplit('/').next()?;
+        (!id.is_empty() && provider_id.contains("://")).then_some(id)
+    }
+}
+
+/// `maas:///<zone>/<system-id>` (three slashes; the zone may be empty).
+pub fn provider_id(zone: &str, system_id: &str) -> String {
+    format!("maas:///{zone}/{system_id}")
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaasMachineTemplate {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: MaasMachineTemplateSpec,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaasMachineTemplateSpec {
+    #[serde(default)]
+    pub template: MaasMachineTemplateResource,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MaasMachineTemplateResource {
+    #[serde(default)]
+    pub spec: MaasMachineSpec,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_field_names_and_unknown_fields_round_trip() {
+        let input = serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"failureDomain": "z1", "systemID": "abc123", "providerID": "maas:///z1/abc123",
+                     "resourcePool": "p", "minCPU": 2, "minMemory": 4096, "minDiskSize": 20,
+                     "tags": ["a"], "image": "custom/u-2204", "deployInMemory": true,
+                     "lxd": {"enabled": false}},
+            "status": {"ready": true, "initialization": {"provisioned": true}, "machineState": "Deployed",
+                       "machinePowered": true, "hostname": "h", "dnsAttached": true,
+                       "addresses": [{"type": "ExternalIP", "address": "10.0.0.1"}],
+                       "failureReason": "UpdateMachineError", "failureMessage": "x"}
+        });
+        let m: MaasMachine = serde_json::from_value(input.clone()).unwrap();
+        assert_eq!(m.spec.min_cpu, Some(2));
+        assert_eq!(m.system_id(), Some("abc123"));
+        assert!(m.is_provisioned());
+        assert_eq!(serde_json::to_value(&m).unwrap(), input);
+    }
+
+    #[test]
+    fn system_id_falls_back_to_provider_id() {
+        let mut m = MaasMachine::default();
+        assert_eq!(m.system_id(), None);
+        m.spec.provider_id = Some(provider_id("", "xyz789"));
+        assert_eq!(m.spec.provider_id.as_deref(), Some("maas:////xyz789"));
+        assert_eq!(m.system_id(), Some("xyz789"));
+        m.spec.provider_id = Some("maas:///z1/".into());
+        assert_eq!(m.system_id(), None);
+    }
+
+    #[test]
+    fn template_reads_the_machine_spec() {
+        let t: MaasMachineTemplate = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "t"},
+            "spec": {"template": {"spec": {"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 1024}}}
+        }))
+        .unwrap();
+        assert_eq!(t.spec.template.spec.image, "ubuntu/jammy");
+    }
+}
