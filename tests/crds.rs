@@ -1,0 +1,515 @@
+//! The CRDs in crds/ on a real kube-apiserver: they install, accept what the Go
+//! provider's users write, reject what its webhooks rejected (here through CEL
+//! rules), and keep every status field the controllers write (a field missing
+//! from the schema would be pruned silently).
+
+mod support;
+
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use support::ControlPlane;
+
+const CRDS: [&str; 3] = [
+    "maasclusters.infrastructure.cluster.x-k8s.io",
+    "maasmachines.infrastructure.cluster.x-k8s.io",
+    "maasmachinetemplates.infrastructure.cluster.x-k8s.io",
+];
+
+/// The control plane with our CRDs installed and Established.
+fn plane() -> &'static ControlPlane {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let cp = support::control_plane();
+    INSTALLED.get_or_init(|| {
+        let dir = support::repo_root().join("crds");
+        cp.kubectl(&["apply", "--server-side", "-f", &dir.to_string_lossy()]);
+        let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+        let names: Vec<String> = CRDS.iter().map(|c| format!("crd/{c}")).collect();
+        args.extend(names.iter().map(String::as_str));
+        cp.kubectl(&args);
+    });
+    cp
+}
+
+fn get_json(cp: &ControlPlane, args: &[&str]) -> Value {
+    let mut all = vec!["get", "-o", "json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&cp.kubectl(&all)).unwrap()
+}
+
+/// Applies `yaml` in `ns`; `Err(stderr)` when the API server rejects it.
+fn apply(cp: &ControlPlane, ns: &str, yaml: &str) -> Result<String, String> {
+    cp.try_kubectl(&["apply", "-n", ns, "-f", "-"], yaml)
+}
+
+fn merge_patch(cp: &ControlPlane, ns: &str, what: &str, patch: &str) -> Result<String, String> {
+    cp.try_kubectl(&["patch", "-n", ns, what, "--type=merge", "-p", patch], "")
+}
+
+fn status_patch(cp: &ControlPlane, ns: &str, what: &str, patch: &str) -> Result<String, String> {
+    cp.try_kubectl(
+        &[
+            "patch",
+            "-n",
+            ns,
+            what,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+        "",
+    )
+}
+
+fn maas_machine(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachine\n\
+         metadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+const VALID_SPEC: &str = "  image: custom/u-2204-0-k-1264-0\n  minCPU: 4\n  minMemory: 8192\n";
+
+#[test]
+fn crds_are_established_with_contract_label_categories_and_status_subresource() {
+    let cp = plane();
+    for name in CRDS {
+        let crd = get_json(cp, &["crd", name]);
+        let labels = &crd["metadata"]["labels"];
+        assert_eq!(
+            labels["cluster.x-k8s.io/v1beta2"], "v1beta1",
+            "{name}: contract label"
+        );
+        assert!(
+            labels.get("cluster.x-k8s.io/v1beta1").is_none(),
+            "{name}: claims the v1beta1 contract"
+        );
+        let spec = &crd["spec"];
+        assert_eq!(spec["scope"], "Namespaced");
+        assert_eq!(
+            spec["names"]["categories"],
+            serde_json::json!(["cluster-api"])
+        );
+        let versions = spec["versions"].as_array().unwrap();
+        assert_eq!(versions.len(), 1, "{name}: one version");
+        assert_eq!(versions[0]["name"], "v1beta1");
+        assert_eq!(versions[0]["storage"], true);
+        assert!(
+            versions[0]["subresources"]["status"].is_object(),
+            "{name}: status subresource"
+        );
+        let established = crd["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Established" && c["status"] == "True");
+        assert!(established, "{name} not Established");
+    }
+    // `kubectl get cluster-api` lists our kinds beside Cluster API's.
+    let ns = cp.new_namespace("crd-category");
+    apply(cp, &ns, &maas_machine("m", VALID_SPEC)).unwrap();
+    let out = cp.kubectl(&["get", "cluster-api", "-n", &ns, "-o", "name"]);
+    assert!(
+        out.contains("maasmachine.infrastructure.cluster.x-k8s.io/m"),
+        "{out}"
+    );
+}
+
+#[test]
+fn go_provider_objects_are_accepted_with_defaults() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-valid");
+    // The objects of the Go provider's templates/cluster-template.yaml
+    // (v0.9.0) with its variables filled in, plus every optional spec field.
+    let objects = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: MaasCluster
+metadata:
+  name: prod-cluster
+spec:
+  dnsDomain: maas
+  failureDomains: [az1, az2]
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: MaasMachineTemplate
+metadata:
+  name: prod-cluster-control-plane
+spec:
+  template:
+    spec:
+      minCPU: 4
+      minMemory: 8192
+      image: custom/u-2204-0-k-1264-0
+      resourcePool: default
+      tags: [ cp ]
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: MaasMachine
+metadata:
+  name: prod-cluster-md-0-abcde
+  labels:
+    cluster.x-k8s.io/cluster-name: prod-cluster
+spec:
+  image: ubuntu/jammy
+  minCPU: 2
+  minMemory: 4096
+  minDiskSize: 100
+  tags: [gpu, fast]
+  resourcePool: workers
+  failureDomain: az1
+  deployInMemory: true
+  systemID: abc123
+  providerID: maas:///az1/abc123
+  lxd:
+    enabled: false
+    vmConfig:
+      diskSize: 80
+"#;
+    apply(cp, &ns, objects).unwrap();
+
+    let mm = get_json(cp, &["-n", &ns, "maasmachine", "prod-cluster-md-0-abcde"]);
+    let spec = &mm["spec"];
+    assert_eq!(spec["minDiskSize"], 100);
+    assert_eq!(spec["deployInMemory"], true);
+    assert_eq!(spec["failureDomain"], "az1");
+    assert_eq!(spec["resourcePool"], "workers");
+    assert_eq!(spec["tags"], serde_json::json!(["gpu", "fast"]));
+    assert_eq!(spec["providerID"], "maas:///az1/abc123");
+    assert_eq!(
+        spec["lxd"]["vmConfig"]["autoStart"], true,
+        "Go default kept"
+    );
+
+    let template = get_json(
+        cp,
+        &[
+            "-n",
+            &ns,
+            "maasmachinetemplate",
+            "prod-cluster-control-plane",
+        ],
+    );
+    let tspec = &template["spec"]["template"]["spec"];
+    assert_eq!(
+        tspec["deployInMemory"], false,
+        "default false as in the Go CRD"
+    );
+    assert_eq!(tspec["tags"], serde_json::json!(["cp"]));
+
+    let mc = get_json(cp, &["-n", &ns, "maascluster", "prod-cluster"]);
+    assert_eq!(
+        mc["spec"]["failureDomains"],
+        serde_json::json!(["az1", "az2"])
+    );
+}
+
+#[test]
+fn status_in_the_v1beta2_contract_shape_round_trips() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-status");
+    apply(
+        cp,
+        &ns,
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\n\
+         metadata:\n  name: c\nspec:\n  dnsDomain: maas\n",
+    )
+    .unwrap();
+    let cluster_status = r#"{"status":{
+        "ready": true,
+        "initialization": {"provisioned": true},
+        "network": {"dnsName": "c-a1b2c3.maas"},
+        "failureDomains": [{"name": "az1", "controlPlane": true, "attributes": {"pool": "gpu"}}, {"name": "az2"}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}}"#;
+    status_patch(cp, &ns, "maascluster/c", cluster_status).unwrap();
+    let got = get_json(cp, &["-n", &ns, "maascluster", "c"])["status"].clone();
+    let want: Value = serde_json::from_str::<Value>(cluster_status).unwrap()["status"].clone();
+    assert_eq!(got, want, "nothing pruned, nothing added");
+
+    apply(cp, &ns, &maas_machine("m", VALID_SPEC)).unwrap();
+    let machine_status = r#"{"status":{
+        "ready": true,
+        "initialization": {"provisioned": true},
+        "machineState": "Deployed",
+        "machinePowered": true,
+        "hostname": "node-1",
+        "dnsAttached": true,
+        "failureDomain": "az1",
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": "node-1"}],
+        "failureReason": "UpdateMachineError",
+        "failureMessage": "boom",
+        "conditions": [{"type": "MachineDeployed", "status": "True", "reason": "MachineDeployed", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}"#;
+    status_patch(cp, &ns, "maasmachine/m", machine_status).unwrap();
+    let got = get_json(cp, &["-n", &ns, "maasmachine", "m"])["status"].clone();
+    let want: Value = serde_json::from_str::<Value>(machine_status).unwrap()["status"].clone();
+    assert_eq!(got, want);
+
+    // The legacy `ready` flag defaults to false, as in the Go CRD.
+    apply(cp, &ns, &maas_machine("fresh", VALID_SPEC)).unwrap();
+    status_patch(
+        cp,
+        &ns,
+        "maasmachine/fresh",
+        r#"{"status":{"machineState":"Allocated"}}"#,
+    )
+    .unwrap();
+    let fresh = get_json(cp, &["-n", &ns, "maasmachine", "fresh"]);
+    assert_eq!(fresh["status"]["ready"], false);
+
+    // failureDomains is a list-type map: one entry per name.
+    let dup = r#"{"status":{"failureDomains":[{"name":"az1"},{"name":"az1"}]}}"#;
+    let err = status_patch(cp, &ns, "maascluster/c", dup).unwrap_err();
+    assert!(err.contains("Duplicate value"), "{err}");
+    // A condition needs a reason (metav1.Condition).
+    let no_reason = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"","message":"",
+        "lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
+    assert!(status_patch(cp, &ns, "maasmachine/m", no_reason).is_err());
+}
+
+#[test]
+fn invalid_specs_are_rejected() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-invalid");
+    let cases = [
+        (
+            "empty-image",
+            "  image: \"\"\n  minCPU: 1\n  minMemory: 1\n",
+            "spec.image",
+        ),
+        (
+            "negative-cpu",
+            "  image: ubuntu/jammy\n  minCPU: -1\n  minMemory: 1\n",
+            "spec.minCPU",
+        ),
+        (
+            "negative-memory",
+            "  image: ubuntu/jammy\n  minCPU: 1\n  minMemory: -1\n",
+            "spec.minMemory",
+        ),
+        (
+            "negative-disk",
+            "  image: ubuntu/jammy\n  minCPU: 1\n  minMemory: 1\n  minDiskSize: -1\n",
+            "spec.minDiskSize",
+        ),
+        ("no-image", "  minCPU: 1\n  minMemory: 1\n", "spec.image"),
+        (
+            "no-cpu",
+            "  image: ubuntu/jammy\n  minMemory: 1\n",
+            "spec.minCPU",
+        ),
+        (
+            "no-memory",
+            "  image: ubuntu/jammy\n  minCPU: 1\n",
+            "spec.minMemory",
+        ),
+    ];
+    for (name, spec, field) in cases {
+        let err = apply(cp, &ns, &maas_machine(name, spec)).unwrap_err();
+        assert!(err.contains(field), "{name}: {err}");
+    }
+    // Zero is allowed (Minimum=0), as in the Go CRD.
+    apply(
+        cp,
+        &ns,
+        &maas_machine(
+            "zero",
+            "  image: ubuntu/jammy\n  minCPU: 0\n  minMemory: 0\n",
+        ),
+    )
+    .unwrap();
+
+    let cluster = |name: &str, spec: &str| {
+        format!("apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\nmetadata:\n  name: {name}\nspec:\n{spec}")
+    };
+    let err = apply(cp, &ns, &cluster("no-domain", "  failureDomains: [a]\n")).unwrap_err();
+    assert!(err.contains("spec.dnsDomain"), "{err}");
+    let err = apply(cp, &ns, &cluster("empty-domain", "  dnsDomain: \"\"\n")).unwrap_err();
+    assert!(err.contains("spec.dnsDomain"), "{err}");
+
+    let template = "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachineTemplate\n\
+                    metadata:\n  name: t\nspec:\n  template:\n    spec:\n      image: \"\"\n      minCPU: 1\n      minMemory: 1\n";
+    let err = apply(cp, &ns, template).unwrap_err();
+    assert!(err.contains("spec.template.spec.image"), "{err}");
+}
+
+#[test]
+fn machine_image_cpu_and_memory_are_immutable() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-immutable-m");
+    apply(cp, &ns, &maas_machine("m", VALID_SPEC)).unwrap();
+    let cases = [
+        (
+            r#"{"spec":{"image":"ubuntu/noble"}}"#,
+            "maas machine image change is not allowed",
+        ),
+        (
+            r#"{"spec":{"minCPU":8}}"#,
+            "maas machine min cpu count change is not allowed",
+        ),
+        (
+            r#"{"spec":{"minMemory":16384}}"#,
+            "maas machine min memory change is not allowed",
+        ),
+    ];
+    for (patch, message) in cases {
+        let err = merge_patch(cp, &ns, "maasmachine/m", patch).unwrap_err();
+        assert!(err.contains(message), "{patch}: {err}");
+    }
+    // The controller writes these after allocation; they stay mutable.
+    merge_patch(
+        cp,
+        &ns,
+        "maasmachine/m",
+        r#"{"spec":{"systemID":"x1","providerID":"maas:///az1/x1","failureDomain":"az1","tags":["a"]}}"#,
+    )
+    .unwrap();
+    // Re-applying the same values is not a change.
+    merge_patch(
+        cp,
+        &ns,
+        "maasmachine/m",
+        r#"{"spec":{"image":"custom/u-2204-0-k-1264-0","minCPU":4}}"#,
+    )
+    .unwrap();
+    let spec = get_json(cp, &["-n", &ns, "maasmachine", "m"])["spec"].clone();
+    assert_eq!(spec["image"], "custom/u-2204-0-k-1264-0");
+    assert_eq!(spec["minCPU"], 4);
+    assert_eq!(spec["minMemory"], 8192);
+    assert_eq!(spec["systemID"], "x1");
+}
+
+#[test]
+fn cluster_dns_domain_is_immutable() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-immutable-c");
+    apply(
+        cp,
+        &ns,
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\n\
+         metadata:\n  name: c\nspec:\n  dnsDomain: maas\n",
+    )
+    .unwrap();
+    let err = merge_patch(
+        cp,
+        &ns,
+        "maascluster/c",
+        r#"{"spec":{"dnsDomain":"other"}}"#,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("changing cluster DNS Domain not allowed"),
+        "{err}"
+    );
+    // The endpoint is written by the controller after creation.
+    merge_patch(
+        cp,
+        &ns,
+        "maascluster/c",
+        r#"{"spec":{"controlPlaneEndpoint":{"host":"c-a1b2c3.maas","port":6443}}}"#,
+    )
+    .unwrap();
+    let mc = get_json(cp, &["-n", &ns, "maascluster", "c"]);
+    assert_eq!(mc["spec"]["dnsDomain"], "maas");
+    assert_eq!(mc["spec"]["controlPlaneEndpoint"]["port"], 6443);
+}
+
+#[test]
+fn template_image_cpu_and_memory_are_immutable_other_fields_are_not() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-immutable-t");
+    let template = "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachineTemplate\n\
+                    metadata:\n  name: t\nspec:\n  template:\n    spec:\n      image: ubuntu/jammy\n      minCPU: 2\n      minMemory: 4096\n";
+    apply(cp, &ns, template).unwrap();
+    let cases = [
+        (
+            r#"{"spec":{"template":{"spec":{"image":"ubuntu/noble"}}}}"#,
+            "maas machine template image change is not allowed",
+        ),
+        (
+            r#"{"spec":{"template":{"spec":{"minCPU":3}}}}"#,
+            "maas machine template min cpu count change is not allowed",
+        ),
+        (
+            r#"{"spec":{"template":{"spec":{"minMemory":1}}}}"#,
+            "maas machine template min memory change is not allowed",
+        ),
+    ];
+    for (patch, message) in cases {
+        let err = merge_patch(cp, &ns, "maasmachinetemplate/t", patch).unwrap_err();
+        assert!(err.contains(message), "{patch}: {err}");
+    }
+    // As in the Go provider, the other template fields may be edited.
+    merge_patch(
+        cp,
+        &ns,
+        "maasmachinetemplate/t",
+        r#"{"spec":{"template":{"metadata":{"labels":{"tier":"gpu"}},"spec":{"tags":["gpu"],"resourcePool":"p","minDiskSize":50}}}}"#,
+    )
+    .unwrap();
+    let t = get_json(cp, &["-n", &ns, "maasmachinetemplate", "t"]);
+    assert_eq!(
+        t["spec"]["template"]["spec"]["tags"],
+        serde_json::json!(["gpu"])
+    );
+    assert_eq!(
+        t["spec"]["template"]["metadata"]["labels"]["tier"], "gpu",
+        "template metadata kept"
+    );
+    assert_eq!(t["spec"]["template"]["spec"]["image"], "ubuntu/jammy");
+}
+
+#[test]
+fn printer_columns_show_cluster_state_system_id_provider_id_and_ready() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-columns");
+    let machine = "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachine\nmetadata:\n  name: m\n  labels:\n    cluster.x-k8s.io/cluster-name: prod\n\
+                   spec:\n  image: ubuntu/jammy\n  minCPU: 1\n  minMemory: 1\n  systemID: x7\n  providerID: maas:///az1/x7\n";
+    apply(cp, &ns, machine).unwrap();
+    status_patch(
+        cp,
+        &ns,
+        "maasmachine/m",
+        r#"{"status":{"ready":true,"machineState":"Deployed"}}"#,
+    )
+    .unwrap();
+    let out = cp.kubectl(&["get", "-n", &ns, "maasmachine", "m"]);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        [
+            "NAME",
+            "CLUSTER",
+            "STATE",
+            "SYSTEMID",
+            "PROVIDERID",
+            "READY",
+            "AGE"
+        ],
+        "{out}"
+    );
+    assert_eq!(
+        lines[1][..6],
+        ["m", "prod", "Deployed", "x7", "maas:///az1/x7", "true"],
+        "{out}"
+    );
+
+    let cluster = "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\nmetadata:\n  name: prod\n  labels:\n    cluster.x-k8s.io/cluster-name: prod\n\
+                   spec:\n  dnsDomain: maas\n  controlPlaneEndpoint:\n    host: prod-a1b2c3.maas\n    port: 6443\n";
+    apply(cp, &ns, cluster).unwrap();
+    let out = cp.kubectl(&["get", "-n", &ns, "maascluster", "prod"]);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "CLUSTER", "ENDPOINT", "READY", "AGE"],
+        "{out}"
+    );
+    assert_eq!(lines[1][..3], ["prod", "prod", "prod-a1b2c3.maas"], "{out}");
+}
