@@ -1,1 +1,63 @@
-//! (being written)
+//! The blocking MAAS API 2.0 client. It knows nothing of Kubernetes.
+//!
+//! ```text
+//! ApiKey::parse("consumer:token:secret") -> Result<ApiKey, InvalidApiKey>   // Debug/Display redacted
+//! ClientConfig { endpoint, api_key, timeout, connect_timeout, extra_ca_pem, max_retries }
+//! ClientConfig::new(endpoint, api_key)       // 30 s / 10 s / no CA / 3 retries
+//! Client::new(ClientConfig) -> Result<Client, Error>   // Clone + Send + Sync, one ureq agent
+//!
+//! client.check() -> Result<(), Error>                       // users/?op=whoami
+//! client.whoami() -> Result<User, Error>
+//! client.machine(system_id) -> Result<Machine, Error>
+//! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
+//! client.allocate(&AllocateRequest) -> Result<Machine, Error>          // at most once
+//! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once
+//! client.release(system_id, &ReleaseRequest) -> Result<Machine, Error>
+//! client.power_on(system_id) / power_off(system_id) -> Result<Machine, Error>
+//! client.query_power_state(system_id) -> Result<PowerState, Error>
+//! client.update_machine(system_id, &[("swap_size", "0")]) -> Result<Machine, Error>
+//! client.set_owner_data(system_id, &[(key, Some(value) | None)]) -> Result<Machine, Error>
+//! client.dns_resources(fqdn) -> Result<Vec<DnsResource>, Error>
+//! client.dns_resource(id) -> Result<DnsResource, Error>
+//! client.create_dns_resource(fqdn, ttl, &ips) -> Result<DnsResource, Error>   // at most once
+//! client.set_dns_resource_ips(id, &ips) -> Result<DnsResource, Error>
+//! client.delete_dns_resource(id) -> Result<(), Error>
+//! client.domains() / zones() / resource_pools() / boot_resources()
+//! client.check_image(image) -> Result<ImageCheck, Error>
+//! check_image(image, &[BootResource]) -> ImageCheck { exists, canonical, closest }
+//!
+//! Error: op(), kind() (Config|Connect|Timeout|Transport|Tls|Status|Decode), http_status(),
+//!        body() (MaasBody::Empty|Text|FieldErrors), retry_after(), attempts(), message(),
+//!        is_transient(), is_not_found(), is_conflict(), is_unauthorized(), is_forbidden(),
+//!        is_bad_request()
+//! ```
+//!
+//! Retries: transient errors (no connection, timeouts, broken connections,
+//! 5xx, 409 with `Retry-After`) are retried up to `max_retries` times with
+//! backoff, honouring `Retry-After`. `allocate`, `deploy` and
+//! `create_dns_resource` are *at most once*: they are repeated only when MAAS
+//! surely did nothing (see [`client`]'s docs). After a transient error from
+//! `allocate`, find the machine by `agent_name` before allocating again.
+//!
+//! Metrics: `maas_api_requests_total{operation,code}` and
+//! `maas_api_request_duration_seconds{operation}`, one sample per attempt.
+
+mod auth;
+pub mod client;
+mod error;
+mod form;
+mod image;
+mod types;
+
+pub use auth::{ApiKey, InvalidApiKey};
+pub use client::{Client, ClientConfig};
+pub use error::{Error, ErrorKind, MaasBody};
+pub use form::{encode_pairs, percent_encode};
+pub use image::{canonical_name, check_image, ImageCheck};
+pub use types::*;
+
+impl From<InvalidApiKey> for Error {
+    fn from(e: InvalidApiKey) -> Error {
+        Error::new("config", ErrorKind::Config, e.to_string())
+    }
+}

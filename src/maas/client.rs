@@ -1,0 +1,739 @@
+//! The blocking MAAS client: one `ureq` agent, one request flow, retries.
+//!
+//! Every operation goes through [`Client::call`]: build the URL and the
+//! urlencoded form, sign with a fresh OAuth nonce, send, classify the answer,
+//! and retry transient failures with backoff (honouring `Retry-After`).
+//!
+//! Retrying writes: most MAAS writes are safe to repeat (release, power,
+//! owner data, PUTs set values, DELETE of a gone object is a 404 the caller
+//! treats as done). Three are not: `allocate` (a repeat allocates a second
+//! machine), `deploy` (a repeat answers 409 although the first worked) and
+//! DNS resource creation (a repeat answers 400 duplicate). Those are sent
+//! *at most once* unless we know MAAS did not act: the connection was never
+//! made, or MAAS itself answered 503 or 409+`Retry-After` (MAAS runs each
+//! request in one transaction, so an error answer means nothing changed). A
+//! timeout or broken connection after sending is returned to the caller as a
+//! transient error; the caller then finds what the first attempt did
+//! (allocations by `agent_name`, DNS records by fqdn) before trying again.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+
+use super::auth::ApiKey;
+use super::error::{redact, Error, ErrorKind, MaasBody};
+use super::form::{encode_pairs, percent_encode};
+use super::types::*;
+use crate::metrics;
+
+/// Largest response body we read (a list of a few thousand machines).
+const MAX_BODY: u64 = 256 * 1024 * 1024;
+/// First retry delay; doubled per attempt up to [`MAX_BACKOFF`].
+const BASE_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// We honour `Retry-After` but never sleep longer than this per attempt: a
+/// reconcile worker has other objects to serve.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// How to reach MAAS.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// As users write it: `http://10.11.130.11:5240/MAAS` (trailing slash or
+    /// `/api/2.0` suffix tolerated).
+    pub endpoint: String,
+    pub api_key: ApiKey,
+    /// Overall limit for one attempt (connect, send, receive the body).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// PEM bundle of the CA(s) that signed MAAS's certificate. When set, it
+    /// *replaces* the built-in Mozilla roots (MAAS TLS normally uses a
+    /// private CA).
+    pub extra_ca_pem: Option<Vec<u8>>,
+    /// Retries after the first attempt for transient errors.
+    pub max_retries: u32,
+}
+
+impl ClientConfig {
+    /// Defaults: 30 s timeout, 10 s connect timeout, 3 retries, no extra CA.
+    pub fn new(endpoint: impl Into<String>, api_key: ApiKey) -> ClientConfig {
+        ClientConfig {
+            endpoint: endpoint.into(),
+            api_key,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            extra_ca_pem: None,
+            max_retries: 3,
+        }
+    }
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("endpoint", &self.endpoint)
+            .field("api_key", &self.api_key)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("extra_ca_pem", &self.extra_ca_pem.as_ref().map(|p| p.len()))
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Method {
+    Get,
+    Post,
+    Put,
+    Delete,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// Whether a request may be sent again when we do not know its fate.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Repeat {
+    Safe,
+    AtMostOnce,
+}
+
+/// One API request, before signing.
+struct Call<'a> {
+    op: &'static str,
+    method: Method,
+    /// Relative to `/api/2.0/`, with its trailing slash.
+    path: String,
+    /// Query parameters; `op` goes here, as the MAAS CLI does.
+    query: Vec<(&'a str, String)>,
+    /// Form body for POST/PUT.
+    form: Vec<(&'a str, String)>,
+    repeat: Repeat,
+}
+
+/// A cheap-to-clone handle; all clones share one connection pool.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    agent: ureq::Agent,
+    /// `http://host:5240/MAAS/api/2.0/`
+    api_root: String,
+    key: ApiKey,
+    max_retries: u32,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("api_root", &self.inner.api_root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `http://h:5240/MAAS`, `.../MAAS/`, `.../MAAS/api/2.0/` → `.../MAAS/api/2.0/`.
+pub fn api_root(endpoint: &str) -> Result<String, Error> {
+    let config_err = |msg: String| Error::new("config", ErrorKind::Config, msg);
+    let trimmed = endpoint.trim().trim_end_matches('/');
+    let Some((scheme, rest)) = trimmed.split_once("://") else {
+        return Err(config_err(format!(
+            "MAAS endpoint {trimmed:?} has no scheme; expected e.g. http://10.0.0.1:5240/MAAS"
+        )));
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(config_err(format!(
+            "MAAS endpoint {trimmed:?} must start with http:// or https://"
+        )));
+    }
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(config_err(format!("MAAS endpoint {trimmed:?} has no host")));
+    }
+    if trimmed.contains(['?', '#', ' ']) {
+        return Err(config_err(format!(
+            "MAAS endpoint {trimmed:?} must not contain a query, fragment or spaces"
+        )));
+    }
+    let base = trimmed.strip_suffix("/api/2.0").unwrap_or(trimmed);
+    Ok(format!("{base}/api/2.0/"))
+}
+
+impl Client {
+    /// Builds the agent. Fails on a malformed endpoint or CA bundle; the key
+    /// was already checked by [`ApiKey::parse`].
+    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+        let api_root = api_root(&config.endpoint)?;
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(pem) = &config.extra_ca_pem {
+            let mut certs = Vec::new();
+            for item in ureq::tls::parse_pem(pem) {
+                match item {
+                    Ok(ureq::tls::PemItem::Certificate(cert)) => certs.push(cert),
+                    Ok(_) => {}
+                    Err(e) => {
+                        return Err(Error::new(
+                            "config",
+                            ErrorKind::Config,
+                            format!("MAAS CA bundle: {e}"),
+                        ))
+                    }
+                }
+            }
+            if certs.is_empty() {
+                return Err(Error::new(
+                    "config",
+                    ErrorKind::Config,
+                    "MAAS CA bundle contains no PEM certificate",
+                ));
+            }
+            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        }
+        let agent_config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(config.connect_timeout))
+            .timeout_global(Some(config.timeout))
+            .max_redirects(0)
+            .user_agent(concat!("capmaas/", env!("CARGO_PKG_VERSION")))
+            .accept("application/json")
+            .tls_config(tls.build())
+            .build();
+        Ok(Client {
+            inner: Arc::new(Inner {
+                agent: ureq::Agent::new_with_config(agent_config),
+                api_root,
+                key: config.api_key,
+                max_retries: config.max_retries,
+            }),
+        })
+    }
+
+    /// The `.../api/2.0/` root all paths hang off.
+    pub fn api_root(&self) -> &str {
+        &self.inner.api_root
+    }
+
+    // ---- identity --------------------------------------------------------
+
+    /// A cheap authenticated call: succeeds when MAAS is reachable and the
+    /// key is valid.
+    pub fn check(&self) -> Result<(), Error> {
+        self.whoami().map(|_| ())
+    }
+
+    /// The user the API key belongs to.
+    pub fn whoami(&self) -> Result<User, Error> {
+        self.json(Call {
+            op: "whoami",
+            method: Method::Get,
+            path: "users/".into(),
+            query: vec![("op", "whoami".into())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    // ---- machines --------------------------------------------------------
+
+    pub fn machine(&self, system_id: &str) -> Result<Machine, Error> {
+        self.json(Call {
+            op: "machine_read",
+            method: Method::Get,
+            path: machine_path(system_id),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    /// Lists machines matching `filter` (owner data is matched locally).
+    pub fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
+        let machines: Vec<Machine> = self.json(Call {
+            op: "machines_list",
+            method: Method::Get,
+            path: "machines/".into(),
+            query: filter.query(),
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        Ok(machines
+            .into_iter()
+            .filter(|m| filter.matches_owner_data(m))
+            .collect())
+    }
+
+    /// Allocates one machine. Sent at most once (see the module docs): on a
+    /// transient error, look for a machine with your `agent_name` first.
+    pub fn allocate(&self, req: &AllocateRequest) -> Result<Machine, Error> {
+        self.json(Call {
+            op: "allocate",
+            method: Method::Post,
+            path: "machines/".into(),
+            query: vec![("op", "allocate".into())],
+            form: req.form(),
+            repeat: Repeat::AtMostOnce,
+        })
+    }
+
+    /// Deploys an Allocated (or Ready) machine. Sent at most once: a repeat
+    /// of a deploy that worked answers 409, so on a transient error re-read
+    /// the machine instead.
+    pub fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Machine, Error> {
+        self.machine_op("deploy", system_id, req.form(), Repeat::AtMostOnce)
+    }
+
+    /// Releases a machine back to the pool (no-op when already Ready or
+    /// Releasing, so safe to repeat).
+    pub fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<Machine, Error> {
+        self.machine_op("release", system_id, req.form(), Repeat::Safe)
+    }
+
+    /// Powers a machine on. On an Allocated machine MAAS starts a deployment.
+    pub fn power_on(&self, system_id: &str) -> Result<Machine, Error> {
+        self.machine_op("power_on", system_id, vec![], Repeat::Safe)
+    }
+
+    /// Powers a machine off. MAAS answers `null` for power types it cannot
+    /// stop (`manual`); we then read the machine back.
+    pub fn power_off(&self, system_id: &str) -> Result<Machine, Error> {
+        let value: serde_json::Value =
+            self.machine_op_json("power_off", system_id, vec![], Repeat::Safe)?;
+        if value.is_null() {
+            return self.machine(system_id);
+        }
+        decode("power_off", value)
+    }
+
+    /// Asks the BMC (through MAAS) for the current power state.
+    pub fn query_power_state(&self, system_id: &str) -> Result<PowerState, Error> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            state: PowerState,
+        }
+        let answer: Answer = self.json(Call {
+            op: "query_power_state",
+            method: Method::Get,
+            path: machine_path(system_id),
+            query: vec![("op", "query_power_state".into())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        Ok(answer.state)
+    }
+
+    /// `PUT machines/{id}/` with the given fields, e.g. `("swap_size", "0")`.
+    /// Needs an admin key.
+    pub fn update_machine(&self, system_id: &str, fields: &[(&str, &str)]) -> Result<Machine, Error> {
+        self.json(Call {
+            op: "machine_update",
+            method: Method::Put,
+            path: machine_path(system_id),
+            query: vec![],
+            form: fields.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+            repeat: Repeat::Safe,
+        })
+    }
+
+    /// Merges owner data (workload annotations); `None` deletes a key. The
+    /// caller must own the machine.
+    pub fn set_owner_data(
+        &self,
+        system_id: &str,
+        data: &[(&str, Option<&str>)],
+    ) -> Result<Machine, Error> {
+        let form = data
+            .iter()
+            .map(|(k, v)| (*k, v.unwrap_or("").to_owned()))
+            .collect();
+        self.machine_op("set_owner_data", system_id, form, Repeat::Safe)
+    }
+
+    // ---- DNS -------------------------------------------------------------
+
+    /// DNS resources with exactly this fqdn (`[]` when none; a 404 means the
+    /// domain does not exist).
+    pub fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, Error> {
+        let found: Vec<DnsResource> = self.json(Call {
+            op: "dnsresources_list",
+            method: Method::Get,
+            path: "dnsresources/".into(),
+            query: vec![("fqdn", fqdn.to_owned())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        // MAAS filters by name and domain; compare whole names ourselves in
+        // case a version matches more loosely.
+        Ok(found
+            .into_iter()
+            .filter(|r| r.fqdn.trim_end_matches('.').eq_ignore_ascii_case(fqdn.trim_end_matches('.')))
+            .collect())
+    }
+
+    pub fn dns_resource(&self, id: i64) -> Result<DnsResource, Error> {
+        self.json(Call {
+            op: "dnsresource_read",
+            method: Method::Get,
+            path: format!("dnsresources/{id}/"),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    /// Creates `fqdn` with these addresses. Sent at most once: on a transient
+    /// error, look it up with [`Client::dns_resources`] before creating again.
+    pub fn create_dns_resource(&self, fqdn: &str, ttl: u32, ips: &[String]) -> Result<DnsResource, Error> {
+        self.json(Call {
+            op: "dnsresource_create",
+            method: Method::Post,
+            path: "dnsresources/".into(),
+            query: vec![],
+            form: vec![
+                ("fqdn", fqdn.to_owned()),
+                ("address_ttl", ttl.to_string()),
+                ("ip_addresses", ips.join(" ")),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+    }
+
+    /// Replaces the whole address set (an empty slice clears it).
+    pub fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, Error> {
+        self.json(Call {
+            op: "dnsresource_update",
+            method: Method::Put,
+            path: format!("dnsresources/{id}/"),
+            query: vec![],
+            form: vec![("ip_addresses", ips.join(" "))],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    /// Deletes a DNS resource. A 404 comes back as an error; callers
+    /// deleting idempotently treat [`Error::is_not_found`] as success.
+    pub fn delete_dns_resource(&self, id: i64) -> Result<(), Error> {
+        self.call(Call {
+            op: "dnsresource_delete",
+            method: Method::Delete,
+            path: format!("dnsresources/{id}/"),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+        .map(|_| ())
+    }
+
+    // ---- inventory -------------------------------------------------------
+
+    pub fn domains(&self) -> Result<Vec<Domain>, Error> {
+        self.list("domains_list", "domains/")
+    }
+
+    pub fn zones(&self) -> Result<Vec<Zone>, Error> {
+        self.list("zones_list", "zones/")
+    }
+
+    pub fn resource_pools(&self) -> Result<Vec<ResourcePool>, Error> {
+        self.list("resourcepools_list", "resourcepools/")
+    }
+
+    pub fn boot_resources(&self) -> Result<Vec<BootResource>, Error> {
+        self.list("boot_resources_list", "boot-resources/")
+    }
+
+    /// Lists boot resources and checks `image` against them.
+    pub fn check_image(&self, image: &str) -> Result<super::ImageCheck, Error> {
+        Ok(super::check_image(image, &self.boot_resources()?))
+    }
+
+    // ---- plumbing --------------------------------------------------------
+
+    fn list<T: DeserializeOwned>(&self, op: &'static str, path: &str) -> Result<Vec<T>, Error> {
+        self.json(Call {
+            op,
+            method: Method::Get,
+            path: path.into(),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    fn machine_op(
+        &self,
+        op: &'static str,
+        system_id: &str,
+        form: Vec<(&str, String)>,
+        repeat: Repeat,
+    ) -> Result<Machine, Error> {
+        self.machine_op_json(op, system_id, form, repeat)
+    }
+
+    fn machine_op_json<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        system_id: &str,
+        form: Vec<(&str, String)>,
+        repeat: Repeat,
+    ) -> Result<T, Error> {
+        self.json(Call {
+            op,
+            method: Method::Post,
+            path: machine_path(system_id),
+            query: vec![("op", op.into())],
+            form,
+            repeat,
+        })
+    }
+
+    fn json<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, Error> {
+        let op = call.op;
+        let body = self.call(call)?;
+        let value: serde_json::Value = serde_json::from_str(&body).map_err(|e| {
+            Error::new(op, ErrorKind::Decode, format!("invalid JSON ({e}): {}", snippet(&body)))
+        })?;
+        decode(op, value)
+    }
+
+    /// Sends `call`, retrying transient failures as the module docs say.
+    /// Returns the body of a 2xx answer.
+    fn call(&self, call: Call<'_>) -> Result<String, Error> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let err = match self.attempt(&call) {
+                Ok(body) => return Ok(body),
+                Err(err) => err,
+            };
+            if attempt > self.inner.max_retries || !may_retry(&err, call.repeat) {
+                return Err(err.with_attempts(attempt));
+            }
+            let delay = err
+                .retry_after()
+                .map(|d| d.min(MAX_RETRY_AFTER))
+                .unwrap_or_else(|| backoff(attempt));
+            log::debug!(
+                "MAAS {} failed (attempt {attempt}), retrying in {delay:?}: {err}",
+                call.op
+            );
+            std::thread::sleep(delay);
+        }
+    }
+
+    /// One signed HTTP exchange, with metrics.
+    fn attempt(&self, call: &Call<'_>) -> Result<String, Error> {
+        let inner = &self.inner;
+        let mut url = format!("{}{}", inner.api_root, call.path);
+        if !call.query.is_empty() {
+            url.push('?');
+            url.push_str(&encode_pairs(&call.query));
+        }
+        let auth = inner.key.authorization_header();
+        let started = Instant::now();
+        let result = match call.method {
+            Method::Get => inner.agent.get(&url).header("Authorization", &auth).call(),
+            Method::Delete => inner.agent.delete(&url).header("Authorization", &auth).call(),
+            Method::Post | Method::Put => {
+                let request = if call.method == Method::Post {
+                    inner.agent.post(&url)
+                } else {
+                    inner.agent.put(&url)
+                };
+                request
+                    .header("Authorization", &auth)
+                    .content_type("application/x-www-form-urlencoded")
+                    .send(encode_pairs(&call.form).as_str())
+            }
+        };
+        let outcome = match result {
+            Ok(mut response) => {
+                let status = response.status().as_u16();
+                let retry_after = response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs);
+                match response.body_mut().with_config().limit(MAX_BODY).read_to_string() {
+                    Ok(body) if (200..300).contains(&status) => Ok(body),
+                    Ok(body) => {
+                        let body = redact(&body, inner.key.token_secret());
+                        Err(Error::status(call.op, status, MaasBody::from_response(&body), retry_after))
+                    }
+                    Err(e) => Err(transport_error(call.op, e, inner.key.token_secret())),
+                }
+            }
+            Err(e) => Err(transport_error(call.op, e, inner.key.token_secret())),
+        };
+        let code = match &outcome {
+            Ok(_) => "2xx".to_owned(),
+            Err(e) => match e.http_status() {
+                Some(s) => s.to_string(),
+                None => format!("{:?}", e.kind()).to_lowercase(),
+            },
+        };
+        metrics::counter_inc(
+            "maas_api_requests_total",
+            "MAAS API requests by client operation and result (HTTP status, 2xx, or error kind).",
+            &[("operation", call.op), ("code", &code)],
+        );
+        metrics::observe(
+            "maas_api_request_duration_seconds",
+            "Duration of one MAAS API request attempt.",
+            &[("operation", call.op)],
+            started.elapsed().as_secs_f64(),
+        );
+        log::trace!("MAAS {} {} {} -> {code}", call.op, call.method.as_str(), call.path);
+        outcome
+    }
+}
+
+fn machine_path(system_id: &str) -> String {
+    format!("machines/{}/", percent_encode(system_id))
+}
+
+fn decode<T: DeserializeOwned>(op: &'static str, value: serde_json::Value) -> Result<T, Error> {
+    serde_json::from_value(value)
+        .map_err(|e| Error::new(op, ErrorKind::Decode, format!("unexpected JSON shape: {e}")))
+}
+
+fn snippet(body: &str) -> String {
+    let mut cut = body.len().min(200);
+    while !body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    body[..cut].to_owned()
+}
+
+/// Whether to try again; see the module docs for the at-most-once rule.
+fn may_retry(err: &Error, repeat: Repeat) -> bool {
+    if !err.is_transient() {
+        return false;
+    }
+    match repeat {
+        Repeat::Safe => true,
+        Repeat::AtMostOnce => match err.kind() {
+            ErrorKind::Connect => true,
+            ErrorKind::Status => matches!(err.http_status(), Some(503))
+                || (err.http_status() == Some(409) && err.retry_after().is_some()),
+            _ => false,
+        },
+    }
+}
+
+/// 200 ms, 400 ms, 800 ms ... capped at 5 s, with ±25 % jitter so that many
+/// workers do not retry in lockstep.
+fn backoff(attempt: u32) -> Duration {
+    let exp = BASE_BACKOFF.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    let capped = exp.min(MAX_BACKOFF);
+    let mut byte = [0u8; 1];
+    let jitter = if getrandom::fill(&mut byte).is_ok() {
+        f64::from(byte[0]) / 255.0 * 0.5 + 0.75
+    } else {
+        1.0
+    };
+    capped.mul_f64(jitter)
+}
+
+fn transport_error(op: &'static str, e: ureq::Error, secret: &str) -> Error {
+    use std::io::ErrorKind as Io;
+    use ureq::Timeout;
+    let kind = match &e {
+        ureq::Error::Timeout(Timeout::Connect | Timeout::Resolve) => ErrorKind::Connect,
+        ureq::Error::Timeout(_) => ErrorKind::Timeout,
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => ErrorKind::Connect,
+        ureq::Error::Io(io) => match io.kind() {
+            Io::ConnectionRefused | Io::NotFound | Io::AddrNotAvailable | Io::HostUnreachable
+            | Io::NetworkUnreachable => ErrorKind::Connect,
+            Io::TimedOut | Io::WouldBlock => ErrorKind::Timeout,
+            _ => ErrorKind::Transport,
+        },
+        ureq::Error::Tls(_) | ureq::Error::Pem(_) | ureq::Error::Rustls(_) => ErrorKind::Tls,
+        ureq::Error::BadUri(_) | ureq::Error::Http(_) | ureq::Error::InvalidProxyUrl => {
+            ErrorKind::Config
+        }
+        _ => ErrorKind::Transport,
+    };
+    Error::new(op, kind, redact(&e.to_string(), secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_forms_all_lead_to_one_api_root() {
+        for endpoint in [
+            "http://10.11.130.11:5240/MAAS",
+            "http://10.11.130.11:5240/MAAS/",
+            "http://10.11.130.11:5240/MAAS/api/2.0",
+            "http://10.11.130.11:5240/MAAS/api/2.0/",
+            " http://10.11.130.11:5240/MAAS\n",
+        ] {
+            assert_eq!(
+                api_root(endpoint).unwrap(),
+                "http://10.11.130.11:5240/MAAS/api/2.0/",
+                "{endpoint:?}"
+            );
+        }
+        assert_eq!(
+            api_root("https://maas.example.com:5443/MAAS").unwrap(),
+            "https://maas.example.com:5443/MAAS/api/2.0/"
+        );
+    }
+
+    #[test]
+    fn bad_endpoints_are_config_errors() {
+        for endpoint in ["10.0.0.1:5240/MAAS", "ftp://x/MAAS", "http:///MAAS", "http://x/MAAS?a=b"] {
+            let err = api_root(endpoint).unwrap_err();
+            assert_eq!(err.kind(), &ErrorKind::Config, "{endpoint}");
+        }
+    }
+
+    #[test]
+    fn at_most_once_retries_only_when_maas_surely_did_nothing() {
+        let connect = Error::new("allocate", ErrorKind::Connect, "refused");
+        let timeout = Error::new("allocate", ErrorKind::Timeout, "timed out");
+        let broken = Error::new("allocate", ErrorKind::Transport, "reset");
+        let busy = Error::status("allocate", 503, MaasBody::Empty, None);
+        let conflict_retry = Error::status("allocate", 409, MaasBody::Empty, Some(Duration::from_secs(5)));
+        let gateway = Error::status("allocate", 504, MaasBody::Empty, None);
+        let conflict = Error::status("allocate", 409, MaasBody::Empty, None);
+        for e in [&connect, &busy, &conflict_retry] {
+            assert!(may_retry(e, Repeat::AtMostOnce), "{e}");
+        }
+        for e in [&timeout, &broken, &gateway, &conflict] {
+            assert!(!may_retry(e, Repeat::AtMostOnce), "{e}");
+        }
+        for e in [&connect, &timeout, &broken, &busy, &conflict_retry, &gateway] {
+            assert!(may_retry(e, Repeat::Safe), "{e}");
+        }
+        assert!(!may_retry(&conflict, Repeat::Safe));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert!(backoff(1) <= Duration::from_millis(250));
+        assert!(backoff(3) >= Duration::from_millis(600));
+        assert!(backoff(30) <= Duration::from_millis(6250));
+    }
+
+    #[test]
+    fn bad_ca_bundle_is_a_config_error() {
+        let key = ApiKey::parse("a:b:c").unwrap();
+        let mut config = ClientConfig::new("http://127.0.0.1:1/MAAS", key);
+        config.extra_ca_pem = Some(b"not a certificate".to_vec());
+        let err = Client::new(config).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::Config);
+    }
+}

@@ -1,0 +1,318 @@
+//! The one error type of the MAAS client.
+//!
+//! Every error says which operation failed and, when MAAS answered, carries
+//! the status and MAAS's body (text, or the JSON field errors of a form
+//! validation). Callers decide with [`Error::is_transient`],
+//! [`Error::is_not_found`], [`Error::is_conflict`] rather than by matching
+//! message text, which MAAS has changed between releases.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong, from the caller's point of view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad configuration: API key, endpoint, CA bundle. Never retried.
+    Config,
+    /// No connection was made (DNS, refused, connect timeout): the request
+    /// certainly did not reach MAAS, so it is safe to repeat any call.
+    Connect,
+    /// The call timed out after the request may have been sent.
+    Timeout,
+    /// The connection broke mid-exchange (reset, protocol error): MAAS may or
+    /// may not have acted on the request.
+    Transport,
+    /// TLS setup or certificate verification failed. Not retried: a wrong CA
+    /// does not fix itself.
+    Tls,
+    /// MAAS answered with a non-success status; see [`Error::status`].
+    Status,
+    /// MAAS answered 2xx but the body was not what we expected.
+    Decode,
+}
+
+/// The body of an error response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaasBody {
+    /// No body (e.g. MAAS's 403 for node permission failures).
+    Empty,
+    /// A text/plain (or HTML) message.
+    Text(String),
+    /// Form validation errors, `{"field": ["message", ...]}`; `__all__` holds
+    /// the non-field errors.
+    FieldErrors(BTreeMap<String, Vec<String>>),
+}
+
+impl MaasBody {
+    /// Interprets a response body: a JSON object of string lists is field
+    /// errors; anything else is kept as text (HTML trimmed to its first line
+    /// of meaningful text would lose information, so it is kept whole but
+    /// capped in length).
+    pub(crate) fn from_response(body: &str) -> MaasBody {
+        let trimmed = body.trim();
+        if trimmed.is_empty() {
+            return MaasBody::Empty;
+        }
+        if trimmed.starts_with('{') {
+            if let Ok(fields) = serde_json::from_str::<BTreeMap<String, Vec<String>>>(trimmed) {
+                return MaasBody::FieldErrors(fields);
+            }
+        }
+        const MAX: usize = 2000;
+        let mut text = trimmed.to_owned();
+        if text.len() > MAX {
+            let mut cut = MAX;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push_str("...");
+        }
+        MaasBody::Text(text)
+    }
+}
+
+impl fmt::Display for MaasBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaasBody::Empty => f.write_str("(empty body)"),
+            MaasBody::Text(text) => f.write_str(text),
+            MaasBody::FieldErrors(fields) => {
+                let mut first = true;
+                for (field, messages) in fields {
+                    if !first {
+                        f.write_str("; ")?;
+                    }
+                    first = false;
+                    write!(f, "{field}: {}", messages.join(" "))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// An error from one client operation (after any retries).
+#[derive(Debug, Clone)]
+pub struct Error {
+    op: &'static str,
+    kind: ErrorKind,
+    status: Option<u16>,
+    body: MaasBody,
+    retry_after: Option<Duration>,
+    detail: String,
+    attempts: u32,
+}
+
+impl Error {
+    pub(crate) fn new(op: &'static str, kind: ErrorKind, detail: impl Into<String>) -> Error {
+        Error {
+            op,
+            kind,
+            status: None,
+            body: MaasBody::Empty,
+            retry_after: None,
+            detail: detail.into(),
+            attempts: 1,
+        }
+    }
+
+    pub(crate) fn status(
+        op: &'static str,
+        status: u16,
+        body: MaasBody,
+        retry_after: Option<Duration>,
+    ) -> Error {
+        Error {
+            op,
+            kind: ErrorKind::Status,
+            status: Some(status),
+            body,
+            retry_after,
+            detail: String::new(),
+            attempts: 1,
+        }
+    }
+
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> Error {
+        self.attempts = attempts;
+        self
+    }
+
+    /// The client operation, e.g. `allocate`, `dnsresource_update`.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The HTTP status when MAAS answered.
+    pub fn http_status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// MAAS's error body ([`MaasBody::Empty`] when there was no answer).
+    pub fn body(&self) -> &MaasBody {
+        &self.body
+    }
+
+    /// How many attempts were made (1 = no retry).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The server's `Retry-After`, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// Worth trying again later: no connection, timeouts, broken
+    /// connections, 5xx, and the 409 that MAAS sends with `Retry-After` when
+    /// its database transaction kept conflicting. A 409 without
+    /// `Retry-After` is a state or constraint error and is permanent.
+    pub fn is_transient(&self) -> bool {
+        match self.kind {
+            ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Transport => true,
+            ErrorKind::Status => match self.status {
+                Some(s) if s >= 500 => true,
+                Some(409) => self.retry_after.is_some(),
+                _ => false,
+            },
+            ErrorKind::Config | ErrorKind::Tls | ErrorKind::Decode => false,
+        }
+    }
+
+    /// 404: the machine, DNS resource, domain ... does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.status == Some(404)
+    }
+
+    /// A permanent 409: no machine matches, or the operation is illegal in
+    /// the machine's current state.
+    pub fn is_conflict(&self) -> bool {
+        self.status == Some(409) && self.retry_after.is_none()
+    }
+
+    /// 401: the API key is wrong (or MAAS forgot it).
+    pub fn is_unauthorized(&self) -> bool {
+        self.status == Some(401)
+    }
+
+    /// 403: the key's user may not do this (e.g. a non-admin key).
+    pub fn is_forbidden(&self) -> bool {
+        self.status == Some(403)
+    }
+
+    /// 400: MAAS rejected the parameters (unknown image, zone, pool, tag...).
+    pub fn is_bad_request(&self) -> bool {
+        self.status == Some(400)
+    }
+
+    /// A one-line human message without the operation prefix: MAAS's body,
+    /// or the transport detail.
+    pub fn message(&self) -> String {
+        match self.kind {
+            ErrorKind::Status => self.body.to_string(),
+            _ => self.detail.clone(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MAAS {}: ", self.op)?;
+        match (&self.kind, self.status) {
+            (ErrorKind::Status, Some(status)) => write!(f, "HTTP {status}: {}", self.body)?,
+            (ErrorKind::Config, _) => write!(f, "configuration: {}", self.detail)?,
+            (ErrorKind::Connect, _) => write!(f, "cannot connect: {}", self.detail)?,
+            (ErrorKind::Timeout, _) => write!(f, "timed out: {}", self.detail)?,
+            (ErrorKind::Transport, _) => write!(f, "connection failed: {}", self.detail)?,
+            (ErrorKind::Tls, _) => write!(f, "TLS: {}", self.detail)?,
+            (ErrorKind::Decode, _) => write!(f, "unexpected response: {}", self.detail)?,
+            (ErrorKind::Status, None) => write!(f, "{}", self.detail)?,
+        }
+        if self.attempts > 1 {
+            write!(f, " (after {} attempts)", self.attempts)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Removes secrets from text that MAAS sent back. MAAS's 401 for a wrong
+/// secret echoes the *expected* signature, i.e. the real token secret.
+pub(crate) fn redact(text: &str, secret: &str) -> String {
+    const ECHO: &str = "Expected signature base string:";
+    let mut out = match text.find(ECHO) {
+        Some(at) => {
+            let end = text[at..]
+                .find('\'')
+                .map(|q| at + q)
+                .unwrap_or(text.len());
+            format!("{}{ECHO} <redacted>{}", &text[..at], &text[end..])
+        }
+        None => text.to_owned(),
+    };
+    if secret.len() >= 4 {
+        out = out.replace(secret, "<redacted>");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_errors_are_parsed() {
+        let body = MaasBody::from_response(r#"{"distro_series": ["'x' is not valid."]}"#);
+        let MaasBody::FieldErrors(fields) = &body else {
+            panic!("{body:?}")
+        };
+        assert_eq!(fields["distro_series"], vec!["'x' is not valid.".to_owned()]);
+        assert_eq!(body.to_string(), "distro_series: 'x' is not valid.");
+    }
+
+    #[test]
+    fn text_and_empty_bodies() {
+        assert_eq!(MaasBody::from_response(" \n"), MaasBody::Empty);
+        assert_eq!(
+            MaasBody::from_response("No Machine matches the given query."),
+            MaasBody::Text("No Machine matches the given query.".into())
+        );
+    }
+
+    #[test]
+    fn classification() {
+        let e = |s, ra: Option<u64>| {
+            Error::status("x", s, MaasBody::Empty, ra.map(Duration::from_secs))
+        };
+        assert!(e(503, None).is_transient());
+        assert!(e(500, None).is_transient());
+        assert!(e(409, Some(5)).is_transient());
+        assert!(!e(409, Some(5)).is_conflict());
+        assert!(!e(409, None).is_transient());
+        assert!(e(409, None).is_conflict());
+        for s in [400, 401, 403, 404] {
+            assert!(!e(s, None).is_transient(), "{s}");
+        }
+        assert!(e(404, None).is_not_found());
+        assert!(Error::new("x", ErrorKind::Connect, "refused").is_transient());
+        assert!(Error::new("x", ErrorKind::Timeout, "t").is_transient());
+        assert!(!Error::new("x", ErrorKind::Tls, "bad cert").is_transient());
+        assert!(!Error::new("x", ErrorKind::Config, "bad").is_transient());
+    }
+
+    #[test]
+    fn redacts_echoed_signature_and_own_secret() {
+        let body = "Authorization Error: 'Invalid signature. Expected signature base string: &RealSecret123'";
+        let out = redact(body, "MySecret99");
+        assert!(!out.contains("RealSecret123"), "{out}");
+        assert!(out.ends_with("<redacted>'"), "{out}");
+        assert_eq!(redact("token MySecret99 here", "MySecret99"), "token <redacted> here");
+    }
+}

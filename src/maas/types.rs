@@ -1,0 +1,782 @@
+//! What the client sends to MAAS and what it reads back.
+//!
+//! MAAS objects are deserialized leniently: every field is optional, unknown
+//! fields are ignored, nested objects we only need the name of (`zone`,
+//! `pool`, `domain`) are flattened to that name. MAAS has added fields in
+//! every release and removed a few; a missing field must never fail a
+//! reconcile.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// A machine's lifecycle state (MAAS `status`, see maas-api.md §5).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum MachineStatus {
+    New,
+    Commissioning,
+    FailedCommissioning,
+    Missing,
+    Ready,
+    Reserved,
+    Deployed,
+    Retired,
+    Broken,
+    Deploying,
+    Allocated,
+    FailedDeployment,
+    Releasing,
+    FailedReleasing,
+    DiskErasing,
+    FailedDiskErasing,
+    RescueMode,
+    EnteringRescueMode,
+    FailedEnteringRescueMode,
+    ExitingRescueMode,
+    FailedExitingRescueMode,
+    Testing,
+    FailedTesting,
+    /// A status this client does not know (newer MAAS): its `status_name`.
+    Other(String),
+}
+
+impl MachineStatus {
+    /// From MAAS's numeric `status`.
+    pub fn from_code(code: i64) -> Option<MachineStatus> {
+        use MachineStatus::*;
+        Some(match code {
+            0 => New,
+            1 => Commissioning,
+            2 => FailedCommissioning,
+            3 => Missing,
+            4 => Ready,
+            5 => Reserved,
+            6 => Deployed,
+            7 => Retired,
+            8 => Broken,
+            9 => Deploying,
+            10 => Allocated,
+            11 => FailedDeployment,
+            12 => Releasing,
+            13 => FailedReleasing,
+            14 => DiskErasing,
+            15 => FailedDiskErasing,
+            16 => RescueMode,
+            17 => EnteringRescueMode,
+            18 => FailedEnteringRescueMode,
+            19 => ExitingRescueMode,
+            20 => FailedExitingRescueMode,
+            21 => Testing,
+            22 => FailedTesting,
+            _ => return None,
+        })
+    }
+
+    /// From MAAS's `status_name` (exact labels, e.g. `Releasing failed`).
+    pub fn from_name(name: &str) -> MachineStatus {
+        (0..=22)
+            .filter_map(MachineStatus::from_code)
+            .find(|s| s.name() == name)
+            .unwrap_or_else(|| MachineStatus::Other(name.to_owned()))
+    }
+
+    /// MAAS's numeric code (None for [`MachineStatus::Other`]).
+    pub fn code(&self) -> Option<i64> {
+        (0..=22).find(|&c| MachineStatus::from_code(c).as_ref() == Some(self))
+    }
+
+    /// MAAS's exact `status_name` label.
+    pub fn name(&self) -> &str {
+        use MachineStatus::*;
+        match self {
+            New => "New",
+            Commissioning => "Commissioning",
+            FailedCommissioning => "Failed commissioning",
+            Missing => "Missing",
+            Ready => "Ready",
+            Reserved => "Reserved",
+            Deployed => "Deployed",
+            Retired => "Retired",
+            Broken => "Broken",
+            Deploying => "Deploying",
+            Allocated => "Allocated",
+            FailedDeployment => "Failed deployment",
+            Releasing => "Releasing",
+            FailedReleasing => "Releasing failed",
+            DiskErasing => "Disk erasing",
+            FailedDiskErasing => "Failed disk erasing",
+            RescueMode => "Rescue mode",
+            EnteringRescueMode => "Entering rescue mode",
+            FailedEnteringRescueMode => "Failed to enter rescue mode",
+            ExitingRescueMode => "Exiting rescue mode",
+            FailedExitingRescueMode => "Failed to exit rescue mode",
+            Testing => "Testing",
+            FailedTesting => "Failed testing",
+            Other(name) => name,
+        }
+    }
+
+    /// The lower-case filter name used by `GET machines/?status=`.
+    pub fn filter_name(&self) -> Option<&'static str> {
+        use MachineStatus::*;
+        Some(match self {
+            New => "new",
+            Commissioning => "commissioning",
+            FailedCommissioning => "failed_commissioning",
+            Missing => "missing",
+            Ready => "ready",
+            Reserved => "reserved",
+            Deployed => "deployed",
+            Retired => "retired",
+            Broken => "broken",
+            Deploying => "deploying",
+            Allocated => "allocated",
+            FailedDeployment => "failed_deployment",
+            Releasing => "releasing",
+            FailedReleasing => "failed_releasing",
+            DiskErasing => "disk_erasing",
+            FailedDiskErasing => "failed_disk_erasing",
+            RescueMode => "rescue_mode",
+            EnteringRescueMode => "entering_rescue_mode",
+            FailedEnteringRescueMode => "failed_entering_rescue_mode",
+            ExitingRescueMode => "exiting_rescue_mode",
+            FailedExitingRescueMode => "failed_exiting_rescue_mode",
+            Testing => "testing",
+            FailedTesting => "failed_testing",
+            Other(_) => return None,
+        })
+    }
+}
+
+impl fmt::Display for MachineStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A machine's power state as MAAS last saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PowerState {
+    On,
+    Off,
+    #[default]
+    Unknown,
+    Error,
+    Other(String),
+}
+
+impl PowerState {
+    pub fn parse(s: &str) -> PowerState {
+        match s {
+            "on" => PowerState::On,
+            "off" => PowerState::Off,
+            "unknown" | "" => PowerState::Unknown,
+            "error" => PowerState::Error,
+            other => PowerState::Other(other.to_owned()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            PowerState::Unknown => "unknown",
+            PowerState::Error => "error",
+            PowerState::Other(s) => s,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PowerState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        Ok(PowerState::parse(s.as_deref().unwrap_or("")))
+    }
+}
+
+/// The network interface MAAS boots the machine from.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Interface {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    /// `physical`, `bond`, `bridge`, `vlan`.
+    #[serde(rename = "type", deserialize_with = "null_as_default")]
+    pub kind: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub mac_address: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub children: Vec<String>,
+}
+
+/// A MAAS machine (the fields a Cluster API provider reads).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Machine {
+    pub system_id: String,
+    pub hostname: String,
+    pub fqdn: String,
+    pub status: MachineStatus,
+    /// MAAS's label, kept verbatim for messages.
+    pub status_name: String,
+    pub status_message: Option<String>,
+    pub power_state: PowerState,
+    pub power_type: String,
+    pub zone: String,
+    pub pool: String,
+    pub domain: String,
+    pub ip_addresses: Vec<String>,
+    pub cpu_count: u32,
+    /// MiB.
+    pub memory: u64,
+    /// Decimal megabytes of physical disks, as MAAS reports it.
+    pub storage: f64,
+    /// Bytes; None when MAAS uses its default.
+    pub swap_size: Option<i64>,
+    pub architecture: String,
+    pub osystem: String,
+    pub distro_series: String,
+    pub hwe_kernel: Option<String>,
+    pub ephemeral_deploy: bool,
+    pub owner: Option<String>,
+    pub owner_data: BTreeMap<String, String>,
+    pub tag_names: Vec<String>,
+    pub boot_interface: Option<Interface>,
+    /// The VM host's system_id for LXD/virsh guests.
+    pub parent: Option<String>,
+    pub locked: bool,
+    pub description: String,
+}
+
+impl Default for MachineStatus {
+    fn default() -> Self {
+        MachineStatus::Other(String::new())
+    }
+}
+
+/// The wire shape, lenient; converted into [`Machine`].
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawMachine {
+    #[serde(deserialize_with = "null_as_default")]
+    system_id: String,
+    #[serde(deserialize_with = "null_as_default")]
+    hostname: String,
+    #[serde(deserialize_with = "null_as_default")]
+    fqdn: String,
+    status: Option<i64>,
+    #[serde(deserialize_with = "null_as_default")]
+    status_name: String,
+    status_message: Option<String>,
+    power_state: PowerState,
+    #[serde(deserialize_with = "null_as_default")]
+    power_type: String,
+    #[serde(deserialize_with = "name_of")]
+    zone: String,
+    #[serde(deserialize_with = "name_of")]
+    pool: String,
+    #[serde(deserialize_with = "name_of")]
+    domain: String,
+    #[serde(deserialize_with = "null_as_default")]
+    ip_addresses: Vec<String>,
+    #[serde(deserialize_with = "lenient_u64")]
+    cpu_count: u64,
+    #[serde(deserialize_with = "lenient_u64")]
+    memory: u64,
+    #[serde(deserialize_with = "lenient_f64")]
+    storage: f64,
+    #[serde(deserialize_with = "lenient_opt_i64")]
+    swap_size: Option<i64>,
+    #[serde(deserialize_with = "null_as_default")]
+    architecture: String,
+    #[serde(deserialize_with = "null_as_default")]
+    osystem: String,
+    #[serde(deserialize_with = "null_as_default")]
+    distro_series: String,
+    hwe_kernel: Option<String>,
+    #[serde(deserialize_with = "null_as_default")]
+    ephemeral_deploy: bool,
+    owner: Option<String>,
+    #[serde(deserialize_with = "string_map")]
+    owner_data: BTreeMap<String, String>,
+    #[serde(deserialize_with = "string_map")]
+    workload_annotations: BTreeMap<String, String>,
+    #[serde(deserialize_with = "null_as_default")]
+    tag_names: Vec<String>,
+    boot_interface: Option<Interface>,
+    parent: Option<Value>,
+    #[serde(deserialize_with = "null_as_default")]
+    locked: bool,
+    #[serde(deserialize_with = "null_as_default")]
+    description: String,
+}
+
+impl<'de> Deserialize<'de> for Machine {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawMachine::deserialize(d)?;
+        let status = match raw.status.and_then(MachineStatus::from_code) {
+            Some(status) => status,
+            None => MachineStatus::from_name(&raw.status_name),
+        };
+        let status_name = if raw.status_name.is_empty() {
+            status.name().to_owned()
+        } else {
+            raw.status_name
+        };
+        // owner_data and workload_annotations are the same dict in 3.x; older
+        // MAAS only has owner_data, a future one may only have the other.
+        let mut owner_data = raw.workload_annotations;
+        owner_data.extend(raw.owner_data);
+        let parent = raw.parent.and_then(|p| match p {
+            Value::String(s) => Some(s),
+            Value::Object(o) => o.get("system_id").and_then(Value::as_str).map(str::to_owned),
+            _ => None,
+        });
+        Ok(Machine {
+            system_id: raw.system_id,
+            hostname: raw.hostname,
+            fqdn: raw.fqdn,
+            status,
+            status_name,
+            status_message: raw.status_message,
+            power_state: raw.power_state,
+            power_type: raw.power_type,
+            zone: raw.zone,
+            pool: raw.pool,
+            domain: raw.domain,
+            ip_addresses: raw.ip_addresses,
+            cpu_count: u32::try_from(raw.cpu_count).unwrap_or(u32::MAX),
+            memory: raw.memory,
+            storage: raw.storage,
+            swap_size: raw.swap_size,
+            architecture: raw.architecture,
+            osystem: raw.osystem,
+            distro_series: raw.distro_series,
+            hwe_kernel: raw.hwe_kernel,
+            ephemeral_deploy: raw.ephemeral_deploy,
+            owner: raw.owner.filter(|o| !o.is_empty()),
+            owner_data,
+            tag_names: raw.tag_names,
+            boot_interface: raw.boot_interface,
+            parent,
+            locked: raw.locked,
+            description: raw.description,
+        })
+    }
+}
+
+impl Machine {
+    /// Total physical disk size in GB (MAAS reports decimal MB).
+    pub fn storage_gb(&self) -> f64 {
+        self.storage / 1000.0
+    }
+}
+
+/// A zone (failure domain).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Zone {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub description: String,
+}
+
+/// A resource pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ResourcePool {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub description: String,
+}
+
+/// A DNS domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Domain {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    pub ttl: Option<u32>,
+    #[serde(deserialize_with = "null_as_default")]
+    pub authoritative: bool,
+    #[serde(deserialize_with = "null_as_default")]
+    pub is_default: bool,
+    #[serde(deserialize_with = "null_as_default")]
+    pub resource_record_count: u64,
+}
+
+/// A DNS resource (a name with A/AAAA records).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsResource {
+    /// `-1` for the synthetic node records MAAS lists with `all=true`.
+    pub id: i64,
+    pub fqdn: String,
+    pub address_ttl: Option<u32>,
+    pub ip_addresses: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for DnsResource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Address {
+            #[serde(default)]
+            ip: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            id: i64,
+            #[serde(default, deserialize_with = "null_as_default")]
+            fqdn: String,
+            #[serde(default)]
+            address_ttl: Option<u32>,
+            #[serde(default)]
+            ip_addresses: Option<Vec<Address>>,
+        }
+        let raw = Raw::deserialize(d)?;
+        Ok(DnsResource {
+            id: raw.id,
+            fqdn: raw.fqdn,
+            address_ttl: raw.address_ttl,
+            ip_addresses: raw
+                .ip_addresses
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|a| a.ip)
+                .collect(),
+        })
+    }
+}
+
+/// A boot resource (an OS image, a bootloader, or an uploaded custom image).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct BootResource {
+    pub id: i64,
+    /// `Synced`, `Uploaded`, `Generated`.
+    #[serde(rename = "type", deserialize_with = "null_as_default")]
+    pub kind: String,
+    /// `ubuntu/jammy`; uploaded images appear without `custom/` on MAAS ≤ 3.7.
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub architecture: String,
+    pub title: Option<String>,
+    pub base_image: Option<String>,
+}
+
+/// The user behind the API key (`users/?op=whoami`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct User {
+    #[serde(deserialize_with = "null_as_default")]
+    pub username: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub email: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub is_superuser: bool,
+}
+
+/// Server-side filters for `GET machines/` (each list is OR-ed by MAAS,
+/// except `tags`, which must all be present).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineFilter {
+    pub system_ids: Vec<String>,
+    pub hostnames: Vec<String>,
+    pub agent_name: Option<String>,
+    pub zone: Option<String>,
+    pub pool: Option<String>,
+    pub tags: Vec<String>,
+    pub owner: Option<String>,
+    /// Lower-case filter names, e.g. `deployed` ([`MachineStatus::filter_name`]).
+    pub statuses: Vec<String>,
+    /// Applied by the client after listing: MAAS cannot filter on owner data.
+    pub owner_data: Vec<(String, String)>,
+}
+
+impl MachineFilter {
+    pub fn by_agent_name(agent_name: &str) -> MachineFilter {
+        MachineFilter {
+            agent_name: Some(agent_name.to_owned()),
+            ..MachineFilter::default()
+        }
+    }
+
+    pub fn by_hostname(hostname: &str) -> MachineFilter {
+        MachineFilter {
+            hostnames: vec![hostname.to_owned()],
+            ..MachineFilter::default()
+        }
+    }
+
+    pub(crate) fn query(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        q.extend(self.system_ids.iter().map(|v| ("id", v.clone())));
+        q.extend(self.hostnames.iter().map(|v| ("hostname", v.clone())));
+        q.extend(self.agent_name.iter().map(|v| ("agent_name", v.clone())));
+        q.extend(self.zone.iter().map(|v| ("zone", v.clone())));
+        q.extend(self.pool.iter().map(|v| ("pool", v.clone())));
+        q.extend(self.tags.iter().map(|v| ("tags", v.clone())));
+        q.extend(self.owner.iter().map(|v| ("owner", v.clone())));
+        q.extend(self.statuses.iter().map(|v| ("status", v.clone())));
+        q
+    }
+
+    pub(crate) fn matches_owner_data(&self, machine: &Machine) -> bool {
+        self.owner_data
+            .iter()
+            .all(|(k, v)| machine.owner_data.get(k) == Some(v))
+    }
+}
+
+/// Constraints and identity for `op=allocate`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllocateRequest {
+    /// Minimum CPU count.
+    pub cpu_count: Option<u32>,
+    /// Minimum memory in MiB.
+    pub mem: Option<u64>,
+    pub pool: Option<String>,
+    pub zone: Option<String>,
+    /// The machine must have all of these.
+    pub tags: Vec<String>,
+    pub not_tags: Vec<String>,
+    /// Minimum size of the root (first) disk in GB, sent as `storage=root:<gb>`.
+    pub min_disk_gb: Option<u64>,
+    pub system_id: Option<String>,
+    /// Hostname or FQDN.
+    pub name: Option<String>,
+    /// Stored on the machine by MAAS and filterable with
+    /// [`MachineFilter::agent_name`]: how a caller finds an allocation it
+    /// made but never saw the answer to.
+    pub agent_name: Option<String>,
+    pub comment: Option<String>,
+    /// Pick a machine but do not allocate it.
+    pub dry_run: bool,
+}
+
+impl AllocateRequest {
+    pub(crate) fn form(&self) -> Vec<(&'static str, String)> {
+        let mut f = Vec::new();
+        f.extend(self.cpu_count.map(|v| ("cpu_count", v.to_string())));
+        f.extend(self.mem.map(|v| ("mem", v.to_string())));
+        f.extend(self.pool.iter().map(|v| ("pool", v.clone())));
+        f.extend(self.zone.iter().map(|v| ("zone", v.clone())));
+        f.extend(self.tags.iter().map(|v| ("tags", v.clone())));
+        f.extend(self.not_tags.iter().map(|v| ("not_tags", v.clone())));
+        f.extend(self.min_disk_gb.map(|gb| ("storage", format!("root:{gb}"))));
+        f.extend(self.system_id.iter().map(|v| ("system_id", v.clone())));
+        f.extend(self.name.iter().map(|v| ("name", v.clone())));
+        f.extend(self.agent_name.iter().map(|v| ("agent_name", v.clone())));
+        f.extend(self.comment.iter().map(|v| ("comment", v.clone())));
+        if self.dry_run {
+            f.push(("dry_run", "true".into()));
+        }
+        f
+    }
+}
+
+/// Parameters for `op=deploy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeployRequest {
+    /// As users write it: `custom/u-2204-0-k-1264-0`, `ubuntu/jammy`,
+    /// `jammy`. None = MAAS's default series.
+    pub image: Option<String>,
+    /// Raw cloud-init user data; the client base64-encodes it.
+    pub user_data: Option<Vec<u8>>,
+    /// Deploy to RAM only.
+    pub ephemeral_deploy: bool,
+    pub hwe_kernel: Option<String>,
+    pub agent_name: Option<String>,
+    pub comment: Option<String>,
+}
+
+impl DeployRequest {
+    pub(crate) fn form(&self) -> Vec<(&'static str, String)> {
+        use base64::Engine as _;
+        let mut f = Vec::new();
+        if let Some(image) = &self.image {
+            // MAAS ignores `osystem` and resolves the image from
+            // `distro_series` alone, which accepts `os/series` and custom
+            // names with or without `custom/`. `osystem` is sent only so a
+            // request in a proxy log reads naturally.
+            if let Some((os, _)) = image.split_once('/') {
+                f.push(("osystem", os.to_owned()));
+            }
+            f.push(("distro_series", image.clone()));
+        }
+        if let Some(data) = &self.user_data {
+            f.push((
+                "user_data",
+                base64::engine::general_purpose::STANDARD.encode(data),
+            ));
+        }
+        if self.ephemeral_deploy {
+            f.push(("ephemeral_deploy", "true".into()));
+        }
+        f.extend(self.hwe_kernel.iter().map(|v| ("hwe_kernel", v.clone())));
+        f.extend(self.agent_name.iter().map(|v| ("agent_name", v.clone())));
+        f.extend(self.comment.iter().map(|v| ("comment", v.clone())));
+        f
+    }
+}
+
+/// Parameters for `op=release`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseRequest {
+    pub erase: bool,
+    pub secure_erase: bool,
+    pub quick_erase: bool,
+    pub force: bool,
+    pub comment: Option<String>,
+}
+
+impl ReleaseRequest {
+    pub(crate) fn form(&self) -> Vec<(&'static str, String)> {
+        let mut f = Vec::new();
+        for (flag, name) in [
+            (self.erase, "erase"),
+            (self.secure_erase, "secure_erase"),
+            (self.quick_erase, "quick_erase"),
+            (self.force, "force"),
+        ] {
+            if flag {
+                f.push((name, "true".to_owned()));
+            }
+        }
+        f.extend(self.comment.iter().map(|v| ("comment", v.clone())));
+        f
+    }
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `{"name": "zone-a", ...}` or `"zone-a"` or null → the name.
+fn name_of<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Option::<Value>::deserialize(d)? {
+        Some(Value::String(s)) => s,
+        Some(Value::Object(o)) => o
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    })
+}
+
+fn lenient_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(match Option::<Value>::deserialize(d)? {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(0.0),
+        Some(Value::String(s)) => s.parse().unwrap_or(0.0),
+        _ => 0.0,
+    })
+}
+
+fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = lenient_f64(d)?;
+    Ok(if v.is_finite() && v > 0.0 { v as u64 } else { 0 })
+}
+
+fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    Ok(match Option::<Value>::deserialize(d)? {
+        Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    })
+}
+
+/// Owner data values are strings; tolerate null and non-string values.
+fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let map = Option::<BTreeMap<String, Value>>::deserialize(d)?.unwrap_or_default();
+    Ok(map
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            Value::String(s) => Some((k, s)),
+            Value::Null => None,
+            other => Some((k, other.to_string())),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_and_names_round_trip() {
+        for code in 0..=22 {
+            let status = MachineStatus::from_code(code).unwrap();
+            assert_eq!(status.code(), Some(code));
+            assert_eq!(MachineStatus::from_name(status.name()), status);
+        }
+        assert_eq!(MachineStatus::from_code(13).unwrap().name(), "Releasing failed");
+        assert_eq!(
+            MachineStatus::from_name("Something new"),
+            MachineStatus::Other("Something new".into())
+        );
+    }
+
+    #[test]
+    fn minimal_machine_parses() {
+        let m: Machine = serde_json::from_str(
+            r#"{"system_id":"abc","status":6,"zone":{"name":"z"},"pool":null,
+                "ip_addresses":null,"owner_data":{"a":"b"},"power_state":"on","memory":4096}"#,
+        )
+        .unwrap();
+        assert_eq!(m.status, MachineStatus::Deployed);
+        assert_eq!(m.status_name, "Deployed");
+        assert_eq!(m.zone, "z");
+        assert_eq!(m.pool, "");
+        assert_eq!(m.power_state, PowerState::On);
+        assert_eq!(m.owner_data["a"], "b");
+        assert_eq!(m.memory, 4096);
+    }
+
+    #[test]
+    fn deploy_form_base64s_user_data_and_keeps_custom_prefix() {
+        let req = DeployRequest {
+            image: Some("custom/u-2204-0-k-1264-0".into()),
+            user_data: Some(b"#cloud-config\n".to_vec()),
+            ephemeral_deploy: true,
+            ..DeployRequest::default()
+        };
+        let form = req.form();
+        assert!(form.contains(&("distro_series", "custom/u-2204-0-k-1264-0".into())));
+        assert!(form.contains(&("osystem", "custom".into())));
+        assert!(form.contains(&("user_data", "I2Nsb3VkLWNvbmZpZwo=".into())));
+        assert!(form.contains(&("ephemeral_deploy", "true".into())));
+    }
+
+    #[test]
+    fn allocate_form_repeats_tags_and_sends_storage() {
+        let req = AllocateRequest {
+            tags: vec!["a".into(), "b".into()],
+            min_disk_gb: Some(50),
+            mem: Some(8192),
+            ..AllocateRequest::default()
+        };
+        let form = req.form();
+        assert_eq!(
+            form,
+            vec![
+                ("mem", "8192".to_owned()),
+                ("tags", "a".into()),
+                ("tags", "b".into()),
+                ("storage", "root:50".into())
+            ]
+        );
+    }
+}
