@@ -1,1 +1,81 @@
-//! (being written)
+//! Raw Kubernetes REST over ureq: config, requests, typed errors, the watch
+//! stream. Blocking, no async runtime; objects are `serde_json::Value`.
+//!
+//! ```text
+//! config.rs     Config: kubeconfig (file or bytes) or in-cluster service account
+//! client.rs     Client: every verb through one send() (URL, auth, deadline, status)
+//! error.rs      Error: one enum, classified from the HTTP status + Status body
+//! watch.rs      WatchStream: streaming decoder of watch events
+//! resources.rs  Resource (group/version/plural) + constants, URL paths
+//! meta.rs       metadata readers for serde_json::Value objects
+//! ```
+//!
+//! # API
+//!
+//! ```text
+//! Config::infer(Option<&Path>)              --kubeconfig, else $KUBECONFIG, else in-cluster
+//! Config::from_kubeconfig_file(path, ctx)   relative paths resolve against the file's dir
+//! Config::from_kubeconfig_yaml(bytes, ctx, base_dir)   workload `<cluster>-kubeconfig` Secrets:
+//!                                           base_dir None => file references refused
+//! Config::in_cluster()                      token file re-read every 60 s and after a 401
+//! Config::new(server, ca_pem).with_bearer_token(t)
+//! pub fields: server, namespace, timeout (30 s), connect_timeout (10 s)
+//!
+//! Client::new(Config) -> Result<Client>     Clone + Send + Sync, shares one ureq Agent
+//! client.with_timeout(Duration) -> Client   same connections, other per-request deadline
+//! client.default_namespace() / server()
+//! get(r, ns, name)                          -> Value
+//! list(r, ns, &ListParams)                  -> ObjectList { items, resource_version }
+//!                                              (all pages; 410 on continue => relist)
+//! watch(r, ns, &WatchParams)                -> WatchStream: Iterator<Item = Result<WatchEvent>>
+//! create(r, ns, &obj) / replace(r, ns, name, &obj)
+//! patch_merge / patch_json / patch_status_merge (r, ns, name, &patch) / replace_status(r, ns, name, &obj)
+//! delete(r, ns, name, Option<Propagation>)  -> ()
+//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value (guarded; Conflict if stale)
+//! get_raw("/readyz")                        -> (status, body), status not classified
+//! ```
+//!
+//! `r` is a [`Resource`] (constants in [`resources`]); `ns` is
+//! `Option<&str>`: required for namespaced objects, `None` on list/watch
+//! means all namespaces.
+//!
+//! # Errors
+//!
+//! No status code is swallowed. [`Error`] variants: `NotFound`, `Conflict`
+//! (stale resourceVersion, or a guarded finalizer patch whose list changed),
+//! `AlreadyExists`, `Gone` (410: re-list), `Invalid` (422, with causes),
+//! `Unauthorized`, `Forbidden`, `TooManyRequests` (`retry_after()`),
+//! `Transient` (connect, timeout, 5xx, broken stream), `Tls`, `Other`,
+//! `Config`, `Decode`. Helpers: `is_not_found()`, `is_conflict()`,
+//! `is_gone()`, `is_transient()`, `retry_after()`, `status()`.
+//!
+//! # For the informer (src/runtime)
+//!
+//! ```text
+//! let list = client.list(&r, ns, &lp)?;                 // items + list resourceVersion
+//! let mut rv = list.resource_version;
+//! loop {
+//!     let wp = WatchParams { timeout_seconds: jittered_300_to_600, ..WatchParams::after_list(&lp, &rv) };
+//!     for event in client.watch(&r, ns, &wp)? {         // Err(Gone) here or in the stream => relist
+//!         let event = event?;
+//!         if let Some(v) = event.resource_version() { rv = v.to_string(); }
+//!         match event { Added(o) | Modified(o) => upsert, Deleted(o) => remove, Bookmark {..} => {} }
+//!     }                                                 // clean end => watch again from rv
+//! }
+//! ```
+//!
+//! The watch's client-side deadline is `timeout_seconds` + 15 s, so a
+//! silent connection cannot hang the thread for longer than that.
+
+mod client;
+mod config;
+mod error;
+pub mod meta;
+pub mod resources;
+mod watch;
+
+pub use client::{Client, ListParams, ObjectList, Propagation, WatchParams, DEFAULT_PAGE_SIZE};
+pub use config::{Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, SERVICE_ACCOUNT_DIR};
+pub use error::{Error, StatusCause};
+pub use resources::Resource;
+pub use watch::{WatchEvent, WatchStream};

@@ -1,0 +1,852 @@
+//! The blocking API client. Every verb goes through [`Client::send`]: build
+//! the URL, attach the credential, send with a deadline, classify the
+//! status. The verbs only choose method, path, query and body, and decode.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::Value;
+use ureq::http::{self, Method};
+use ureq::{AsSendBody, Body};
+
+use super::config::{self, Auth, Config};
+use super::error::{self, Error};
+use super::meta;
+use super::resources::{encode, Resource};
+use super::watch::WatchStream;
+
+/// Largest response body we read (lists of big objects, e.g. Secrets).
+/// ureq's own default cap is 10 MB.
+const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
+/// Largest error body we read: a `Status` is small.
+const MAX_ERROR_BODY_BYTES: u64 = 64 * 1024;
+/// client-go's file token source re-reads the token this often.
+const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
+/// Page size when [`ListParams::limit`] is unset (client-go's pager default).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+/// How far the client-side deadline of a watch lies beyond its
+/// `timeoutSeconds`: the server closes first; this only catches a server or
+/// proxy that never does.
+const WATCH_DEADLINE_MARGIN: Duration = Duration::from_secs(15);
+/// How often `list` restarts after its continue token expired mid-way.
+const MAX_LIST_RESTARTS: u32 = 3;
+
+const JSON: &str = "application/json";
+const MERGE_PATCH: &str = "application/merge-patch+json";
+const JSON_PATCH: &str = "application/json-patch+json";
+
+/// Selectors and page size for [`Client::list`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListParams {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    /// Page size; `None` means [`DEFAULT_PAGE_SIZE`]. `list` always returns
+    /// every item, following continue tokens.
+    pub limit: Option<u32>,
+}
+
+impl ListParams {
+    pub fn labels(selector: impl Into<String>) -> ListParams {
+        ListParams {
+            label_selector: Some(selector.into()),
+            ..ListParams::default()
+        }
+    }
+}
+
+/// Parameters of [`Client::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchParams {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    /// Only changes after this version (from a list or a previous event).
+    /// `None` starts with synthetic ADDED events for every existing object.
+    pub resource_version: Option<String>,
+    /// The server ends the watch cleanly after this long; the client gives
+    /// up a little later. Default 290 s.
+    pub timeout_seconds: u32,
+    /// Ask for BOOKMARK events. Default true.
+    pub allow_bookmarks: bool,
+}
+
+impl Default for WatchParams {
+    fn default() -> Self {
+        WatchParams {
+            label_selector: None,
+            field_selector: None,
+            resource_version: None,
+            timeout_seconds: 290,
+            allow_bookmarks: true,
+        }
+    }
+}
+
+impl WatchParams {
+    /// The watch that continues a [`Client::list`] with the same selectors.
+    pub fn after_list(list: &ListParams, resource_version: &str) -> WatchParams {
+        WatchParams {
+            label_selector: list.label_selector.clone(),
+            field_selector: list.field_selector.clone(),
+            resource_version: Some(resource_version.to_string()),
+            ..WatchParams::default()
+        }
+    }
+}
+
+/// The items of a list and the collection's resourceVersion at that moment
+/// (a consistent snapshot across pages): watch from it to see what changed
+/// since.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObjectList {
+    /// Each item has `apiVersion` and `kind` filled in (built-in lists omit
+    /// them on the wire).
+    pub items: Vec<Value>,
+    pub resource_version: String,
+}
+
+/// What happens to dependents when an owner is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents are deleted first; the owner waits for them.
+    Foreground,
+    /// The owner goes at once; the garbage collector deletes dependents.
+    Background,
+    /// Dependents stay, their owner references removed.
+    Orphan,
+}
+
+impl Propagation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Propagation::Foreground => "Foreground",
+            Propagation::Background => "Background",
+            Propagation::Orphan => "Orphan",
+        }
+    }
+}
+
+/// A Kubernetes API client. Cheap to clone; clones share one connection
+/// pool and token cache. `Send + Sync`.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    /// Deadline of each non-watch request.
+    timeout: Duration,
+}
+
+struct Inner {
+    agent: ureq::Agent,
+    server: String,
+    namespace: Option<String>,
+    auth: Auth,
+    token_cache: Mutex<Option<CachedToken>>,
+}
+
+struct CachedToken {
+    token: String,
+    read_at: Instant,
+    /// Set after a 401: the file may hold a newer token.
+    stale: bool,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.inner.server)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// One request, before credentials: what `send` needs.
+struct Request<'a> {
+    method: Method,
+    path: String,
+    query: Vec<(&'static str, String)>,
+    body: Option<(&'static str, Vec<u8>)>,
+    timeout: Duration,
+    /// For errors: e.g. "GET /api/v1/namespaces/x/configmaps/y".
+    what: &'a str,
+}
+
+impl Client {
+    /// Builds the HTTPS agent for `config`. Fails on unusable TLS material
+    /// (e.g. a client key that does not match its certificate).
+    pub fn new(config: Config) -> Result<Client, Error> {
+        if config.insecure_skip_tls_verify {
+            log::warn!(
+                "TLS verification of {} is disabled (insecure-skip-tls-verify in kubeconfig)",
+                config.server
+            );
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .tls_config(config.tls_config())
+            .timeout_connect(Some(config.connect_timeout))
+            .timeout_global(Some(config.timeout))
+            .user_agent(concat!("capmaas/", env!("CARGO_PKG_VERSION")))
+            .accept(JSON)
+            .build()
+            .new_agent();
+        Ok(Client {
+            inner: Arc::new(Inner {
+                agent,
+                server: config.server,
+                namespace: config.namespace,
+                auth: config.auth,
+                token_cache: Mutex::new(None),
+            }),
+            timeout: config.timeout,
+        })
+    }
+
+    /// The same client (shared connections) with another per-request
+    /// deadline, e.g. short probes of workload clusters.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client {
+            inner: Arc::clone(&self.inner),
+            timeout,
+        }
+    }
+
+    /// The config's default namespace (kubeconfig context, or the pod's).
+    pub fn default_namespace(&self) -> Option<&str> {
+        self.inner.namespace.as_deref()
+    }
+
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    pub fn get(&self, r: &Resource, ns: Option<&str>, name: &str) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, None)?;
+        self.json(Method::GET, path, Vec::new(), None)
+    }
+
+    /// Every object matching `p`, page by page, and the list's
+    /// resourceVersion. A continue token that expires half-way (410) restarts
+    /// the list from the first page, so the result is always one snapshot.
+    pub fn list(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        p: &ListParams,
+    ) -> Result<ObjectList, Error> {
+        let path = collection_path(r, ns)?;
+        let mut restarts = 0;
+        'restart: loop {
+            let mut items = Vec::new();
+            let mut continue_token: Option<String> = None;
+            loop {
+                let mut query = selectors(&p.label_selector, &p.field_selector);
+                query.push(("limit", p.limit.unwrap_or(DEFAULT_PAGE_SIZE).to_string()));
+                if let Some(token) = &continue_token {
+                    query.push(("continue", token.clone()));
+                }
+                let page = match self.json(Method::GET, path.clone(), query, None) {
+                    Err(e) if e.is_gone() && continue_token.is_some() => {
+                        if restarts >= MAX_LIST_RESTARTS {
+                            return Err(e);
+                        }
+                        restarts += 1;
+                        log::debug!("{}: continue token expired, listing again", path);
+                        continue 'restart;
+                    }
+                    result => result?,
+                };
+                let page: ListPage = serde_json::from_value(page).map_err(|e| Error::Decode {
+                    request: format!("GET {path}"),
+                    message: format!("list: {e}"),
+                })?;
+                items.extend(page.items.unwrap_or_default().into_iter().map(|mut item| {
+                    fill_type(&mut item, r);
+                    item
+                }));
+                match page.metadata.continue_token {
+                    Some(token) if !token.is_empty() => continue_token = Some(token),
+                    _ => {
+                        return Ok(ObjectList {
+                            items,
+                            resource_version: page.metadata.resource_version,
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens a watch. Errors before the first event (including a 410 for an
+    /// expired `resource_version`) come back here; later ones from the
+    /// stream. The client deadline is `timeout_seconds` plus a margin.
+    pub fn watch(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        p: &WatchParams,
+    ) -> Result<WatchStream, Error> {
+        let path = collection_path(r, ns)?;
+        let mut query = selectors(&p.label_selector, &p.field_selector);
+        query.push(("watch", "true".to_string()));
+        if let Some(rv) = &p.resource_version {
+            query.push(("resourceVersion", rv.clone()));
+        }
+        if p.allow_bookmarks {
+            query.push(("allowWatchBookmarks", "true".to_string()));
+        }
+        query.push(("timeoutSeconds", p.timeout_seconds.to_string()));
+        let timeout = Duration::from_secs(u64::from(p.timeout_seconds)) + WATCH_DEADLINE_MARGIN;
+        let what = format!("WATCH {path}");
+        let response = self.send(Request {
+            method: Method::GET,
+            path,
+            query,
+            body: None,
+            timeout,
+            what: &what,
+        })?;
+        let response = self.check(&what, response)?;
+        let reader = response.into_body().into_reader();
+        Ok(WatchStream::new(what, Box::new(reader)))
+    }
+
+    /// Creates `obj` (POST to the collection). `AlreadyExists` if taken.
+    pub fn create(&self, r: &Resource, ns: Option<&str>, obj: &Value) -> Result<Value, Error> {
+        let path = collection_path(r, ns)?;
+        self.json(Method::POST, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+    }
+
+    /// Replaces the whole object (PUT). `obj` must carry the
+    /// `metadata.resourceVersion` it was read at; `Conflict` if stale.
+    /// Fields `obj` lacks are dropped: prefer a patch.
+    pub fn replace(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        obj: &Value,
+    ) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, None)?;
+        self.json(Method::PUT, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+    }
+
+    /// RFC 7386 merge patch: maps merge, lists are replaced, `null` deletes.
+    /// Put `metadata.resourceVersion` in the patch for optimistic locking.
+    pub fn patch_merge(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, None)?;
+        self.json(
+            Method::PATCH,
+            path,
+            Vec::new(),
+            Some((MERGE_PATCH, to_bytes(patch)?)),
+        )
+    }
+
+    /// RFC 6902 JSON patch (`ops` is an array of operations). A failing
+    /// `test` op comes back as `Invalid` (422).
+    pub fn patch_json(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        ops: &Value,
+    ) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, None)?;
+        self.json(
+            Method::PATCH,
+            path,
+            Vec::new(),
+            Some((JSON_PATCH, to_bytes(ops)?)),
+        )
+    }
+
+    /// Merge patch on the `status` subresource (only `.status` is applied).
+    pub fn patch_status_merge(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, Some("status"))?;
+        self.json(
+            Method::PATCH,
+            path,
+            Vec::new(),
+            Some((MERGE_PATCH, to_bytes(patch)?)),
+        )
+    }
+
+    /// PUT on the `status` subresource: replaces `.status`, guarded by the
+    /// object's `metadata.resourceVersion`.
+    pub fn replace_status(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        obj: &Value,
+    ) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, Some("status"))?;
+        self.json(Method::PUT, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+    }
+
+    /// Deletes the object. With finalizers it stays (with a
+    /// deletionTimestamp) until they are removed. `NotFound` if absent.
+    pub fn delete(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        propagation: Option<Propagation>,
+    ) -> Result<(), Error> {
+        let path = object_path(r, ns, name, None)?;
+        let query = match propagation {
+            Some(p) => vec![("propagationPolicy", p.as_str().to_string())],
+            None => Vec::new(),
+        };
+        self.json(Method::DELETE, path, query, None).map(|_| ())
+    }
+
+    /// Adds `finalizer` to `obj` (as last read) unless present, with a JSON
+    /// patch that first tests the finalizer list is still what `obj` shows:
+    /// a concurrent change fails with `Conflict` instead of being clobbered.
+    /// Returns the updated object (or `obj` itself if nothing to do).
+    pub fn add_finalizer(
+        &self,
+        r: &Resource,
+        obj: &Value,
+        finalizer: &str,
+    ) -> Result<Value, Error> {
+        let current = meta::finalizers(obj);
+        if current.contains(&finalizer) {
+            return Ok(obj.clone());
+        }
+        let ops = if current.is_empty() {
+            // An empty list is stored as an absent field; `test` for null
+            // matches both.
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
+            ])
+        } else {
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": current},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
+            ])
+        };
+        self.guarded_patch(r, obj, &ops)
+    }
+
+    /// Removes `finalizer` from `obj` (as last read) if present, guarded like
+    /// [`Client::add_finalizer`]: `Conflict` if the list changed meanwhile.
+    pub fn remove_finalizer(
+        &self,
+        r: &Resource,
+        obj: &Value,
+        finalizer: &str,
+    ) -> Result<Value, Error> {
+        let current = meta::finalizers(obj);
+        let Some(index) = current.iter().position(|f| *f == finalizer) else {
+            return Ok(obj.clone());
+        };
+        let ops = serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+        ]);
+        self.guarded_patch(r, obj, &ops)
+    }
+
+    /// GET of a non-resource path such as `/readyz` or `/version`: the
+    /// status and body as they came (transport failures are still errors).
+    pub fn get_raw(&self, path_and_query: &str) -> Result<(u16, String), Error> {
+        // A query in `path_and_query` (e.g. `/readyz?verbose`) is sent as
+        // written.
+        let path = path_and_query.to_string();
+        let what = format!("GET {path}");
+        let response = self.send(Request {
+            method: Method::GET,
+            path,
+            query: Vec::new(),
+            body: None,
+            timeout: self.timeout,
+            what: &what,
+        })?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .into_with_config()
+            .limit(MAX_ERROR_BODY_BYTES)
+            .lossy_utf8(true)
+            .read_to_string()
+            .map_err(|e| transport_error(&what, e))?;
+        Ok((status, body))
+    }
+
+    fn guarded_patch(&self, r: &Resource, obj: &Value, ops: &Value) -> Result<Value, Error> {
+        let name = meta::name(obj).unwrap_or_default();
+        let result = self.patch_json(r, meta::namespace(obj), name, ops);
+        match result {
+            Err(Error::Invalid {
+                request,
+                message,
+                causes,
+            }) if causes.iter().any(|c| is_failed_test(&c.message)) || is_failed_test(&message) => {
+                Err(Error::Conflict {
+                    request,
+                    message: format!("finalizers changed since read ({message})"),
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// Sends and decodes a JSON answer; non-2xx become errors.
+    fn json(
+        &self,
+        method: Method,
+        path: String,
+        query: Vec<(&'static str, String)>,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<Value, Error> {
+        let what = format!("{method} {path}");
+        let response = self.send(Request {
+            method,
+            path,
+            query,
+            body,
+            timeout: self.timeout,
+            what: &what,
+        })?;
+        let response = self.check(&what, response)?;
+        let bytes = response
+            .into_body()
+            .into_with_config()
+            .limit(MAX_BODY_BYTES)
+            .read_to_vec()
+            .map_err(|e| transport_error(&what, e))?;
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+            request: what,
+            message: e.to_string(),
+        })
+    }
+
+    /// The one place a request goes out: URL, credential, deadline, send,
+    /// metrics. Any HTTP status is returned as a response; see `check`.
+    fn send(&self, req: Request<'_>) -> Result<http::Response<Body>, Error> {
+        let mut url = format!("{}{}", self.inner.server, req.path);
+        for (i, (key, value)) in req.query.iter().enumerate() {
+            url.push(if i == 0 { '?' } else { '&' });
+            url.push_str(key);
+            url.push('=');
+            url.push_str(&encode(value));
+        }
+        let mut builder = http::Request::builder()
+            .method(req.method.clone())
+            .uri(&url);
+        if let Some(token) = self.bearer_token()? {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        if let Some((content_type, _)) = &req.body {
+            builder = builder.header("Content-Type", *content_type);
+        }
+
+        let started = Instant::now();
+        let result = match req.body {
+            Some((_, bytes)) => self.run(builder.body(bytes), req.timeout, req.what),
+            None => self.run(builder.body(()), req.timeout, req.what),
+        };
+        let code = match &result {
+            Ok(response) => response.status().as_str().to_string(),
+            Err(_) => "<error>".to_string(),
+        };
+        crate::metrics::counter_inc(
+            "rest_client_requests_total",
+            "Kubernetes API requests by method and status code.",
+            &[("code", &code), ("method", req.method.as_str())],
+        );
+        crate::metrics::observe(
+            "rest_client_request_duration_seconds",
+            "Kubernetes API request latency (until response headers) by method.",
+            &[("verb", req.method.as_str())],
+            started.elapsed().as_secs_f64(),
+        );
+        let response = result?;
+        for warning in response.headers().get_all("warning") {
+            log::warn!(
+                "{}: API server warning: {}",
+                req.what,
+                String::from_utf8_lossy(warning.as_bytes())
+            );
+        }
+        Ok(response)
+    }
+
+    fn run<B: AsSendBody>(
+        &self,
+        request: Result<http::Request<B>, http::Error>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<http::Response<Body>, Error> {
+        let request = request.map_err(|e| Error::Config(format!("{what}: bad request: {e}")))?;
+        let request = self
+            .inner
+            .agent
+            .configure_request(request)
+            .timeout_global(Some(timeout))
+            .build();
+        self.inner
+            .agent
+            .run(request)
+            .map_err(|e| transport_error(what, e))
+    }
+
+    /// Passes 2xx through; turns anything else into a typed error, read from
+    /// the `Status` body.
+    fn check(
+        &self,
+        what: &str,
+        response: http::Response<Body>,
+    ) -> Result<http::Response<Body>, Error> {
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        if status == 401 {
+            self.mark_token_stale();
+        }
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        // An unreadable error body still leaves the status to classify by.
+        let body = response
+            .into_body()
+            .into_with_config()
+            .limit(MAX_ERROR_BODY_BYTES)
+            .read_to_vec()
+            .unwrap_or_default();
+        Err(error::from_status(
+            what.to_string(),
+            status,
+            &body,
+            retry_after,
+        ))
+    }
+
+    /// The bearer token for the next request. A token file is re-read every
+    /// minute and after a 401 (kubelet rotates projected tokens); if the
+    /// re-read fails, the last good token is used and the read retried.
+    fn bearer_token(&self) -> Result<Option<String>, Error> {
+        let path = match &self.inner.auth {
+            Auth::None => return Ok(None),
+            Auth::Bearer(token) => return Ok(Some(token.clone())),
+            Auth::TokenFile(path) => path,
+        };
+        let mut cache = self
+            .inner
+            .token_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(cached) = cache.as_ref() {
+            if !cached.stale && cached.read_at.elapsed() < TOKEN_REREAD_INTERVAL {
+                return Ok(Some(cached.token.clone()));
+            }
+        }
+        match config::read_token(path) {
+            Ok(token) => {
+                *cache = Some(CachedToken {
+                    token: token.clone(),
+                    read_at: Instant::now(),
+                    stale: false,
+                });
+                Ok(Some(token))
+            }
+            Err(e) => match cache.as_ref() {
+                Some(cached) => {
+                    log::warn!("{e}; using the previous token");
+                    Ok(Some(cached.token.clone()))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    fn mark_token_stale(&self) {
+        let mut cache = self
+            .inner
+            .token_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(cached) = cache.as_mut() {
+            cached.stale = true;
+        }
+    }
+}
+
+/// The apiserver reports a failed JSON-patch `test` op as a 422 whose cause
+/// reads "testing value /metadata/finalizers failed: test failed".
+fn is_failed_test(message: &str) -> bool {
+    message.contains("test failed") || message.contains("testing value")
+}
+
+#[derive(Deserialize)]
+struct ListPage {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ListMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
+}
+
+fn fill_type(item: &mut Value, r: &Resource) {
+    if let Some(map) = item.as_object_mut() {
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(r.api_version()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(r.kind.to_string()));
+    }
+}
+
+fn selectors(labels: &Option<String>, fields: &Option<String>) -> Vec<(&'static str, String)> {
+    let mut query = Vec::new();
+    if let Some(s) = labels.as_ref().filter(|s| !s.is_empty()) {
+        query.push(("labelSelector", s.clone()));
+    }
+    if let Some(s) = fields.as_ref().filter(|s| !s.is_empty()) {
+        query.push(("fieldSelector", s.clone()));
+    }
+    query
+}
+
+fn collection_path(r: &Resource, ns: Option<&str>) -> Result<String, Error> {
+    Ok(r.path(ns, None, None))
+}
+
+fn object_path(
+    r: &Resource,
+    ns: Option<&str>,
+    name: &str,
+    sub: Option<&str>,
+) -> Result<String, Error> {
+    if name.is_empty() {
+        return Err(Error::Config(format!("{}: empty object name", r.plural)));
+    }
+    if r.namespaced && ns.is_none_or(str::is_empty) {
+        return Err(Error::Config(format!(
+            "{} {name:?}: namespaced resource needs a namespace",
+            r.plural
+        )));
+    }
+    Ok(r.path(ns, Some(name), sub))
+}
+
+fn to_bytes(value: &Value) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(value).map_err(|e| Error::Config(format!("encoding request body: {e}")))
+}
+
+/// Classifies a failure to get an answer at all.
+fn transport_error(what: &str, e: ureq::Error) -> Error {
+    let request = what.to_string();
+    match e {
+        ureq::Error::Tls(m) => Error::Tls {
+            request,
+            message: m.to_string(),
+        },
+        ureq::Error::Pem(e) => Error::Tls {
+            request,
+            message: e.to_string(),
+        },
+        ureq::Error::Rustls(e) => Error::Tls {
+            request,
+            message: e.to_string(),
+        },
+        // rustls reports handshake failures (unknown CA, bad certificate)
+        // as I/O errors wrapping its own error.
+        ureq::Error::Io(io) if io.get_ref().is_some_and(|e| e.is::<rustls::Error>()) => {
+            Error::Tls {
+                request,
+                message: io.to_string(),
+            }
+        }
+        ureq::Error::BodyExceedsLimit(limit) => Error::Decode {
+            request,
+            message: format!("response body larger than {limit} bytes"),
+        },
+        ureq::Error::BadUri(m) => Error::Config(format!("{what}: bad URL: {m}")),
+        ureq::Error::Timeout(t) => Error::Transient {
+            request,
+            status: None,
+            message: format!("timed out ({t})"),
+        },
+        other => Error::Transient {
+            request,
+            status: None,
+            message: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::resources::{CONFIG_MAPS, NODES};
+
+    #[test]
+    fn object_paths_need_name_and_namespace() {
+        assert_eq!(
+            object_path(&CONFIG_MAPS, Some("ns"), "x", None).unwrap(),
+            "/api/v1/namespaces/ns/configmaps/x"
+        );
+        assert!(object_path(&CONFIG_MAPS, None, "x", None).is_err());
+        assert!(object_path(&CONFIG_MAPS, Some(""), "x", None).is_err());
+        assert!(object_path(&CONFIG_MAPS, Some("ns"), "", None).is_err());
+        assert_eq!(
+            object_path(&NODES, None, "n1", None).unwrap(),
+            "/api/v1/nodes/n1"
+        );
+    }
+
+    #[test]
+    fn fills_type_only_when_missing() {
+        let mut item = serde_json::json!({"metadata": {"name": "a"}});
+        fill_type(&mut item, &CONFIG_MAPS);
+        assert_eq!(item["apiVersion"], "v1");
+        assert_eq!(item["kind"], "ConfigMap");
+        let mut item = serde_json::json!({"apiVersion": "x/v9", "kind": "K"});
+        fill_type(&mut item, &CONFIG_MAPS);
+        assert_eq!(item["apiVersion"], "x/v9");
+    }
+
+    #[test]
+    fn selectors_skip_empty() {
+        let q = selectors(&Some("a=b".into()), &Some(String::new()));
+        assert_eq!(q, vec![("labelSelector", "a=b".to_string())]);
+    }
+
+    #[test]
+    fn client_is_send_sync_and_stream_is_send() {
+        fn check<T: Send + Sync>() {}
+        fn check_send<T: Send>() {}
+        check::<Client>();
+        check_send::<WatchStream>();
+    }
+}

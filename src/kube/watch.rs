@@ -1,0 +1,279 @@
+//! The watch stream: events decoded one at a time from a chunked body.
+//!
+//! The API server writes one JSON object per event (`{"type": ..., "object":
+//! ...}`), in practice one per line. The objects are self-framing, so we run
+//! serde_json's streaming deserializer over the body instead of splitting on
+//! newlines: each `next()` reads exactly one event from the socket and never
+//! buffers the stream.
+//!
+//! The stream ends (`None`) when the server closes the body, normally at
+//! `timeoutSeconds`; the caller then watches again from the last
+//! resourceVersion it saw. After the first `Err` the stream is finished:
+//! an ERROR event with code 410 yields [`Error::Gone`] (re-list), a cut
+//! connection or client timeout yields [`Error::Transient`].
+
+use std::io::{BufReader, Read};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::{self, Error, Status};
+
+/// One change to a watched object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchEvent {
+    Added(Value),
+    Modified(Value),
+    /// The object's last state before deletion.
+    Deleted(Value),
+    /// Progress marker: nothing changed, but the collection is now at
+    /// `resource_version`; resume from it after the stream ends.
+    Bookmark {
+        resource_version: String,
+    },
+}
+
+impl WatchEvent {
+    /// The resourceVersion to resume from after this event.
+    pub fn resource_version(&self) -> Option<&str> {
+        match self {
+            WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
+                super::meta::resource_version(obj)
+            }
+            WatchEvent::Bookmark { resource_version } => Some(resource_version),
+        }
+    }
+
+    /// The object of an Added/Modified/Deleted event.
+    pub fn object(&self) -> Option<&Value> {
+        match self {
+            WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
+                Some(obj)
+            }
+            WatchEvent::Bookmark { .. } => None,
+        }
+    }
+}
+
+/// The wire form of one event.
+#[derive(Deserialize)]
+struct RawEvent {
+    #[serde(rename = "type")]
+    event_type: String,
+    #[serde(default)]
+    object: Value,
+}
+
+type Events = serde_json::StreamDeserializer<
+    'static,
+    serde_json::de::IoRead<BufReader<Box<dyn Read + Send>>>,
+    RawEvent,
+>;
+
+/// An open watch: an iterator of events, see the module docs.
+pub struct WatchStream {
+    /// "GET /apis/...", for error context.
+    request: String,
+    events: Events,
+    finished: bool,
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream")
+            .field("request", &self.request)
+            .field("finished", &self.finished)
+            .finish()
+    }
+}
+
+impl WatchStream {
+    pub(crate) fn new(request: String, body: Box<dyn Read + Send>) -> WatchStream {
+        let events = serde_json::Deserializer::from_reader(BufReader::new(body)).into_iter();
+        WatchStream {
+            request,
+            events,
+            finished: false,
+        }
+    }
+
+    fn decode(&self, raw: RawEvent) -> Result<WatchEvent, Error> {
+        match raw.event_type.as_str() {
+            "ADDED" => Ok(WatchEvent::Added(raw.object)),
+            "MODIFIED" => Ok(WatchEvent::Modified(raw.object)),
+            "DELETED" => Ok(WatchEvent::Deleted(raw.object)),
+            "BOOKMARK" => match super::meta::resource_version(&raw.object) {
+                Some(rv) => Ok(WatchEvent::Bookmark {
+                    resource_version: rv.to_string(),
+                }),
+                None => Err(Error::Decode {
+                    request: self.request.clone(),
+                    message: "BOOKMARK event without metadata.resourceVersion".to_string(),
+                }),
+            },
+            "ERROR" => {
+                let status: Status = serde_json::from_value(raw.object).unwrap_or_default();
+                // A Status without a code still means the watch failed.
+                let code = if status.code == 0 { 500 } else { status.code };
+                Err(error::classify(self.request.clone(), code, status, None))
+            }
+            other => Err(Error::Decode {
+                request: self.request.clone(),
+                message: format!("unknown watch event type {other:?}"),
+            }),
+        }
+    }
+}
+
+impl Iterator for WatchStream {
+    type Item = Result<WatchEvent, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.finished {
+            return None;
+        }
+        let result = match self.events.next()? {
+            Ok(raw) => self.decode(raw),
+            // I/O failure (reset, client timeout) or a body cut mid-event:
+            // the watch is broken, not the data.
+            Err(e) if e.is_io() || e.is_eof() => Err(Error::Transient {
+                request: self.request.clone(),
+                status: None,
+                message: format!("watch stream interrupted: {e}"),
+            }),
+            Err(e) => Err(Error::Decode {
+                request: self.request.clone(),
+                message: format!("watch event: {e}"),
+            }),
+        };
+        self.finished = result.is_err();
+        Some(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    /// Hands out its data a few bytes per read, like a chunked body
+    /// arriving in pieces, and counts what was consumed.
+    struct Trickle {
+        data: Vec<u8>,
+        pos: usize,
+        step: usize,
+        then: Option<io::ErrorKind>,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.pos >= self.data.len() {
+                return match self.then {
+                    Some(kind) => Err(io::Error::new(kind, "connection reset")),
+                    None => Ok(0),
+                };
+            }
+            let n = self.step.min(buf.len()).min(self.data.len() - self.pos);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    fn stream(data: &str, step: usize, then: Option<io::ErrorKind>) -> WatchStream {
+        let reader = Trickle {
+            data: data.as_bytes().to_vec(),
+            pos: 0,
+            step,
+            then,
+        };
+        WatchStream::new("GET /api/v1/configmaps".to_string(), Box::new(reader))
+    }
+
+    const EVENTS: &str = concat!(
+        r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"10"}}}"#,
+        "\n",
+        r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"11"},"data":{"k":"line1\nline2 {"}}}"#,
+        "\n",
+        r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"15"}}}"#,
+        "\n",
+        r#"{"type":"DELETED","object":{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"16"}}}"#,
+        "\n",
+    );
+
+    #[test]
+    fn decodes_events_in_order_from_small_chunks() {
+        let events: Vec<_> = stream(EVENTS, 7, None).collect::<Result<_, _>>().unwrap();
+        assert_eq!(events.len(), 4);
+        assert!(matches!(&events[0], WatchEvent::Added(o) if o["metadata"]["name"] == "a"));
+        assert!(
+            matches!(&events[1], WatchEvent::Modified(o) if o["data"]["k"] == "line1\nline2 {")
+        );
+        assert_eq!(
+            events[2],
+            WatchEvent::Bookmark {
+                resource_version: "15".into()
+            }
+        );
+        assert!(matches!(&events[3], WatchEvent::Deleted(_)));
+        let rvs: Vec<_> = events
+            .iter()
+            .map(|e| e.resource_version().unwrap())
+            .collect();
+        assert_eq!(rvs, ["10", "11", "15", "16"]);
+    }
+
+    #[test]
+    fn yields_an_event_before_the_rest_of_the_stream_arrives() {
+        // The reader fails right after the first event: if the decoder
+        // buffered ahead, the first event would be lost to the error.
+        let first_line = EVENTS.lines().next().unwrap();
+        let mut s = stream(first_line, 5, Some(io::ErrorKind::ConnectionReset));
+        assert!(matches!(s.next(), Some(Ok(WatchEvent::Added(_)))));
+        assert!(matches!(s.next(), Some(Err(Error::Transient { .. }))));
+        assert!(s.next().is_none());
+    }
+
+    #[test]
+    fn expired_error_event_is_gone_and_ends_the_stream() {
+        let data = concat!(
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"10"}}}"#,
+            "\n",
+            r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (20)","reason":"Expired","code":410}}"#,
+            "\n",
+            r#"{"type":"ADDED","object":{"metadata":{"name":"b","resourceVersion":"30"}}}"#,
+        );
+        let mut s = stream(data, 64, None);
+        assert!(matches!(s.next(), Some(Ok(WatchEvent::Added(_)))));
+        match s.next() {
+            Some(Err(Error::Gone { message, .. })) => assert!(message.contains("too old")),
+            other => panic!("expected Gone, got {other:?}"),
+        }
+        assert!(s.next().is_none());
+    }
+
+    #[test]
+    fn other_error_events_are_classified_by_code() {
+        let data = r#"{"type":"ERROR","object":{"kind":"Status","code":500,"message":"etcd"}}"#;
+        let mut s = stream(data, 64, None);
+        assert!(matches!(s.next(), Some(Err(e)) if e.is_transient()));
+    }
+
+    #[test]
+    fn clean_eof_ends_and_truncation_is_transient() {
+        assert!(stream("", 8, None).next().is_none());
+        assert!(stream("\n  \n", 8, None).next().is_none());
+        let cut = &EVENTS[..40];
+        let mut s = stream(cut, 8, None);
+        assert!(matches!(s.next(), Some(Err(Error::Transient { .. }))));
+        assert!(s.next().is_none());
+    }
+
+    #[test]
+    fn garbage_is_a_decode_error() {
+        let mut s = stream("<html>proxy error</html>", 8, None);
+        assert!(matches!(s.next(), Some(Err(Error::Decode { .. }))));
+        let mut s = stream(r#"{"type":"SURPRISE","object":{}}"#, 8, None);
+        assert!(matches!(s.next(), Some(Err(Error::Decode { .. }))));
+    }
+}
