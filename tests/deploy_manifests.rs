@@ -1,0 +1,289 @@
+//! deploy/ on a real API server: the generated components are current, the
+//! manifests are accepted, the Deployment is hardened as documented, and the
+//! ServiceAccount's RBAC allows what the manager does and nothing more
+//! (`kubectl auth can-i` answered by the API server's RBAC authorizer).
+
+mod support;
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use support::ControlPlane;
+
+const SA: &str = "system:serviceaccount:capmaas-system:capmaas-manager";
+const NAMESPACE: &str = "capmaas-system";
+
+fn deploy_file(name: &str) -> String {
+    let path = support::repo_root().join("deploy").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The namespace and RBAC of deploy/ applied for real, once per binary.
+fn plane() -> &'static ControlPlane {
+    static APPLIED: OnceLock<()> = OnceLock::new();
+    let cp = support::control_plane();
+    APPLIED.get_or_init(|| {
+        cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("namespace.yaml"));
+        cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("rbac.yaml"));
+        let crds = support::repo_root().join("crds");
+        cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
+    });
+    cp
+}
+
+#[test]
+fn infrastructure_components_yaml_is_generated_from_its_sources() {
+    let script = support::repo_root().join("deploy/clusterctl/generate.sh");
+    let out = Command::new(&script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let committed = deploy_file("clusterctl/infrastructure-components.yaml");
+    assert!(
+        generated == committed,
+        "deploy/clusterctl/infrastructure-components.yaml is stale: run deploy/clusterctl/generate.sh --write"
+    );
+    for source in [
+        "namespace.yaml",
+        "credentials.yaml",
+        "rbac.yaml",
+        "manager.yaml",
+    ] {
+        assert!(committed.contains(&deploy_file(source)), "{source} missing");
+    }
+}
+
+#[test]
+fn manager_deployment_is_hardened_and_wired_to_the_credentials() {
+    let cp = plane();
+    let out = cp.kubectl_stdin(
+        &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+        &deploy_file("manager.yaml"),
+    );
+    let deployment: Value = serde_json::from_str(&out).unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "capmaas-manager");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1, "no sidecars");
+    let manager = &containers[0];
+    assert_eq!(manager["name"], "manager");
+    let security = &manager["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let args: Vec<&str> = manager["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--leader-elect"), "{args:?}");
+    assert!(
+        args.contains(&"--health-probe-bind-address=:8081"),
+        "{args:?}"
+    );
+
+    let port = |name: &str| {
+        manager["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["containerPort"]
+            .clone()
+    };
+    assert_eq!(port("healthz"), 8081);
+    assert_eq!(port("metrics"), 8080);
+    assert_eq!(manager["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(manager["livenessProbe"]["httpGet"]["port"], "healthz");
+    assert_eq!(manager["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(manager["readinessProbe"]["httpGet"]["port"], "healthz");
+
+    for key in ["MAAS_ENDPOINT", "MAAS_API_KEY"] {
+        let env = manager["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == key)
+            .unwrap();
+        let secret = &env["valueFrom"]["secretKeyRef"];
+        assert_eq!(
+            secret["name"], "capmaas-manager-bootstrap-credentials",
+            "{key}"
+        );
+        assert_eq!(secret["key"], key);
+    }
+    assert!(manager["resources"]["requests"]["memory"].is_string());
+    assert!(manager["resources"]["limits"]["memory"].is_string());
+
+    let ca = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "maas-ca")
+        .unwrap();
+    assert_eq!(
+        ca["configMap"]["optional"], true,
+        "the extra CA must not be required"
+    );
+
+    let secret = cp.kubectl_stdin(
+        &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+        &deploy_file("credentials.yaml"),
+    );
+    let secret: Value = serde_json::from_str(&secret).unwrap();
+    assert_eq!(
+        secret["metadata"]["name"],
+        "capmaas-manager-bootstrap-credentials"
+    );
+    assert_eq!(secret["metadata"]["namespace"], NAMESPACE);
+}
+
+/// `kubectl auth can-i` as the manager's ServiceAccount.
+fn can(cp: &ControlPlane, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
+    // `kubectl auth can-i VERB RESOURCE/NAME` reads a slash as a name.
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, sub)) => (r, Some(format!("--subresource={sub}"))),
+        None => (resource, None),
+    };
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", SA];
+    args.extend(subresource.as_deref());
+    match namespace {
+        Some(ns) => args.extend(["-n", ns]),
+        None => args.push("--all-namespaces"),
+    }
+    // can-i exits 1 with "no" on stdout when denied.
+    match cp.try_kubectl(&args, "") {
+        Ok(out) => out.trim() == "yes",
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn service_account_may_do_what_the_manager_does() {
+    let cp = plane();
+    let ns = cp.new_namespace("rbac-allowed");
+    let allowed: &[(&str, &str, Option<&str>)] = &[
+        // Watch caches of our kinds and their owners, cluster-wide.
+        ("list", "maasmachines.infrastructure.cluster.x-k8s.io", None),
+        (
+            "watch",
+            "maasmachines.infrastructure.cluster.x-k8s.io",
+            None,
+        ),
+        ("list", "maasclusters.infrastructure.cluster.x-k8s.io", None),
+        (
+            "watch",
+            "maasclusters.infrastructure.cluster.x-k8s.io",
+            None,
+        ),
+        ("list", "clusters.cluster.x-k8s.io", None),
+        ("watch", "machines.cluster.x-k8s.io", None),
+        // Finalizers and controller-written spec fields; status.
+        (
+            "patch",
+            "maasmachines.infrastructure.cluster.x-k8s.io",
+            Some(&ns),
+        ),
+        (
+            "update",
+            "maasclusters.infrastructure.cluster.x-k8s.io",
+            Some(&ns),
+        ),
+        (
+            "patch",
+            "maasmachines.infrastructure.cluster.x-k8s.io/status",
+            Some(&ns),
+        ),
+        (
+            "update",
+            "maasclusters.infrastructure.cluster.x-k8s.io/status",
+            Some(&ns),
+        ),
+        (
+            "update",
+            "maasmachines.infrastructure.cluster.x-k8s.io/finalizers",
+            Some(&ns),
+        ),
+        // Bootstrap data and workload kubeconfig by name.
+        ("get", "secrets", Some(&ns)),
+        // Events in any namespace, deduplicated by patching.
+        ("create", "events", Some(&ns)),
+        ("patch", "events", Some(&ns)),
+        // The leader-election Lease in the manager's namespace.
+        ("get", "leases.coordination.k8s.io", Some(NAMESPACE)),
+        ("create", "leases.coordination.k8s.io", Some(NAMESPACE)),
+        ("update", "leases.coordination.k8s.io", Some(NAMESPACE)),
+    ];
+    for &(verb, resource, namespace) in allowed {
+        assert!(
+            can(cp, verb, resource, namespace),
+            "{SA} cannot {verb} {resource} in {namespace:?}"
+        );
+    }
+}
+
+#[test]
+fn service_account_may_not_do_more() {
+    let cp = plane();
+    let ns = cp.new_namespace("rbac-denied");
+    let denied: &[(&str, &str, Option<&str>)] = &[
+        // Never enumerate or change Secrets.
+        ("list", "secrets", Some(&ns)),
+        ("watch", "secrets", None),
+        ("create", "secrets", Some(&ns)),
+        ("update", "secrets", Some(&ns)),
+        // Workload nodes are reached through the workload kubeconfig.
+        ("get", "nodes", None),
+        ("list", "nodes", None),
+        // Cluster API creates and deletes our objects; we only reconcile.
+        (
+            "create",
+            "maasmachines.infrastructure.cluster.x-k8s.io",
+            Some(&ns),
+        ),
+        (
+            "delete",
+            "maasmachines.infrastructure.cluster.x-k8s.io",
+            Some(&ns),
+        ),
+        (
+            "delete",
+            "maasclusters.infrastructure.cluster.x-k8s.io",
+            Some(&ns),
+        ),
+        // Cluster API's objects are read only.
+        ("patch", "machines.cluster.x-k8s.io", Some(&ns)),
+        ("delete", "machines.cluster.x-k8s.io", Some(&ns)),
+        ("update", "clusters.cluster.x-k8s.io", Some(&ns)),
+        // Leases only in the manager's own namespace.
+        ("create", "leases.coordination.k8s.io", Some(&ns)),
+        ("update", "leases.coordination.k8s.io", Some("kube-system")),
+        ("delete", "leases.coordination.k8s.io", Some(NAMESPACE)),
+        // Nothing else.
+        ("get", "configmaps", Some(&ns)),
+        ("list", "namespaces", None),
+        ("list", "pods", Some(&ns)),
+        (
+            "get",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            None,
+        ),
+        ("create", "clusterroles.rbac.authorization.k8s.io", None),
+    ];
+    for &(verb, resource, namespace) in denied {
+        assert!(
+            !can(cp, verb, resource, namespace),
+            "{SA} can {verb} {resource} in {namespace:?}"
+        );
+    }
+}
