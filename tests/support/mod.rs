@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+pub mod capi;
 pub mod maas_sim;
+pub mod nodes;
 
 pub struct ControlPlane {
     /// `https://127.0.0.1:PORT`
