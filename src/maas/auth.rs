@@ -211,7 +211,11 @@ mod tests {
     #[test]
     fn debug_and_display_are_redacted() {
         let key = ApiKey::parse(KEY).unwrap();
-        for shown in [format!("{key:?}"), format!("{key}"), format!("{:?}", Some(&key))] {
+        for shown in [
+            format!("{key:?}"),
+            format!("{key}"),
+            format!("{:?}", Some(&key)),
+        ] {
             assert!(!shown.contains("S3cr3t"), "{shown}");
             assert!(!shown.contains("Tk2b"), "{shown}");
         }

@@ -333,7 +333,11 @@ impl Client {
 
     /// `PUT machines/{id}/` with the given fields, e.g. `("swap_size", "0")`.
     /// Needs an admin key.
-    pub fn update_machine(&self, system_id: &str, fields: &[(&str, &str)]) -> Result<Machine, Error> {
+    pub fn update_machine(
+        &self,
+        system_id: &str,
+        fields: &[(&str, &str)],
+    ) -> Result<Machine, Error> {
         self.json(Call {
             op: "machine_update",
             method: Method::Put,
@@ -375,7 +379,11 @@ impl Client {
         // case a version matches more loosely.
         Ok(found
             .into_iter()
-            .filter(|r| r.fqdn.trim_end_matches('.').eq_ignore_ascii_case(fqdn.trim_end_matches('.')))
+            .filter(|r| {
+                r.fqdn
+                    .trim_end_matches('.')
+                    .eq_ignore_ascii_case(fqdn.trim_end_matches('.'))
+            })
             .collect())
     }
 
@@ -392,7 +400,12 @@ impl Client {
 
     /// Creates `fqdn` with these addresses. Sent at most once: on a transient
     /// error, look it up with [`Client::dns_resources`] before creating again.
-    pub fn create_dns_resource(&self, fqdn: &str, ttl: u32, ips: &[String]) -> Result<DnsResource, Error> {
+    pub fn create_dns_resource(
+        &self,
+        fqdn: &str,
+        ttl: u32,
+        ips: &[String],
+    ) -> Result<DnsResource, Error> {
         self.json(Call {
             op: "dnsresource_create",
             method: Method::Post,
@@ -500,7 +513,11 @@ impl Client {
         let op = call.op;
         let body = self.call(call)?;
         let value: serde_json::Value = serde_json::from_str(&body).map_err(|e| {
-            Error::new(op, ErrorKind::Decode, format!("invalid JSON ({e}): {}", snippet(&body)))
+            Error::new(
+                op,
+                ErrorKind::Decode,
+                format!("invalid JSON ({e}): {}", snippet(&body)),
+            )
         })?;
         decode(op, value)
     }
@@ -542,7 +559,11 @@ impl Client {
         let started = Instant::now();
         let result = match call.method {
             Method::Get => inner.agent.get(&url).header("Authorization", &auth).call(),
-            Method::Delete => inner.agent.delete(&url).header("Authorization", &auth).call(),
+            Method::Delete => inner
+                .agent
+                .delete(&url)
+                .header("Authorization", &auth)
+                .call(),
             Method::Post | Method::Put => {
                 let request = if call.method == Method::Post {
                     inner.agent.post(&url)
@@ -564,11 +585,21 @@ impl Client {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(Duration::from_secs);
-                match response.body_mut().with_config().limit(MAX_BODY).read_to_string() {
+                match response
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_BODY)
+                    .read_to_string()
+                {
                     Ok(body) if (200..300).contains(&status) => Ok(body),
                     Ok(body) => {
                         let body = redact(&body, inner.key.token_secret());
-                        Err(Error::status(call.op, status, MaasBody::from_response(&body), retry_after))
+                        Err(Error::status(
+                            call.op,
+                            status,
+                            MaasBody::from_response(&body),
+                            retry_after,
+                        ))
                     }
                     Err(e) => Err(transport_error(call.op, e, inner.key.token_secret())),
                 }
@@ -593,7 +624,12 @@ impl Client {
             &[("operation", call.op)],
             started.elapsed().as_secs_f64(),
         );
-        log::trace!("MAAS {} {} {} -> {code}", call.op, call.method.as_str(), call.path);
+        log::trace!(
+            "MAAS {} {} {} -> {code}",
+            call.op,
+            call.method.as_str(),
+            call.path
+        );
         outcome
     }
 }
@@ -624,8 +660,10 @@ fn may_retry(err: &Error, repeat: Repeat) -> bool {
         Repeat::Safe => true,
         Repeat::AtMostOnce => match err.kind() {
             ErrorKind::Connect => true,
-            ErrorKind::Status => matches!(err.http_status(), Some(503))
-                || (err.http_status() == Some(409) && err.retry_after().is_some()),
+            ErrorKind::Status => {
+                matches!(err.http_status(), Some(503))
+                    || (err.http_status() == Some(409) && err.retry_after().is_some())
+            }
             _ => false,
         },
     }
@@ -653,7 +691,10 @@ fn transport_error(op: &'static str, e: ureq::Error, secret: &str) -> Error {
         ureq::Error::Timeout(_) => ErrorKind::Timeout,
         ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => ErrorKind::Connect,
         ureq::Error::Io(io) => match io.kind() {
-            Io::ConnectionRefused | Io::NotFound | Io::AddrNotAvailable | Io::HostUnreachable
+            Io::ConnectionRefused
+            | Io::NotFound
+            | Io::AddrNotAvailable
+            | Io::HostUnreachable
             | Io::NetworkUnreachable => ErrorKind::Connect,
             Io::TimedOut | Io::WouldBlock => ErrorKind::Timeout,
             _ => ErrorKind::Transport,
@@ -694,7 +735,12 @@ mod tests {
 
     #[test]
     fn bad_endpoints_are_config_errors() {
-        for endpoint in ["10.0.0.1:5240/MAAS", "ftp://x/MAAS", "http:///MAAS", "http://x/MAAS?a=b"] {
+        for endpoint in [
+            "10.0.0.1:5240/MAAS",
+            "ftp://x/MAAS",
+            "http:///MAAS",
+            "http://x/MAAS?a=b",
+        ] {
             let err = api_root(endpoint).unwrap_err();
             assert_eq!(err.kind(), &ErrorKind::Config, "{endpoint}");
         }
@@ -706,7 +752,12 @@ mod tests {
         let timeout = Error::new("allocate", ErrorKind::Timeout, "timed out");
         let broken = Error::new("allocate", ErrorKind::Transport, "reset");
         let busy = Error::status("allocate", 503, MaasBody::Empty, None);
-        let conflict_retry = Error::status("allocate", 409, MaasBody::Empty, Some(Duration::from_secs(5)));
+        let conflict_retry = Error::status(
+            "allocate",
+            409,
+            MaasBody::Empty,
+            Some(Duration::from_secs(5)),
+        );
         let gateway = Error::status("allocate", 504, MaasBody::Empty, None);
         let conflict = Error::status("allocate", 409, MaasBody::Empty, None);
         for e in [&connect, &busy, &conflict_retry] {
@@ -715,7 +766,14 @@ mod tests {
         for e in [&timeout, &broken, &gateway, &conflict] {
             assert!(!may_retry(e, Repeat::AtMostOnce), "{e}");
         }
-        for e in [&connect, &timeout, &broken, &busy, &conflict_retry, &gateway] {
+        for e in [
+            &connect,
+            &timeout,
+            &broken,
+            &busy,
+            &conflict_retry,
+            &gateway,
+        ] {
             assert!(may_retry(e, Repeat::Safe), "{e}");
         }
         assert!(!may_retry(&conflict, Repeat::Safe));

@@ -249,10 +249,7 @@ pub(crate) fn redact(text: &str, secret: &str) -> String {
     const ECHO: &str = "Expected signature base string:";
     let mut out = match text.find(ECHO) {
         Some(at) => {
-            let end = text[at..]
-                .find('\'')
-                .map(|q| at + q)
-                .unwrap_or(text.len());
+            let end = text[at..].find('\'').map(|q| at + q).unwrap_or(text.len());
             format!("{}{ECHO} <redacted>{}", &text[..at], &text[end..])
         }
         None => text.to_owned(),
@@ -273,7 +270,10 @@ mod tests {
         let MaasBody::FieldErrors(fields) = &body else {
             panic!("{body:?}")
         };
-        assert_eq!(fields["distro_series"], vec!["'x' is not valid.".to_owned()]);
+        assert_eq!(
+            fields["distro_series"],
+            vec!["'x' is not valid.".to_owned()]
+        );
         assert_eq!(body.to_string(), "distro_series: 'x' is not valid.");
     }
 
@@ -313,6 +313,9 @@ mod tests {
         let out = redact(body, "MySecret99");
         assert!(!out.contains("RealSecret123"), "{out}");
         assert!(out.ends_with("<redacted>'"), "{out}");
-        assert_eq!(redact("token MySecret99 here", "MySecret99"), "token <redacted> here");
+        assert_eq!(
+            redact("token MySecret99 here", "MySecret99"),
+            "token <redacted> here"
+        );
     }
 }

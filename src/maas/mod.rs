@@ -46,7 +46,7 @@ mod auth;
 pub mod client;
 mod error;
 mod form;
-mod image;
+pub mod image;
 mod types;
 
 pub use auth::{ApiKey, InvalidApiKey};

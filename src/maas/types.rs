@@ -331,7 +331,10 @@ impl<'de> Deserialize<'de> for Machine {
         owner_data.extend(raw.owner_data);
         let parent = raw.parent.and_then(|p| match p {
             Value::String(s) => Some(s),
-            Value::Object(o) => o.get("system_id").and_then(Value::as_str).map(str::to_owned),
+            Value::Object(o) => o
+                .get("system_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             _ => None,
         });
         Ok(Machine {
@@ -687,7 +690,11 @@ fn lenient_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let v = lenient_f64(d)?;
-    Ok(if v.is_finite() && v > 0.0 { v as u64 } else { 0 })
+    Ok(if v.is_finite() && v > 0.0 {
+        v as u64
+    } else {
+        0
+    })
 }
 
 fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
@@ -722,7 +729,10 @@ mod tests {
             assert_eq!(status.code(), Some(code));
             assert_eq!(MachineStatus::from_name(status.name()), status);
         }
-        assert_eq!(MachineStatus::from_code(13).unwrap().name(), "Releasing failed");
+        assert_eq!(
+            MachineStatus::from_code(13).unwrap().name(),
+            "Releasing failed"
+        );
         assert_eq!(
             MachineStatus::from_name("Something new"),
             MachineStatus::Other("Something new".into())

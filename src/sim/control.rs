@@ -1,0 +1,100 @@
+//! `/_sim/` test controls (no authentication): inspect and steer the world.
+//!
+//! | call | effect |
+//! | --- | --- |
+//! | `GET /_sim/state` | machines (status, owner, agent_name, owner data, IPs ...) and DNS resources |
+//! | `GET /_sim/calls`, `DELETE /_sim/calls` | request counts by `"METHOD pattern[ op=OP]"`; reset |
+//! | `POST /_sim/faults` (JSON [`Fault`]), `GET`, `DELETE /_sim/faults` | add, list, clear fault rules |
+//! | `POST /_sim/settings` `{"deploy_seconds": n, "release_seconds": n}` | change timings |
+//! | `POST /_sim/machines` (JSON inventory machine) | add a machine → `{"system_id"}` |
+//! | `DELETE /_sim/machines/{id}` | remove a machine |
+//! | `POST /_sim/machines/{id}/power-off`, `power-on` | change the power state behind MAAS's back |
+//! | `POST /_sim/machines/{id}/fail-deployment` | fail the running deployment now, or the next one |
+//! | `POST /_sim/machines/{id}/mark-broken` | the machine becomes Broken |
+//! | `POST /_sim/machines/{id}/complete` | finish a pending deploy/release now |
+
+use serde_json::{json, Value};
+
+use super::http::{Request, Response};
+use super::inventory::MachineEntry;
+use super::world::{Fault, World};
+
+fn bad(message: impl Into<String>) -> Response {
+    Response::json(400, &json!({"error": message.into()}))
+}
+
+fn not_found() -> Response {
+    Response::json(404, &json!({"error": "no such machine"}))
+}
+
+pub fn handle(world: &mut World, req: &Request, rel: &str) -> Response {
+    let seg: Vec<&str> = rel.split('/').filter(|s| !s.is_empty()).collect();
+    match (req.method.as_str(), seg.as_slice()) {
+        ("GET", ["state"]) => Response::json(200, &world.state_json()),
+        ("GET", ["calls"]) => Response::json(200, &json!(world.calls)),
+        ("DELETE", ["calls"]) => {
+            world.calls.clear();
+            Response::json(200, &json!({}))
+        }
+        ("GET", ["faults"]) => Response::json(200, &json!(world.faults)),
+        ("DELETE", ["faults"]) => {
+            world.faults.clear();
+            Response::json(200, &json!({}))
+        }
+        ("POST", ["faults"]) => match serde_json::from_slice::<Fault>(&req.body) {
+            Ok(fault) => {
+                world.faults.push(fault);
+                Response::json(200, &json!({"faults": world.faults.len()}))
+            }
+            Err(e) => bad(format!("invalid fault: {e}")),
+        },
+        ("POST", ["settings"]) => match serde_json::from_slice::<Value>(&req.body) {
+            Ok(v) => {
+                if let Some(n) = v.get("deploy_seconds").and_then(Value::as_f64) {
+                    world.settings.deploy_seconds = n;
+                }
+                if let Some(n) = v.get("release_seconds").and_then(Value::as_f64) {
+                    world.settings.release_seconds = n;
+                }
+                Response::json(
+                    200,
+                    &json!({"deploy_seconds": world.settings.deploy_seconds,
+                            "release_seconds": world.settings.release_seconds}),
+                )
+            }
+            Err(e) => bad(format!("invalid settings: {e}")),
+        },
+        ("POST", ["machines"]) => match serde_json::from_slice::<MachineEntry>(&req.body) {
+            Ok(entry) => match world.add_machine(&entry) {
+                Ok(id) => Response::json(200, &json!({"system_id": id})),
+                Err(e) => bad(e),
+            },
+            Err(e) => bad(format!("invalid machine: {e}")),
+        },
+        ("DELETE", ["machines", id]) => match world.machine_index(id) {
+            Ok(i) => {
+                world.machines.remove(i);
+                Response::json(200, &json!({}))
+            }
+            Err(_) => not_found(),
+        },
+        ("POST", ["machines", id, action]) => {
+            let Ok(i) = world.machine_index(id) else {
+                return not_found();
+            };
+            match *action {
+                "power-off" => world.machines[i].power_state = "off".into(),
+                "power-on" => world.machines[i].power_state = "on".into(),
+                "fail-deployment" => world.fail_deployment(i),
+                "mark-broken" => world.mark_broken(i),
+                "complete" => world.complete(i),
+                _ => return bad(format!("unknown action {action}")),
+            }
+            Response::json(
+                200,
+                &json!({"status_name": world.machines[i].status.name()}),
+            )
+        }
+        _ => Response::json(404, &json!({"error": "unknown /_sim/ call"})),
+    }
+}

@@ -1,0 +1,207 @@
+//! The simulator's starting world, read from JSON.
+//!
+//! ```json
+//! { "api_keys": [{"key": "ck:tk:secret", "username": "admin", "is_superuser": true}],
+//!   "domains": [{"name": "k8s.maas", "ttl": 30}],        // "maas" (id 0) always exists
+//!   "zones": [{"name": "zone-a"}], "pools": [{"name": "cp-pool"}],   // "default" always exists
+//!   "tags": ["gpu"],                                       // plus every machine tag
+//!   "subnet": {"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1"},
+//!   "boot_resources": [{"name": "ubuntu/jammy", "type": "Synced", "architecture": "amd64/ga-22.04"},
+//!                      {"name": "u-2204-0-k-1264-0", "type": "Uploaded", "architecture": "amd64/generic"}],
+//!   "machines": [{"hostname": "cp-1", "cpu_count": 8, "memory": 32768, "disks_gb": [120],
+//!                 "zone": "zone-a", "pool": "cp-pool", "tags": ["control-plane"],
+//!                 "ip_addresses": ["10.11.130.21"]}],
+//!   "settings": {"deploy_seconds": 10, "release_seconds": 2} }
+//! ```
+//! Every field but `machines[].hostname` is optional.
+
+use serde::Deserialize;
+
+/// The built-in inventory (also at `tests/inventory/story.json`).
+pub const DEFAULT_INVENTORY: &str = include_str!("default_inventory.json");
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Inventory {
+    pub api_keys: Vec<ApiKeyEntry>,
+    pub domains: Vec<DomainEntry>,
+    pub zones: Vec<NamedEntry>,
+    pub pools: Vec<NamedEntry>,
+    pub tags: Vec<String>,
+    pub subnet: Option<SubnetEntry>,
+    pub boot_resources: Vec<BootResourceEntry>,
+    pub machines: Vec<MachineEntry>,
+    pub dns_resources: Vec<DnsEntry>,
+    pub settings: Settings,
+    /// Free text, ignored (lets the JSON file explain itself).
+    #[serde(rename = "_comment")]
+    pub comment: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyEntry {
+    pub key: String,
+    #[serde(default = "admin")]
+    pub username: String,
+    #[serde(default = "yes")]
+    pub is_superuser: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainEntry {
+    pub name: String,
+    #[serde(default)]
+    pub ttl: Option<u32>,
+    #[serde(default = "yes")]
+    pub authoritative: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedEntry {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubnetEntry {
+    pub cidr: String,
+    #[serde(default)]
+    pub gateway_ip: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootResourceEntry {
+    pub name: String,
+    #[serde(rename = "type", default = "synced")]
+    pub kind: String,
+    #[serde(default = "amd64_generic")]
+    pub architecture: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub base_image: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MachineEntry {
+    /// Generated from the hostname when absent.
+    pub system_id: Option<String>,
+    pub hostname: String,
+    /// Domain name; the default domain when absent.
+    pub domain: Option<String>,
+    pub cpu_count: Option<u32>,
+    /// MiB.
+    pub memory: Option<u64>,
+    /// Physical disks in GB, boot disk first.
+    pub disks_gb: Vec<u64>,
+    pub zone: Option<String>,
+    pub pool: Option<String>,
+    pub tags: Vec<String>,
+    pub architecture: Option<String>,
+    /// Addresses the machine gets once deployment starts.
+    pub ip_addresses: Vec<String>,
+    pub mac_address: Option<String>,
+    pub power_type: Option<String>,
+    /// Starting status name (default `Ready`).
+    pub status: Option<String>,
+    pub power_state: Option<String>,
+    pub owner: Option<String>,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsEntry {
+    pub fqdn: String,
+    #[serde(default)]
+    pub address_ttl: Option<u32>,
+    #[serde(default)]
+    pub ip_addresses: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Deploying → Deployed after this long.
+    pub deploy_seconds: f64,
+    /// Releasing / Disk erasing → Ready after this long.
+    pub release_seconds: f64,
+    /// Series used when a deploy names none.
+    pub default_distro_series: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            deploy_seconds: 10.0,
+            release_seconds: 2.0,
+            default_distro_series: "jammy".into(),
+        }
+    }
+}
+
+fn admin() -> String {
+    "admin".into()
+}
+fn yes() -> bool {
+    true
+}
+fn synced() -> String {
+    "Synced".into()
+}
+fn amd64_generic() -> String {
+    "amd64/generic".into()
+}
+
+impl Inventory {
+    pub fn from_json(text: &str) -> Result<Inventory, String> {
+        serde_json::from_str(text).map_err(|e| format!("invalid inventory: {e}"))
+    }
+
+    pub fn default_story() -> Inventory {
+        // The embedded file is checked by a unit test, so this cannot fail
+        // in a released build; fall back to an empty world just in case.
+        Inventory::from_json(DEFAULT_INVENTORY).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_inventory_parses_and_fits_the_story() {
+        let inv = Inventory::from_json(DEFAULT_INVENTORY).unwrap();
+        let count = |pool: &str, tag: &str| {
+            inv.machines
+                .iter()
+                .filter(|m| m.pool.as_deref() == Some(pool) && m.tags.iter().any(|t| t == tag))
+                .count()
+        };
+        assert!(count("cp-pool", "control-plane") >= 4);
+        assert!(count("worker-pool", "worker") >= 6);
+        assert!(inv
+            .boot_resources
+            .iter()
+            .any(|b| b.name == "u-2204-0-k-1264-0"));
+        assert!(inv.domains.iter().any(|d| d.name == "k8s.maas"));
+        for zone in ["zone-a", "zone-b"] {
+            assert!(inv.zones.iter().any(|z| z.name == zone));
+        }
+        assert!(!inv.api_keys.is_empty());
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        assert!(Inventory::from_json(r#"{"machnes": []}"#).is_err());
+    }
+}

@@ -1,0 +1,257 @@
+//! MAAS JSON shapes for simulator objects. Machine JSON carries every key of
+//! a MAAS 3.x machine (the 3.7 API example plus the fields added since), so
+//! clients that deserialize strictly or read unusual fields see real shapes.
+
+use serde_json::{json, Value};
+
+use super::world::{BootResourceRec, DnsRec, DomainRec, Machine, Named, World};
+use crate::maas::MachineStatus;
+
+const API: &str = "/MAAS/api/2.0";
+
+pub fn zone(z: &Named) -> Value {
+    json!({"name": z.name, "description": z.description, "id": z.id,
+           "resource_uri": format!("{API}/zones/{}/", z.name)})
+}
+
+pub fn pool(p: &Named) -> Value {
+    json!({"name": p.name, "description": p.description, "id": p.id,
+           "resource_uri": format!("{API}/resourcepool/{}/", p.id)})
+}
+
+pub fn domain(world: &World, d: &DomainRec) -> Value {
+    let count = world.dns.iter().filter(|r| r.domain_id == d.id).count();
+    json!({"authoritative": d.authoritative, "ttl": d.ttl, "id": d.id, "name": d.name,
+           "is_default": d.is_default, "resource_record_count": count,
+           "resource_uri": format!("{API}/domains/{}/", d.id)})
+}
+
+pub fn boot_resource(b: &BootResourceRec, with_sets: bool) -> Value {
+    let mut v = json!({"id": b.id, "type": b.kind, "name": b.name, "architecture": b.architecture,
+                       "resource_uri": format!("{API}/boot-resources/{}/", b.id),
+                       "last_deployed": null});
+    let subarch = b.architecture.split('/').nth(1).unwrap_or("generic");
+    v["subarches"] = json!(if b.kind == "Uploaded" {
+        "generic".to_owned()
+    } else {
+        format!("generic,{subarch}")
+    });
+    if let Some(t) = &b.title {
+        v["title"] = json!(t);
+    }
+    if let Some(base) = &b.base_image {
+        v["base_image"] = json!(base);
+    }
+    if with_sets {
+        v["sets"] = json!({"20240101": {"version": "20240101", "label": if b.kind == "Uploaded" { "uploaded" } else { "stable" },
+            "size": 1_073_741_824u64, "complete": true,
+            "files": {"root-tgz": {"filename": "root-tgz", "filetype": "root-tgz",
+                "sha256": "0000000000000000000000000000000000000000000000000000000000000000",
+                "size": 1_073_741_824u64, "complete": true}}}});
+    }
+    v
+}
+
+pub fn user(username: &str, is_superuser: bool) -> Value {
+    json!({"username": username, "email": format!("{username}@example.com"),
+           "is_superuser": is_superuser, "is_local": true,
+           "resource_uri": format!("{API}/users/{username}/")})
+}
+
+pub fn dns_resource(world: &World, d: &DnsRec) -> Value {
+    let ips: Vec<Value> = d
+        .ips
+        .iter()
+        .map(|ip| {
+            json!({"ip": ip, "alloc_type": 4, "alloc_type_name": "User reserved",
+                   "created": "2024-01-01T00:00:00.000", "owner": user("admin", true),
+                   "subnet": null, "interface_set": [],
+                   "resource_uri": format!("{API}/ipaddresses/")})
+        })
+        .collect();
+    json!({"id": d.id, "fqdn": world.dns_fqdn(d), "address_ttl": d.address_ttl,
+           "ip_addresses": ips, "resource_records": [],
+           "resource_uri": format!("{API}/dnsresources/{}/", d.id)})
+}
+
+fn vlan() -> Value {
+    json!({"vid": 0, "mtu": 1500, "dhcp_on": true, "external_dhcp": null, "relay_vlan": null,
+           "space": "undefined", "primary_rack": "rack01", "secondary_rack": null,
+           "fabric": "fabric-0", "id": 5001, "fabric_id": 0, "name": "untagged",
+           "resource_uri": format!("{API}/vlans/5001/")})
+}
+
+fn interface(world: &World, m: &Machine) -> Value {
+    let subnet = json!({"name": world.subnet_name, "vlan": vlan(), "cidr": world.subnet_cidr,
+        "rdns_mode": 2, "gateway_ip": world.subnet_gateway, "dns_servers": [],
+        "allow_dns": true, "allow_proxy": true, "active_discovery": false, "managed": true,
+        "disabled_boot_architectures": [], "space": "undefined", "id": 1,
+        "resource_uri": format!("{API}/subnets/1/")});
+    let mut link = json!({"id": m.seq * 10, "mode": "auto", "subnet": subnet});
+    if let Some(ip) = m.ip_addresses.first() {
+        link["ip_address"] = json!(ip);
+    }
+    json!({"firmware_version": null, "vlan": vlan(), "parents": [], "effective_mtu": 1500,
+        "system_id": m.system_id, "tags": [], "enabled": true, "product": null,
+        "links": [link], "type": "physical", "children": [], "vendor": null,
+        "mac_address": m.mac_address, "discovered": null, "id": m.seq * 10,
+        "params": "", "name": "eth0", "link_connected": true, "interface_speed": 10000,
+        "link_speed": 10000, "numa_node": 0, "sriov_max_vf": 0,
+        "resource_uri": format!("{API}/nodes/{}/interfaces/{}/", m.system_id, m.seq * 10)})
+}
+
+fn block_device(m: &Machine, index: usize, size_gb: u64) -> Value {
+    let id = m.seq * 100 + index as u64;
+    let name = format!("sd{}", (b'a' + (index as u8 % 26)) as char);
+    let size = size_gb * 1_000_000_000;
+    let (used, partitions, used_for) = if index == 0 {
+        let part_size = size.saturating_sub(8 * 1024 * 1024);
+        (
+            part_size,
+            json!([{
+            "uuid": format!("00000000-0000-4000-8000-{:012x}", id), "size": part_size,
+            "bootable": false, "tags": [], "system_id": m.system_id, "device_id": id,
+            "type": "partition", "id": id,
+            "filesystem": {"fstype": "ext4", "label": "root", "uuid": format!("00000000-0000-4000-9000-{:012x}", id),
+                           "mount_point": "/", "mount_options": null},
+            "path": format!("/dev/disk/by-dname/{name}-part1"),
+            "used_for": "ext4 formatted filesystem mounted at /",
+            "resource_uri": format!("{API}/nodes/{}/blockdevices/{id}/partition/{id}", m.system_id)}]),
+            "GPT partitioned with 1 partition",
+        )
+    } else {
+        (0, json!([]), "Unused")
+    };
+    json!({"firmware_version": "1.0", "system_id": m.system_id, "tags": ["ssd"], "id_path": null,
+        "size": size, "block_size": 512, "type": "physical", "uuid": null, "filesystem": null,
+        "partitions": partitions, "partition_table_type": if index == 0 { json!("GPT") } else { Value::Null },
+        "model": "SIMDISK", "storage_pool": null, "available_size": size - used, "id": id,
+        "used_size": used, "path": format!("/dev/disk/by-dname/{name}"), "used_for": used_for,
+        "serial": format!("SIM{id:08}"), "name": name, "numa_node": 0,
+        "resource_uri": format!("{API}/nodes/{}/blockdevices/{id}/", m.system_id)})
+}
+
+fn status_pair(code: i64) -> (i64, &'static str) {
+    match code {
+        2 => (2, "Passed"),
+        _ => (-1, "Unknown"),
+    }
+}
+
+pub fn machine(world: &World, m: &Machine) -> Value {
+    let domain = world
+        .domains
+        .iter()
+        .find(|d| d.id == m.domain_id)
+        .map(|d| domain(world, d))
+        .unwrap_or(Value::Null);
+    let zone = world
+        .zones
+        .iter()
+        .find(|z| z.name == m.zone)
+        .map(zone)
+        .unwrap_or(Value::Null);
+    let pool = world
+        .pools
+        .iter()
+        .find(|p| p.name == m.pool)
+        .map(pool)
+        .unwrap_or(Value::Null);
+    let disks: Vec<Value> = m
+        .disks_gb
+        .iter()
+        .enumerate()
+        .map(|(i, gb)| block_device(m, i, *gb))
+        .collect();
+    let storage_mb: f64 = m.disks_gb.iter().map(|gb| *gb as f64 * 1000.0).sum();
+    let iface = interface(world, m);
+    let (passed, passed_name) = status_pair(2);
+    let fqdn = format!("{}.{}", m.hostname, world.domain_name(m.domain_id));
+    let mut v = json!({
+        "status": m.status.code(),
+        "default_gateways": {"ipv4": {"gateway_ip": world.subnet_gateway, "link_id": null},
+                             "ipv6": {"gateway_ip": null, "link_id": null}},
+        "status_name": m.status.name(),
+        "disable_ipv4": false,
+        "other_test_status": passed, "other_test_status_name": passed_name,
+        "pool": pool,
+        "boot_disk": disks.first().cloned().unwrap_or(Value::Null),
+        "address_ttl": null,
+        "physicalblockdevice_set": disks,
+        "storage": storage_mb,
+        "netboot": !matches!(m.status, MachineStatus::Deployed),
+        "cpu_test_status": passed, "cpu_test_status_name": passed_name,
+        "memory_test_status": passed, "memory_test_status_name": passed_name,
+        "network_test_status": passed, "network_test_status_name": passed_name,
+        "storage_test_status": passed, "storage_test_status_name": passed_name,
+        "interface_test_status": passed, "interface_test_status_name": passed_name,
+        "commissioning_status": passed, "commissioning_status_name": passed_name,
+        "testing_status": passed, "testing_status_name": passed_name,
+    });
+    let more = json!({
+        "swap_size": m.swap_size,
+        "cpu_count": m.cpu_count,
+        "cpu_speed": 2400,
+        "hostname": m.hostname,
+        "description": m.description,
+        "current_installation_result_id": null,
+        "current_commissioning_result_id": m.seq * 3,
+        "current_testing_result_id": m.seq * 3 + 1,
+        "architecture": m.architecture,
+        "min_hwe_kernel": "",
+        "hwe_kernel": m.hwe_kernel,
+        "fqdn": fqdn,
+        "system_id": m.system_id,
+        "locked": m.locked,
+        "ip_addresses": m.ip_addresses,
+        "node_type": 0,
+        "node_type_name": "Machine",
+        "special_filesystems": [],
+        "bios_boot_method": "uefi",
+        "boot_interface": iface.clone(),
+        "interface_set": [iface],
+        "osystem": m.osystem,
+        "distro_series": m.distro_series,
+        "tag_names": m.tags,
+        "power_state": m.power_state,
+        "power_type": m.power_type,
+        "status_message": m.status_message,
+        "status_action": "",
+        "virtualblockdevice_set": [],
+        "blockdevice_set": m.disks_gb.iter().enumerate().map(|(i, gb)| block_device(m, i, *gb)).collect::<Vec<_>>(),
+    });
+    let rest = json!({
+        "owner": m.owner,
+        "owner_data": m.owner_data,
+        "workload_annotations": m.owner_data,
+        "zone": zone,
+        "domain": domain,
+        "memory": m.memory,
+        "hardware_info": {"system_vendor": "Simulated", "system_product": "maas-sim", "system_family": "Unknown",
+            "system_version": "Unknown", "system_sku": "Unknown", "system_serial": m.system_id,
+            "cpu_model": "Simulated CPU", "mainboard_vendor": "Simulated", "mainboard_product": "Unknown",
+            "mainboard_serial": "Unknown", "mainboard_version": "Unknown", "mainboard_firmware_vendor": "Unknown",
+            "mainboard_firmware_date": "Unknown", "mainboard_firmware_version": "Unknown",
+            "chassis_vendor": "Unknown", "chassis_type": "Rack Mount Chassis", "chassis_serial": "Unknown",
+            "chassis_version": "Unknown"},
+        "hardware_uuid": m.hardware_uuid,
+        "volume_groups": [], "raids": [], "cache_sets": [], "bcaches": [],
+        "numanode_set": [{"index": 0, "memory": m.memory, "cores": (0..m.cpu_count).collect::<Vec<_>>(), "hugepages_set": []}],
+        "pod": null,
+        "parent": null,
+        "virtualmachine_id": null,
+        "ephemeral_deploy": m.ephemeral_deploy,
+        "enable_hw_sync": false,
+        "enable_kernel_crash_dump": false,
+        "last_sync": null, "next_sync": null, "sync_interval": null,
+        "is_dpu": false,
+        "error_description": "",
+        "resource_uri": format!("{API}/machines/{}/", m.system_id),
+    });
+    for part in [more, rest] {
+        if let (Value::Object(into), Value::Object(from)) = (&mut v, part) {
+            into.extend(from);
+        }
+    }
+    v
+}
