@@ -1,0 +1,452 @@
+//! Kubernetes Events (core/v1), as `kubectl describe` shows them.
+//!
+//! A reconcile calls [`EventRecorder::normal`] or [`EventRecorder::warning`]
+//! and moves on: the call only puts the event on a bounded channel (dropping
+//! it, with a debug log, if the channel is full). One background thread
+//! writes them, so an event never blocks or fails a reconcile.
+//!
+//! That thread keeps client-go's two protections against floods:
+//!
+//! - **Aggregation**: repeats of the same (object uid, type, reason,
+//!   message) within [`DEDUP_WINDOW`] of the previous occurrence do not
+//!   create new Event objects; they merge-patch `count` and `lastTimestamp`
+//!   of the first one. If that Event has meanwhile expired (the API server
+//!   deletes Events after an hour), a new one is created.
+//! - **Per-object rate limit**: writes for one object draw from a token
+//!   bucket of 25 that refills one token every 5 minutes (client-go's
+//!   `EventSourceObjectSpamFilter`). A throttled repeat still counts: the
+//!   next write that gets through carries the full `count`.
+
+use std::collections::HashMap;
+use std::io;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use serde_json::{json, Value};
+
+use super::format_time;
+use crate::kube::{self, resources::EVENTS, Client};
+
+/// Repeats closer together than this are aggregated into one Event.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// Events waiting to be written; more are dropped.
+const CHANNEL_CAPACITY: usize = 1024;
+/// Aggregation entries remembered at most (client-go's LRU size).
+const MAX_TRACKED: usize = 4096;
+/// Per-object token bucket: burst and refill interval.
+const OBJECT_BURST: f64 = 25.0;
+const OBJECT_REFILL: Duration = Duration::from_secs(5 * 60);
+/// Longest message we send (the API accepts more, humans read less).
+const MAX_MESSAGE_BYTES: usize = 1024;
+/// Timeout of each Event write.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Records Events about objects. Cheap to clone; the writer thread ends
+/// when the last clone is dropped.
+#[derive(Clone)]
+pub struct EventRecorder {
+    sender: Sender<Message>,
+}
+
+enum Message {
+    Record(Occurrence),
+    /// Reply once everything sent before has been written.
+    Flush(Sender<()>),
+}
+
+struct Occurrence {
+    involved: Value,
+    namespace: String,
+    object_name: String,
+    /// Aggregation and rate-limit identity: the uid, or `ns/name` if none.
+    object_id: String,
+    event_type: &'static str,
+    reason: String,
+    message: String,
+    at: SystemTime,
+}
+
+impl EventRecorder {
+    /// Starts the writer thread. `component` is `source.component` and
+    /// `reportingComponent` (e.g. `capmaas`); `instance` is `source.host`
+    /// and `reportingInstance` (e.g. the pod name).
+    pub fn spawn(client: Client, component: &str, instance: &str) -> io::Result<EventRecorder> {
+        let (sender, receiver) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+        let mut writer = Writer {
+            client: client.with_timeout(WRITE_TIMEOUT),
+            component: component.to_string(),
+            instance: truncate(instance, 128).to_string(),
+            series: HashMap::new(),
+            buckets: HashMap::new(),
+        };
+        thread::Builder::new()
+            .name("event-recorder".to_string())
+            .spawn(move || writer.run(receiver))
+            .map(|_: JoinHandle<()>| EventRecorder { sender })
+    }
+
+    /// Records a `Normal` event about `obj`.
+    pub fn normal(&self, obj: &Value, reason: &str, message: &str) {
+        self.record(obj, "Normal", reason, message);
+    }
+
+    /// Records a `Warning` event about `obj`.
+    pub fn warning(&self, obj: &Value, reason: &str, message: &str) {
+        self.record(obj, "Warning", reason, message);
+    }
+
+    /// Waits until every event recorded before this call has been written
+    /// (or given up on), at most `timeout`; true if it got there.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        if self
+            .sender
+            .send_timeout(Message::Flush(done_tx), timeout)
+            .is_err()
+        {
+            return false;
+        }
+        done_rx.recv_timeout(timeout).is_ok()
+    }
+
+    fn record(&self, obj: &Value, event_type: &'static str, reason: &str, message: &str) {
+        let Some(occurrence) = Occurrence::of(obj, event_type, reason, message) else {
+            log::debug!("event {reason} not recorded: the object has no name");
+            return;
+        };
+        match self.sender.try_send(Message::Record(occurrence)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                log::debug!("event {reason} dropped: too many events waiting")
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                log::debug!("event {reason} dropped: the recorder has stopped")
+            }
+        }
+    }
+}
+
+impl Occurrence {
+    fn of(obj: &Value, event_type: &'static str, reason: &str, message: &str) -> Option<Self> {
+        let object_name = kube::meta::name(obj)?.to_string();
+        let object_namespace = kube::meta::namespace(obj).unwrap_or("");
+        let uid = kube::meta::uid(obj).unwrap_or("");
+        let mut involved = json!({
+            "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
+            "name": object_name,
+        });
+        if !object_namespace.is_empty() {
+            involved["namespace"] = json!(object_namespace);
+        }
+        if !uid.is_empty() {
+            involved["uid"] = json!(uid);
+        }
+        if let Some(rv) = kube::meta::resource_version(obj) {
+            involved["resourceVersion"] = json!(rv);
+        }
+        Some(Occurrence {
+            involved,
+            // Events about cluster-scoped objects live in `default`.
+            namespace: if object_namespace.is_empty() {
+                "default".to_string()
+            } else {
+                object_namespace.to_string()
+            },
+            object_id: if uid.is_empty() {
+                format!("{object_namespace}/{object_name}")
+            } else {
+                uid.to_string()
+            },
+            object_name,
+            event_type,
+            reason: truncate(reason, 128).to_string(),
+            message: truncate(message, MAX_MESSAGE_BYTES).to_string(),
+            at: SystemTime::now(),
+        })
+    }
+}
+
+/// Aggregation key: (object, type, reason, message).
+type SeriesKey = (String, &'static str, String, String);
+
+/// The Event object a series of repeats is written to.
+struct Series {
+    namespace: String,
+    name: String,
+    count: u64,
+    /// `count` as last written to the API server; 0 if the create has not
+    /// been written yet (throttled).
+    written_count: u64,
+    first_timestamp: String,
+    last_seen: Instant,
+}
+
+/// The writer thread's state.
+struct Writer {
+    client: Client,
+    component: String,
+    instance: String,
+    series: HashMap<SeriesKey, Series>,
+    buckets: HashMap<String, Bucket>,
+}
+
+impl Writer {
+    fn run(&mut self, receiver: Receiver<Message>) {
+        for message in receiver {
+            match message {
+                Message::Record(occurrence) => self.write(occurrence),
+                Message::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, occ: Occurrence) {
+        let now = Instant::now();
+        let key: SeriesKey = (
+            occ.object_id.clone(),
+            occ.event_type,
+            occ.reason.clone(),
+            occ.message.clone(),
+        );
+        let timestamp = format_time(occ.at, false);
+        let fresh = match self.series.get_mut(&key) {
+            Some(series) if now.duration_since(series.last_seen) < DEDUP_WINDOW => {
+                series.count += 1;
+                series.last_seen = now;
+                false
+            }
+            _ => {
+                self.make_room(now);
+                self.series.insert(
+                    key.clone(),
+                    Series {
+                        namespace: occ.namespace.clone(),
+                        name: event_name(&occ.object_name, occ.at),
+                        count: 1,
+                        written_count: 0,
+                        first_timestamp: timestamp.clone(),
+                        last_seen: now,
+                    },
+                );
+                true
+            }
+        };
+
+        let bucket = self
+            .buckets
+            .entry(occ.object_id.clone())
+            .or_insert_with(|| Bucket::new(now));
+        if !bucket.take(now) {
+            log::debug!(
+                "event {} about {} throttled (too many events for one object)",
+                occ.reason,
+                occ.object_name
+            );
+            return;
+        }
+
+        let Some(series) = self.series.get(&key) else {
+            return;
+        };
+        let result = if fresh || series.written_count == 0 {
+            self.create(&occ, series, &timestamp)
+        } else {
+            let patch = json!({"count": series.count, "lastTimestamp": timestamp});
+            let ns = Some(series.namespace.as_str());
+            match self.client.patch_merge(&EVENTS, ns, &series.name, &patch) {
+                Ok(_) => Ok(()),
+                // The Event expired meanwhile: start a new series.
+                Err(e) if e.is_not_found() => self.restart_series(&occ, &key, &timestamp),
+                Err(e) => Err(e),
+            }
+        };
+        match result {
+            Ok(()) => {
+                if let Some(series) = self.series.get_mut(&key) {
+                    series.written_count = series.count;
+                }
+            }
+            Err(e) => log::warn!(
+                "could not record event {} about {}: {e}",
+                occ.reason,
+                occ.object_name
+            ),
+        }
+    }
+
+    fn restart_series(
+        &mut self,
+        occ: &Occurrence,
+        key: &SeriesKey,
+        timestamp: &str,
+    ) -> Result<(), kube::Error> {
+        let Some(series) = self.series.get_mut(key) else {
+            return Ok(());
+        };
+        series.name = event_name(&occ.object_name, occ.at);
+        series.count = 1;
+        series.first_timestamp = timestamp.to_string();
+        let series = &self.series[key];
+        self.create(occ, series, timestamp)
+    }
+
+    fn create(
+        &self,
+        occ: &Occurrence,
+        series: &Series,
+        timestamp: &str,
+    ) -> Result<(), kube::Error> {
+        let event = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": series.name, "namespace": series.namespace},
+            "involvedObject": occ.involved,
+            "type": occ.event_type,
+            "reason": occ.reason,
+            "message": occ.message,
+            "count": series.count,
+            "firstTimestamp": series.first_timestamp,
+            "lastTimestamp": timestamp,
+            "source": {"component": self.component, "host": self.instance},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+        });
+        self.client
+            .create(&EVENTS, Some(&series.namespace), &event)
+            .map(|_| ())
+    }
+
+    /// Keeps the aggregation and bucket maps bounded: forget expired series
+    /// first, then the least recently seen.
+    fn make_room(&mut self, now: Instant) {
+        if self.series.len() < MAX_TRACKED {
+            return;
+        }
+        self.series
+            .retain(|_, s| now.duration_since(s.last_seen) < DEDUP_WINDOW);
+        while self.series.len() >= MAX_TRACKED {
+            let oldest = self
+                .series
+                .iter()
+                .min_by_key(|(_, s)| s.last_seen)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(key) => self.series.remove(&key),
+                None => break,
+            };
+        }
+        // A full bucket is the same as no bucket.
+        self.buckets.retain(|_, b| !b.is_full(now));
+    }
+}
+
+/// `<object name>.<hex nanoseconds>`, as client-go names Events.
+fn event_name(object_name: &str, at: SystemTime) -> String {
+    let nanos = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{object_name}.{nanos:x}")
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char
+/// boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The per-object token bucket.
+struct Bucket {
+    tokens: f64,
+    refilled_at: Instant,
+}
+
+impl Bucket {
+    fn new(now: Instant) -> Bucket {
+        Bucket {
+            tokens: OBJECT_BURST,
+            refilled_at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let earned =
+            now.duration_since(self.refilled_at).as_secs_f64() / OBJECT_REFILL.as_secs_f64();
+        self.tokens = (self.tokens + earned).min(OBJECT_BURST);
+        self.refilled_at = now;
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn is_full(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= OBJECT_BURST
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn occurrences_describe_the_object() {
+        let obj = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
+            "metadata": {"name": "m1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"}});
+        let occ = Occurrence::of(&obj, "Warning", "AllocateFailed", "no machines").unwrap();
+        assert_eq!(occ.namespace, "ns");
+        assert_eq!(occ.object_id, "u1");
+        assert_eq!(
+            occ.involved,
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
+                   "name": "m1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"})
+        );
+        let node = json!({"kind": "Node", "metadata": {"name": "n1"}});
+        let occ = Occurrence::of(&node, "Normal", "R", "m").unwrap();
+        assert_eq!(occ.namespace, "default");
+        assert!(occ.involved.get("namespace").is_none());
+        assert!(Occurrence::of(&json!({}), "Normal", "R", "m").is_none());
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_char_boundary() {
+        let long = "é".repeat(1000);
+        let cut = truncate(&long, MAX_MESSAGE_BYTES);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES);
+        assert!(cut.len() >= MAX_MESSAGE_BYTES - 1);
+        assert_eq!(truncate("short", 10), "short");
+    }
+
+    #[test]
+    fn bucket_allows_a_burst_then_refills_slowly() {
+        let now = Instant::now();
+        let mut bucket = Bucket::new(now);
+        for _ in 0..25 {
+            assert!(bucket.take(now));
+        }
+        assert!(!bucket.take(now));
+        assert!(!bucket.take(now + OBJECT_REFILL / 2));
+        assert!(bucket.take(now + OBJECT_REFILL));
+    }
+
+    #[test]
+    fn event_names_are_unique_per_time() {
+        let t = UNIX_EPOCH + Duration::from_nanos(0x1234);
+        assert_eq!(event_name("m1", t), "m1.1234");
+    }
+}
