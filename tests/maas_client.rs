@@ -1,0 +1,808 @@
+//! The MAAS client against the simulator: every operation and every error
+//! class, over real HTTP.
+
+mod support;
+
+use std::time::Duration;
+
+use capmaas::maas::{
+    AllocateRequest, ApiKey, Client, DeployRequest, ErrorKind, MaasBody, MachineFilter,
+    MachineStatus, PowerState, ReleaseRequest,
+};
+use serde_json::json;
+use support::maas_sim::MaasSim;
+
+const SIM: &str = env!("CARGO_BIN_EXE_maas-sim");
+
+fn sim() -> MaasSim {
+    MaasSim::start(SIM, None)
+}
+
+fn allocate_cp(client: &Client, agent: &str) -> capmaas::maas::Machine {
+    client
+        .allocate(&AllocateRequest {
+            pool: Some("cp-pool".into()),
+            tags: vec!["control-plane".into()],
+            agent_name: Some(agent.into()),
+            comment: Some(format!("capmaas test {agent}")),
+            ..AllocateRequest::default()
+        })
+        .expect("allocate a control-plane machine")
+}
+
+#[test]
+fn check_and_whoami_with_endpoint_as_users_write_it() {
+    let sim = sim();
+    for endpoint in [sim.url.clone(), format!("{}/", sim.url)] {
+        let mut config = sim.client_config(&sim.api_key);
+        config.endpoint = endpoint;
+        let client = Client::new(config).unwrap();
+        client.check().unwrap();
+        let me = client.whoami().unwrap();
+        assert_eq!(me.username, "admin");
+        assert!(me.is_superuser);
+    }
+}
+
+#[test]
+fn bad_keys_give_401_and_never_show_the_secret() {
+    let sim = sim();
+    let real = sim.api_key.clone();
+    let parts: Vec<&str> = real.split(':').collect();
+    let real_secret = parts[2];
+    let cases = [
+        (
+            format!("NoSuchConsumer0000:{}:{}", parts[1], parts[2]),
+            "Invalid API key.",
+        ),
+        (
+            format!("{}:NoSuchToken0000000:{}", parts[0], parts[2]),
+            "Invalid access token",
+        ),
+        (
+            format!("{}:{}:WrongSecretWrongSecretWrongSecr", parts[0], parts[1]),
+            "Invalid signature",
+        ),
+    ];
+    for (key, expected) in cases {
+        let client = Client::new(sim.client_config(&key)).unwrap();
+        let err = client.check().unwrap_err();
+        assert!(err.is_unauthorized(), "{err}");
+        assert!(!err.is_transient(), "{err}");
+        assert_eq!(err.attempts(), 1, "401 must not be retried: {err}");
+        let shown = format!("{err} {err:?} {}", err.message());
+        assert!(shown.contains(expected), "{shown}");
+        assert!(
+            !shown.contains(real_secret),
+            "the real secret leaked: {shown}"
+        );
+        assert!(
+            !shown.contains("WrongSecretWrongSecret"),
+            "our secret leaked: {shown}"
+        );
+    }
+}
+
+#[test]
+fn malformed_key_is_rejected_before_any_request() {
+    let err = ApiKey::parse("SimConsumerKey0001:SimTokenSecret000000000000000001").unwrap_err();
+    let message = capmaas::maas::Error::from(err).to_string();
+    assert!(message.contains("invalid MAAS API key"), "{message}");
+    assert!(!message.contains("SimTokenSecret"), "{message}");
+}
+
+#[test]
+fn list_and_filter_machines() {
+    let sim = sim();
+    let client = sim.client();
+    let all = client.machines(&MachineFilter::default()).unwrap();
+    assert_eq!(all.len(), 11);
+    assert!(all.iter().all(|m| m.status == MachineStatus::Ready));
+
+    let cp = client
+        .machines(&MachineFilter {
+            pool: Some("cp-pool".into()),
+            ..MachineFilter::default()
+        })
+        .unwrap();
+    assert_eq!(cp.len(), 4);
+    assert!(cp
+        .iter()
+        .all(|m| m.pool == "cp-pool" && m.tag_names == ["control-plane"]));
+
+    let workers_b = client
+        .machines(&MachineFilter {
+            zone: Some("zone-b".into()),
+            tags: vec!["worker".into()],
+            ..MachineFilter::default()
+        })
+        .unwrap();
+    assert_eq!(workers_b.len(), 3);
+    assert!(workers_b.iter().all(|m| m.zone == "zone-b"));
+
+    let one = client
+        .machines(&MachineFilter::by_hostname("worker-3"))
+        .unwrap();
+    assert_eq!(one.len(), 1);
+    let read = client.machine(&one[0].system_id).unwrap();
+    assert_eq!(read.hostname, "worker-3");
+    assert_eq!(read.fqdn, "worker-3.maas");
+    assert_eq!(read.cpu_count, 16);
+    assert_eq!(read.memory, 65536);
+    assert_eq!(read.storage_gb(), 1200.0);
+    assert_eq!(read.power_state, PowerState::Off);
+    assert!(read.boot_interface.is_some());
+
+    let by_id = client
+        .machines(&MachineFilter {
+            system_ids: vec![read.system_id.clone()],
+            ..MachineFilter::default()
+        })
+        .unwrap();
+    assert_eq!(by_id, vec![read]);
+}
+
+#[test]
+fn allocate_records_identity_and_picks_the_cheapest_match() {
+    let sim = sim();
+    let client = sim.client();
+    let host = client
+        .allocate(&AllocateRequest {
+            pool: Some("worker-pool".into()),
+            tags: vec!["worker".into()],
+            cpu_count: Some(8),
+            mem: Some(32768),
+            min_disk_gb: Some(200),
+            agent_name: Some("ns/mm-worker-0".into()),
+            comment: Some("capmaas ns/mm-worker-0".into()),
+            ..AllocateRequest::default()
+        })
+        .unwrap();
+    assert_eq!(host.status, MachineStatus::Allocated);
+    assert_eq!(host.owner.as_deref(), Some("admin"));
+    assert_eq!(
+        host.cpu_count, 16,
+        "the 16-core workers cost less than the 32-core ones"
+    );
+    let state = sim.machine_state(&host.system_id);
+    assert_eq!(state["agent_name"], "ns/mm-worker-0");
+    assert_eq!(state["comments"], json!(["capmaas ns/mm-worker-0"]));
+
+    let mine = client
+        .machines(&MachineFilter::by_agent_name("ns/mm-worker-0"))
+        .unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].system_id, host.system_id);
+    assert!(client
+        .machines(&MachineFilter::by_agent_name("someone-else"))
+        .unwrap()
+        .is_empty());
+
+    // Dry run picks without allocating.
+    let dry = client
+        .allocate(&AllocateRequest {
+            pool: Some("cp-pool".into()),
+            dry_run: true,
+            ..AllocateRequest::default()
+        })
+        .unwrap();
+    assert_eq!(dry.status, MachineStatus::Ready);
+}
+
+#[test]
+fn allocate_errors_are_permanent_and_typed() {
+    let sim = sim();
+    let client = sim.client();
+    let err = client
+        .allocate(&AllocateRequest {
+            pool: Some("cp-pool".into()),
+            mem: Some(1 << 30),
+            ..AllocateRequest::default()
+        })
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert!(!err.is_transient());
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(
+        err.body(),
+        &MaasBody::Text(
+            "No available machine matches constraints: [('mem', ['1073741824']), ('pool', ['cp-pool'])] \
+             (resolved to \"mem=1073741824.0 pool=cp-pool\")"
+                .into()
+        )
+    );
+
+    let err = client
+        .allocate(&AllocateRequest {
+            pool: Some("cp-pool".into()),
+            min_disk_gb: Some(500),
+            ..AllocateRequest::default()
+        })
+        .unwrap_err();
+    assert!(err.is_conflict(), "cp machines have 120 GB disks: {err}");
+
+    let err = client
+        .allocate(&AllocateRequest {
+            zone: Some("zone-z".into()),
+            ..AllocateRequest::default()
+        })
+        .unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+    let MaasBody::FieldErrors(fields) = err.body() else {
+        panic!("{err:?}")
+    };
+    assert_eq!(fields["zone"], vec!["No such zone(s): zone-z.".to_owned()]);
+
+    let err = client
+        .allocate(&AllocateRequest {
+            tags: vec!["no-such-tag".into()],
+            ..AllocateRequest::default()
+        })
+        .unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+    assert!(
+        err.message().contains("No such tag(s): 'no-such-tag'."),
+        "{err}"
+    );
+
+    // Exhaust the pool: 4 control-plane machines, the fifth allocate fails.
+    for i in 0..4 {
+        allocate_cp(&client, &format!("cp-{i}"));
+    }
+    let err = client
+        .allocate(&AllocateRequest {
+            pool: Some("cp-pool".into()),
+            ..AllocateRequest::default()
+        })
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+}
+
+#[test]
+fn deploy_custom_image_with_user_data_then_release_with_erase() {
+    let sim = sim();
+    let client = sim.client();
+    let host = allocate_cp(&client, "ns/cp-0");
+    let deployed = client
+        .deploy(
+            &host.system_id,
+            &DeployRequest {
+                image: Some("custom/u-2204-0-k-1264-0".into()),
+                user_data: Some(b"#cloud-config\nruncmd: [echo hi]\n".to_vec()),
+                ..DeployRequest::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(deployed.status, MachineStatus::Deploying);
+    assert_eq!(deployed.osystem, "custom");
+    assert_eq!(deployed.distro_series, "u-2204-0-k-1264-0");
+    assert_eq!(deployed.power_state, PowerState::On);
+    assert!(!deployed.ip_addresses.is_empty());
+    let state = sim.machine_state(&host.system_id);
+    assert_eq!(
+        state["user_data"],
+        "I2Nsb3VkLWNvbmZpZwpydW5jbWQ6IFtlY2hvIGhpXQo="
+    );
+
+    assert_eq!(sim.complete(&host.system_id), "Deployed");
+    let read = client.machine(&host.system_id).unwrap();
+    assert_eq!(read.status, MachineStatus::Deployed);
+    assert_eq!(read.status_name, "Deployed");
+
+    // Deploying a Deployed machine is a state conflict.
+    let err = client
+        .deploy(&host.system_id, &DeployRequest::default())
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(
+        err.message(),
+        "Can't deploy a machine that is in the 'Deployed' state"
+    );
+
+    let released = client
+        .release(
+            &host.system_id,
+            &ReleaseRequest {
+                erase: true,
+                comment: Some("bye".into()),
+                ..ReleaseRequest::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(released.status, MachineStatus::DiskErasing);
+    assert_eq!(sim.complete(&host.system_id), "Ready");
+    let state = sim.machine_state(&host.system_id);
+    assert_eq!(state["owner"], json!(null));
+    assert_eq!(state["agent_name"], "");
+    assert_eq!(state["osystem"], "");
+    assert_eq!(state["ip_addresses"], json!([]));
+    assert_eq!(state["comments"], json!(["capmaas test ns/cp-0", "bye"]));
+
+    // Releasing a Ready machine is a no-op, so release is safe to repeat.
+    let again = client
+        .release(&host.system_id, &ReleaseRequest::default())
+        .unwrap();
+    assert_eq!(again.status, MachineStatus::Ready);
+}
+
+#[test]
+fn deploy_ubuntu_ephemeral_and_by_series() {
+    let sim = sim();
+    let client = sim.client();
+    let a = allocate_cp(&client, "a");
+    let m = client
+        .deploy(
+            &a.system_id,
+            &DeployRequest {
+                image: Some("ubuntu/noble".into()),
+                ephemeral_deploy: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (m.osystem.as_str(), m.distro_series.as_str()),
+        ("ubuntu", "noble")
+    );
+    assert!(m.ephemeral_deploy);
+    let b = allocate_cp(&client, "b");
+    let m = client
+        .deploy(
+            &b.system_id,
+            &DeployRequest {
+                image: Some("jammy".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (m.osystem.as_str(), m.distro_series.as_str()),
+        ("ubuntu", "jammy")
+    );
+}
+
+#[test]
+fn deploy_unknown_image_is_400_and_changes_nothing() {
+    let sim = sim();
+    let client = sim.client();
+    let host = allocate_cp(&client, "x");
+    let err = client
+        .deploy(
+            &host.system_id,
+            &DeployRequest {
+                image: Some("custom/u-2204-0-k-9999-0".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+    let MaasBody::FieldErrors(fields) = err.body() else {
+        panic!("{err:?}")
+    };
+    let message = &fields["distro_series"][0];
+    assert!(
+        message.starts_with(
+            "'custom/u-2204-0-k-9999-0' is not a valid distro_series.  It should be one of: '', "
+        ),
+        "{message}"
+    );
+    assert!(message.contains("'custom/u-2204-0-k-1264-0'"), "{message}");
+    assert_eq!(
+        client.machine(&host.system_id).unwrap().status,
+        MachineStatus::Allocated
+    );
+
+    let check = client.check_image("u-2204-0-k-1265-0").unwrap();
+    assert!(!check.exists);
+    assert_eq!(check.closest[0], "custom/u-2204-0-k-1264-0");
+    let check = client.check_image("u-2204-0-k-1264-0").unwrap();
+    assert_eq!(check.canonical.as_deref(), Some("custom/u-2204-0-k-1264-0"));
+}
+
+#[test]
+fn power_update_owner_data_and_not_found() {
+    let sim = sim();
+    let client = sim.client();
+    let host = allocate_cp(&client, "p");
+    let id = host.system_id.as_str();
+
+    let err = client
+        .power_on(
+            &client
+                .machines(&MachineFilter::by_hostname("spare-1"))
+                .unwrap()[0]
+                .system_id,
+        )
+        .unwrap_err();
+    assert!(err.is_conflict(), "power_on an unallocated machine: {err}");
+    assert_eq!(err.message(), "Can't start node: it hasn't been allocated.");
+
+    let m = client.update_machine(id, &[("swap_size", "0")]).unwrap();
+    assert_eq!(m.swap_size, Some(0));
+
+    let m = client
+        .set_owner_data(
+            id,
+            &[("cluster", Some("ns/c1")), ("machine", Some("ns/m1"))],
+        )
+        .unwrap();
+    assert_eq!(
+        m.owner_data.get("cluster").map(String::as_str),
+        Some("ns/c1")
+    );
+    let m = client.set_owner_data(id, &[("machine", None)]).unwrap();
+    assert_eq!(m.owner_data.len(), 1);
+    let found = client
+        .machines(&MachineFilter {
+            owner_data: vec![("cluster".into(), "ns/c1".into())],
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(found.len(), 1);
+
+    assert_eq!(client.query_power_state(id).unwrap(), PowerState::Off);
+    let m = client.power_on(id).unwrap();
+    assert_eq!(
+        m.status,
+        MachineStatus::Deploying,
+        "power_on on Allocated starts a deployment"
+    );
+    assert_eq!(client.query_power_state(id).unwrap(), PowerState::On);
+    let m = client.power_off(id).unwrap();
+    assert_eq!(m.power_state, PowerState::Off);
+    sim.power_on(id);
+    assert_eq!(client.query_power_state(id).unwrap(), PowerState::On);
+
+    let err = client.machine("nosuch").unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(err.message(), "No Machine matches the given query.");
+    assert!(client
+        .release("nosuch", &ReleaseRequest::default())
+        .unwrap_err()
+        .is_not_found());
+}
+
+#[test]
+fn release_of_deployed_machine_goes_through_releasing() {
+    let sim = MaasSim::start_with_args(SIM, None, &["--release-seconds", "600"]);
+    let client = sim.client();
+    let host = allocate_cp(&client, "r");
+    client
+        .deploy(&host.system_id, &DeployRequest::default())
+        .unwrap();
+    sim.complete(&host.system_id);
+    let m = client
+        .release(&host.system_id, &ReleaseRequest::default())
+        .unwrap();
+    assert_eq!(m.status, MachineStatus::Releasing);
+    assert_eq!(
+        m.owner.as_deref(),
+        Some("admin"),
+        "owner stays until the release completes"
+    );
+    assert_eq!(sim.complete(&host.system_id), "Ready");
+    let m = client.machine(&host.system_id).unwrap();
+    assert_eq!(m.owner, None);
+    assert!(m.owner_data.is_empty());
+
+    // A powered-off machine is released at once.
+    let host = allocate_cp(&client, "r2");
+    let m = client
+        .release(&host.system_id, &ReleaseRequest::default())
+        .unwrap();
+    assert_eq!(m.status, MachineStatus::Ready);
+}
+
+#[test]
+fn failed_deployment_and_broken_machines() {
+    let sim = sim();
+    let client = sim.client();
+    let host = allocate_cp(&client, "f");
+    client
+        .deploy(&host.system_id, &DeployRequest::default())
+        .unwrap();
+    assert_eq!(sim.fail_deployment(&host.system_id), "Failed deployment");
+    let m = client.machine(&host.system_id).unwrap();
+    assert_eq!(m.status, MachineStatus::FailedDeployment);
+    let err = client
+        .deploy(&host.system_id, &DeployRequest::default())
+        .unwrap_err();
+    assert!(err.is_conflict());
+    assert_eq!(
+        client
+            .release(&host.system_id, &ReleaseRequest::default())
+            .unwrap()
+            .status,
+        MachineStatus::Ready
+    );
+
+    let other = allocate_cp(&client, "g");
+    sim.mark_broken(&other.system_id);
+    assert_eq!(
+        client.machine(&other.system_id).unwrap().status,
+        MachineStatus::Broken
+    );
+    assert!(client
+        .deploy(&other.system_id, &DeployRequest::default())
+        .unwrap_err()
+        .is_conflict());
+    assert_eq!(
+        client
+            .release(&other.system_id, &ReleaseRequest::default())
+            .unwrap()
+            .status,
+        MachineStatus::Ready
+    );
+}
+
+#[test]
+fn dns_resource_lifecycle() {
+    let sim = sim();
+    let client = sim.client();
+    let fqdn = "c1-api.k8s.maas";
+    assert!(client.dns_resources(fqdn).unwrap().is_empty());
+    let ips = vec!["10.11.130.21".to_owned(), "10.11.130.22".to_owned()];
+    let created = client.create_dns_resource(fqdn, 10, &ips).unwrap();
+    assert_eq!(created.fqdn, fqdn);
+    assert_eq!(created.address_ttl, Some(10));
+    assert_eq!(created.ip_addresses, ips);
+
+    let found = client.dns_resources(fqdn).unwrap();
+    assert_eq!(found, vec![created.clone()]);
+    assert_eq!(client.dns_resource(created.id).unwrap(), created);
+
+    let err = client.create_dns_resource(fqdn, 10, &ips).unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+    assert_eq!(err.attempts(), 1);
+    assert!(
+        err.message()
+            .contains("Labels must be unique within their zone."),
+        "{err}"
+    );
+
+    let updated = client
+        .set_dns_resource_ips(created.id, &["10.11.130.23".to_owned()])
+        .unwrap();
+    assert_eq!(updated.ip_addresses, vec!["10.11.130.23"]);
+    assert_eq!(
+        updated.address_ttl,
+        Some(10),
+        "fields left out keep their value"
+    );
+    let state = sim.state();
+    assert_eq!(
+        state["dns_resources"],
+        json!([{"id": created.id, "fqdn": fqdn, "address_ttl": 10, "ip_addresses": ["10.11.130.23"]}])
+    );
+    assert!(client
+        .set_dns_resource_ips(created.id, &[])
+        .unwrap()
+        .ip_addresses
+        .is_empty());
+
+    client.delete_dns_resource(created.id).unwrap();
+    assert!(client
+        .delete_dns_resource(created.id)
+        .unwrap_err()
+        .is_not_found());
+    assert!(client.dns_resources(fqdn).unwrap().is_empty());
+
+    let err = client.dns_resources("api.no-such-domain").unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(err.message(), "No Domain matches the given query.");
+}
+
+#[test]
+fn non_admin_key_is_forbidden_to_write_dns() {
+    let sim = sim();
+    let key = sim
+        .non_admin_key()
+        .expect("story inventory has a non-admin key");
+    let client = Client::new(sim.client_config(&key)).unwrap();
+    assert!(!client.whoami().unwrap().is_superuser);
+    let err = client
+        .create_dns_resource("x.k8s.maas", 10, &[])
+        .unwrap_err();
+    assert!(err.is_forbidden(), "{err}");
+    assert!(!err.is_transient());
+    assert_eq!(err.message(), "This method is reserved for admin users.");
+}
+
+#[test]
+fn inventory_lists() {
+    let sim = sim();
+    let client = sim.client();
+    let zones: Vec<String> = client
+        .zones()
+        .unwrap()
+        .into_iter()
+        .map(|z| z.name)
+        .collect();
+    assert_eq!(zones, ["default", "zone-a", "zone-b"]);
+    let pools: Vec<String> = client
+        .resource_pools()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(pools, ["default", "cp-pool", "worker-pool"]);
+    let domains = client.domains().unwrap();
+    assert!(domains
+        .iter()
+        .any(|d| d.name == "maas" && d.is_default && d.id == 0));
+    assert!(domains
+        .iter()
+        .any(|d| d.name == "k8s.maas" && d.ttl == Some(30)));
+    let images = client.boot_resources().unwrap();
+    assert!(images
+        .iter()
+        .any(|b| b.name == "u-2204-0-k-1264-0" && b.kind == "Uploaded"));
+}
+
+#[test]
+fn transient_503_is_retried_honouring_retry_after() {
+    let sim = sim();
+    let client = sim.client();
+    let id = sim.system_id("cp-1");
+    sim.set_fault(json!({"method": "GET", "endpoint": "machines/{id}/", "status": 503, "retry_after": 0, "times": 2}));
+    sim.reset_calls();
+    let m = client.machine(&id).unwrap();
+    assert_eq!(m.system_id, id);
+    assert_eq!(sim.call_count("GET machines/{id}/"), 3);
+
+    // 409 with Retry-After is MAAS's "database busy": retried too.
+    sim.set_fault(json!({"endpoint": "machines/", "op": "allocate", "status": 409, "retry_after": 0, "times": 1}));
+    sim.reset_calls();
+    allocate_cp(&client, "busy");
+    assert_eq!(
+        sim.call_count("POST machines/ op=allocate"),
+        2,
+        "503/409+Retry-After mean MAAS did nothing"
+    );
+
+    // 503 on allocate is retried as well.
+    sim.set_fault(json!({"endpoint": "machines/", "op": "allocate", "status": 503, "times": 1}));
+    sim.reset_calls();
+    allocate_cp(&client, "busy2");
+    assert_eq!(sim.call_count("POST machines/ op=allocate"), 2);
+}
+
+#[test]
+fn retries_are_bounded() {
+    let sim = sim();
+    let mut config = sim.client_config(&sim.api_key);
+    config.max_retries = 2;
+    let client = Client::new(config).unwrap();
+    sim.set_fault(json!({"endpoint": "zones/", "status": 503, "retry_after": 0}));
+    let err = client.zones().unwrap_err();
+    assert!(err.is_transient());
+    assert_eq!(err.http_status(), Some(503));
+    assert_eq!(err.retry_after(), Some(Duration::ZERO));
+    assert_eq!(err.attempts(), 3);
+    assert_eq!(sim.call_count("GET zones/"), 3);
+}
+
+#[test]
+fn permanent_errors_are_not_retried() {
+    let sim = sim();
+    let client = sim.client();
+    sim.set_fault(json!({"endpoint": "zones/", "status": 400, "body": "bad"}));
+    let err = client.zones().unwrap_err();
+    assert!(err.is_bad_request());
+    assert_eq!(sim.call_count("GET zones/"), 1);
+    sim.clear_faults();
+    sim.set_fault(json!({"endpoint": "resourcepools/", "status": 409, "body": "state"}));
+    let err = client.resource_pools().unwrap_err();
+    assert!(err.is_conflict());
+    assert_eq!(sim.call_count("GET resourcepools/"), 1);
+}
+
+#[test]
+fn dropped_connections_are_retried_for_reads() {
+    let sim = sim();
+    let client = sim.client();
+    sim.set_fault(json!({"endpoint": "domains/", "drop": true, "times": 2}));
+    assert!(!client.domains().unwrap().is_empty());
+    assert_eq!(sim.call_count("GET domains/"), 3);
+}
+
+#[test]
+fn allocate_is_not_repeated_when_the_answer_is_lost() {
+    let sim = sim();
+    let client = sim.client();
+    // MAAS allocates, then the connection breaks before the answer arrives.
+    sim.set_fault(
+        json!({"endpoint": "machines/", "op": "allocate", "drop_after": true, "times": 1}),
+    );
+    let err = client
+        .allocate(&AllocateRequest {
+            pool: Some("cp-pool".into()),
+            agent_name: Some("ns/lost".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(
+        sim.call_count("POST machines/ op=allocate"),
+        1,
+        "a retry could allocate twice"
+    );
+    // The caller finds the allocation by its identity.
+    let mine = client
+        .machines(&MachineFilter::by_agent_name("ns/lost"))
+        .unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].status, MachineStatus::Allocated);
+
+    // Same for DNS creation.
+    sim.set_fault(
+        json!({"method": "POST", "endpoint": "dnsresources/", "drop_after": true, "times": 1}),
+    );
+    let err = client
+        .create_dns_resource("lost.k8s.maas", 10, &[])
+        .unwrap_err();
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(client.dns_resources("lost.k8s.maas").unwrap().len(), 1);
+}
+
+#[test]
+fn timeouts_are_transient_and_retried_only_when_safe() {
+    let sim = sim();
+    let mut config = sim.client_config(&sim.api_key);
+    config.timeout = Duration::from_millis(300);
+    config.max_retries = 1;
+    let client = Client::new(config).unwrap();
+    sim.set_fault(json!({"endpoint": "zones/", "latency_ms": 1500}));
+    let err = client.zones().unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Timeout, "{err}");
+    assert!(err.is_transient());
+    assert_eq!(err.attempts(), 2);
+
+    sim.set_fault(json!({"endpoint": "machines/", "op": "allocate", "latency_ms": 1500}));
+    let err = client.allocate(&AllocateRequest::default()).unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Timeout, "{err}");
+    assert_eq!(err.attempts(), 1, "a timed-out allocate may have worked");
+}
+
+#[test]
+fn connection_refused_is_a_connect_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let key = ApiKey::parse("a:b:c").unwrap();
+    let mut config = capmaas::maas::ClientConfig::new(format!("http://127.0.0.1:{port}/MAAS"), key);
+    config.max_retries = 1;
+    let err = Client::new(config)
+        .unwrap()
+        .allocate(&AllocateRequest::default())
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Connect, "{err}");
+    assert!(err.is_transient());
+    assert_eq!(
+        err.attempts(),
+        2,
+        "nothing reached MAAS, so even allocate is retried"
+    );
+}
+
+#[test]
+fn metrics_count_requests_by_operation_and_code() {
+    let sim = sim();
+    let client = sim.client();
+    client.zones().unwrap();
+    let _ = client.machine("nosuch");
+    let text = capmaas::metrics::render();
+    assert!(
+        text.contains("maas_api_requests_total{operation=\"zones_list\",code=\"2xx\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("maas_api_requests_total{operation=\"machine_read\",code=\"404\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("maas_api_request_duration_seconds_count{operation=\"zones_list\"}"),
+        "{text}"
+    );
+}
