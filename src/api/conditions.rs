@@ -84,6 +84,10 @@ impl<'a> Desired<'a> {
             message: message.into(),
         }
     }
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
 }
 
 pub fn get<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {

@@ -1,1 +1,70 @@
-//! (being written)
+//! The story: the MaasCluster and MaasMachine reconcilers and the workload
+//! API poller. The only layer that joins MAAS and Kubernetes.
+//!
+//! Each reconcile reads its object from the caches, walks the steps of its
+//! story in order (one module per step), and writes only what changed:
+//!
+//! - MaasCluster ([`cluster`]): owner Cluster → pause → finalizer → API DNS
+//!   name (persisted before the record exists) → DNS record → endpoint →
+//!   failure domains → DNS attachments (never emptied while control-plane
+//!   machines exist) → API server availability (via [`api_poller`]) →
+//!   conditions. Delete: wait for MaasMachines, delete the DNS record, drop
+//!   the finalizer.
+//! - MaasMachine ([`machine`]): owners → pause → finalizer → wait for
+//!   cluster infrastructure and bootstrap data → find our allocation or
+//!   allocate (crash-safe, marked with `agent_name`) → check the image →
+//!   deploy → observe MAAS (power on, conditions, DNS attachment, Node
+//!   providerID). Delete: leave DNS, release, drop the finalizer.
+//!
+//! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
+//! them to the real `kube`/`maas` clients and the runtime caches.
+
+// pub mod adapters;
+pub mod api_poller;
+pub mod cluster;
+mod error;
+#[cfg(test)]
+pub(crate) mod fake;
+mod finalizer;
+pub mod machine;
+pub mod ports;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::Error;
+use ports::{ApiWatch, Clock, KubeApi, MaasApi, WorkloadApi};
+
+/// What a reconcile asks for next (mapped onto the runtime's `Action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Done,
+    RequeueAfter(Duration),
+}
+
+/// Behaviour switches from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Do not `PUT swap_size=0` before deploy (restricted MAAS users cannot).
+    pub no_swap_update: bool,
+    /// Erase disks when releasing a machine.
+    pub release_erase: bool,
+}
+
+/// Everything a reconcile needs; shared by all workers of both controllers.
+#[derive(Clone)]
+pub struct Context {
+    pub kube: Arc<dyn KubeApi>,
+    pub maas: Arc<dyn MaasApi>,
+    pub workload: Arc<dyn WorkloadApi>,
+    pub api_watch: Arc<dyn ApiWatch>,
+    pub clock: Arc<dyn Clock>,
+    pub options: Options,
+}
+
+impl Context {
+    pub(crate) fn now_rfc3339(&self) -> String {
+        crate::api::conditions::format_rfc3339(self.clock.now())
+    }
+}

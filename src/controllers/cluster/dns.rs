@@ -1,0 +1,211 @@
+//! The API server DNS record `<cluster>-<6 random chars>.<dnsDomain>`
+//! (TTL 10 s), whose addresses are those of the running control-plane
+//! machines.
+//!
+//! Never leak, never wipe:
+//! - the name is chosen once and persisted in `status.network.dnsName`
+//!   (guarded by resourceVersion) BEFORE the record is created, and the
+//!   record is looked up by name before creating, so a crash at any point
+//!   never creates a second record;
+//! - the addresses are written only when they differ from MAAS's, and never
+//!   emptied while a control-plane MaasMachine that is not being deleted
+//!   exists (all of them rebooting or a MAAS power blip must not take the
+//!   API endpoint away);
+//! - the record is deleted with the cluster.
+
+use serde_json::json;
+
+use super::Reconciling;
+use crate::api::capi::{Cluster, CONTROL_PLANE_LABEL};
+use crate::api::{MaasCluster, MaasMachine};
+use crate::controllers::ports::{EventType, Kind};
+use crate::controllers::Error;
+use crate::maas::DnsResource;
+
+pub(super) const TTL_SECONDS: u32 = 10;
+const SUFFIX_LEN: usize = 6;
+const SUFFIX_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// The DNS name of this cluster, choosing and persisting it on first use.
+pub(super) fn ensure_name(r: &mut Reconciling, cluster: &Cluster) -> Result<String, Error> {
+    if let Some(name) = current_name(&r.mc, &cluster.metadata.name) {
+        if r.mc.dns_name().is_none() {
+            // Adopted from the endpoint (status is not moved by clusterctl move).
+            persist_name(r, &name)?;
+        }
+        return Ok(name);
+    }
+    let name = format!(
+        "{}-{}.{}",
+        cluster.metadata.name,
+        random_suffix()?,
+        r.mc.spec.dns_domain
+    );
+    persist_name(r, &name)?;
+    Ok(name)
+}
+
+/// `status.network.dnsName`, else an endpoint host that has our naming
+/// scheme (`<cluster>-xxxxxx.<dnsDomain>`), which is how a cluster looks
+/// after `clusterctl move`: spec copied, status not.
+pub(super) fn current_name(mc: &MaasCluster, cluster_name: &str) -> Option<String> {
+    if let Some(name) = mc.dns_name() {
+        return Some(name.to_string());
+    }
+    let host = &mc.spec.control_plane_endpoint.as_ref()?.host;
+    let suffix = host.strip_prefix(cluster_name)?.strip_prefix('-')?;
+    let (random, domain) = suffix.split_once('.')?;
+    (random.len() == SUFFIX_LEN && domain == mc.spec.dns_domain).then(|| host.clone())
+}
+
+/// Writes the name with the resourceVersion we read: if our cache was
+/// stale (a name may already be stored), the API server refuses and we
+/// retry with fresh data rather than pick a second name.
+fn persist_name(r: &mut Reconciling, name: &str) -> Result<(), Error> {
+    let meta = &r.mc.metadata;
+    let patch = json!({
+        "metadata": {"resourceVersion": meta.resource_version},
+        "status": {"network": {"dnsName": name}}
+    });
+    let new_version =
+        r.ctx
+            .kube
+            .patch_status(Kind::MaasCluster, &meta.namespace, &meta.name, &patch)?;
+    r.mc.metadata.resource_version = new_version;
+    for status in [
+        &mut r.status,
+        r.old_status.get_or_insert_with(Default::default),
+    ] {
+        status.network.get_or_insert_with(Default::default).dns_name = name.to_string();
+    }
+    Ok(())
+}
+
+fn random_suffix() -> Result<String, Error> {
+    let mut bytes = [0u8; SUFFIX_LEN];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::Retry(format!("no randomness for the DNS name: {e}")))?;
+    Ok(bytes
+        .iter()
+        .map(|b| SUFFIX_ALPHABET[*b as usize % SUFFIX_ALPHABET.len()] as char)
+        .collect())
+}
+
+/// The record named `fqdn`, created (with `ips`) if MAAS has none.
+pub(super) fn ensure_record(
+    r: &mut Reconciling,
+    fqdn: &str,
+    ips: &[String],
+) -> Result<DnsResource, Error> {
+    let mut found = r.ctx.maas.dns_resources(fqdn)?;
+    match found.len() {
+        0 => {
+            let record = r.ctx.maas.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
+            r.event(
+                EventType::Normal,
+                "DNSRecordCreated",
+                &format!("Created DNS record {fqdn} (TTL {TTL_SECONDS})"),
+            );
+            Ok(record)
+        }
+        1 => Ok(found.remove(0)),
+        n => Err(Error::Retry(format!(
+            "expected 1 DNS resource for {fqdn:?}, got {n}"
+        ))),
+    }
+}
+
+/// The addresses the record should hold: the first ExternalIP of every
+/// running control-plane machine that is not being deleted. `None` means
+/// "leave the record as it is": no such machine runs, but control-plane
+/// machines that are not being deleted exist (rebooting, powered off).
+pub(super) fn desired_ips(machines: &[MaasMachine]) -> Option<Vec<String>> {
+    let control_plane: Vec<&MaasMachine> = machines
+        .iter()
+        .filter(|m| m.metadata.has_label(CONTROL_PLANE_LABEL))
+        .collect();
+    let mut ips: Vec<String> = control_plane
+        .iter()
+        .filter(|m| !m.metadata.is_being_deleted() && is_running(m))
+        .filter_map(|m| {
+            let status = m.status.as_ref()?;
+            status
+                .addresses
+                .iter()
+                .find(|a| a.type_ == "ExternalIP")
+                .map(|a| a.address.clone())
+        })
+        .collect();
+    ips.sort();
+    ips.dedup();
+    let staying = control_plane.iter().any(|m| !m.metadata.is_being_deleted());
+    if ips.is_empty() && staying {
+        return None;
+    }
+    Some(ips)
+}
+
+/// Powered on and Deploying or Deployed: a first control-plane machine
+/// needs its own address in the record while kubeadm initialises it.
+fn is_running(m: &MaasMachine) -> bool {
+    m.status.as_ref().is_some_and(|s| {
+        s.machine_powered
+            && matches!(
+                s.machine_state.as_deref(),
+                Some("Deploying") | Some("Deployed")
+            )
+    })
+}
+
+/// Writes the desired addresses if they differ from MAAS's (which also
+/// repairs drift made by hand).
+pub(super) fn update_attachments(
+    r: &mut Reconciling,
+    record: &DnsResource,
+    desired: Option<Vec<String>>,
+) -> Result<(), Error> {
+    let Some(desired) = desired else {
+        return Ok(());
+    };
+    let mut current = record.ip_addresses.clone();
+    current.sort();
+    current.dedup();
+    if current == desired {
+        return Ok(());
+    }
+    r.ctx.maas.set_dns_resource_ips(record.id, &desired)?;
+    let message = format!(
+        "DNS record {} now resolves to [{}] (was [{}])",
+        record.fqdn,
+        desired.join(", "),
+        current.join(", ")
+    );
+    r.event(EventType::Normal, "DNSRecordUpdated", &message);
+    Ok(())
+}
+
+/// Deletes the cluster's record(s); a record already gone is fine.
+pub(super) fn delete_record(r: &mut Reconciling, cluster_name: Option<&str>) -> Result<(), Error> {
+    let name = match cluster_name {
+        Some(cluster) => current_name(&r.mc, cluster),
+        None => r.mc.dns_name().map(str::to_string),
+    };
+    let Some(fqdn) = name else { return Ok(()) };
+    let records = match r.ctx.maas.dns_resources(&fqdn) {
+        Ok(records) => records,
+        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    for record in records.iter().filter(|rec| rec.id >= 0) {
+        match r.ctx.maas.delete_dns_resource(record.id) {
+            Ok(()) => r.event(
+                EventType::Normal,
+                "DNSRecordDeleted",
+                &format!("Deleted DNS record {fqdn}"),
+            ),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

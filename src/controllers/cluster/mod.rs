@@ -1,0 +1,356 @@
+//! The MaasCluster reconciler: the API server endpoint of one cluster, kept
+//! as a MAAS DNS record (round robin over the control-plane machines).
+//!
+//! ```text
+//! owner Cluster ─► paused? ─► deleting? ─► finalizer ─► failure domains
+//!   ─► DNS name (persisted first) ─► DNS record ─► controlPlaneEndpoint ─► provisioned
+//!   ─► DNS attachments (dns.rs) ─► workload API available? (api_poller)
+//! delete: wait for MaasMachines ─► delete the DNS record ─► finalizer
+//! ```
+
+mod dns;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use super::ports::{EventTarget, EventType, Kind};
+use super::{finalizer, status, Context, Error, Next};
+use crate::api::capi::{self, Cluster};
+use crate::api::conditions::{self, Desired};
+use crate::api::maas_cluster::{self as mc_api, FINALIZER};
+use crate::api::{FailureDomain, Initialization, MaasCluster, MaasClusterStatus};
+
+/// While the cluster's MaasMachines are still being deleted.
+const DELETE_WAIT: Duration = Duration::from_secs(10);
+
+pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
+    let Some(maas_cluster) = ctx.kube.maas_cluster(namespace, name) else {
+        ctx.api_watch.forget(namespace, name);
+        return Ok(Next::Done);
+    };
+    let mut r = Reconciling::new(ctx, maas_cluster);
+    let result = r.run();
+    r.finish(result)
+}
+
+pub(crate) struct Reconciling<'c> {
+    ctx: &'c Context,
+    mc: MaasCluster,
+    old_status: Option<MaasClusterStatus>,
+    status: MaasClusterStatus,
+    now: String,
+    summarize: bool,
+    done_with_object: bool,
+}
+
+impl<'c> Reconciling<'c> {
+    fn new(ctx: &'c Context, mc: MaasCluster) -> Reconciling<'c> {
+        let old_status = mc.status.clone();
+        let status = mc.status();
+        Reconciling {
+            ctx,
+            mc,
+            old_status,
+            status,
+            now: ctx.now_rfc3339(),
+            summarize: true,
+            done_with_object: false,
+        }
+    }
+
+    /// The story of a MaasCluster.
+    fn run(&mut self) -> Result<Next, Error> {
+        let owner_name = self
+            .mc
+            .metadata
+            .owner(capi::GROUP, capi::CLUSTER_KIND)
+            .map(|o| o.name.clone());
+        let cluster = owner_name
+            .as_ref()
+            .and_then(|n| self.ctx.kube.cluster(&self.mc.metadata.namespace, n));
+        if let Some(why) = self.paused_because(cluster.as_ref()) {
+            self.set(
+                Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
+            );
+            self.summarize = false;
+            return Ok(Next::Done);
+        }
+        self.set(Desired::false_(
+            conditions::PAUSED,
+            conditions::NOT_PAUSED_REASON,
+            "",
+        ));
+        if self.mc.metadata.is_being_deleted() {
+            return self.delete(owner_name);
+        }
+        let Some(cluster) = cluster else {
+            log::info!(
+                "{}: waiting for Cluster API to set the owner Cluster",
+                self.key()
+            );
+            self.set(Desired::false_(
+                mc_api::LOAD_BALANCER_READY,
+                mc_api::WAITING_FOR_CLUSTER,
+                "waiting for the owner Cluster",
+            ));
+            return Ok(Next::Done);
+        };
+        finalizer::ensure(
+            self.ctx.kube.as_ref(),
+            Kind::MaasCluster,
+            &mut self.mc.metadata,
+            FINALIZER,
+        )?;
+        self.failure_domains();
+
+        let dns_name = dns::ensure_name(self, &cluster)?;
+        let machines = self
+            .ctx
+            .kube
+            .maas_machines_of_cluster(&self.mc.metadata.namespace, &cluster.metadata.name);
+        let desired_ips = dns::desired_ips(&machines);
+        let record =
+            match dns::ensure_record(self, &dns_name, desired_ips.as_deref().unwrap_or(&[])) {
+                Ok(record) => record,
+                Err(e) => {
+                    self.set(Desired::false_(
+                        mc_api::LOAD_BALANCER_READY,
+                        mc_api::LOAD_BALANCER_FAILED,
+                        e.to_string(),
+                    ));
+                    return Err(e);
+                }
+            };
+        self.ensure_endpoint(&cluster, &dns_name)?;
+        self.set(Desired::true_(
+            mc_api::LOAD_BALANCER_READY,
+            mc_api::LOAD_BALANCER_READY,
+        ));
+        self.status.initialization = Some(Initialization {
+            provisioned: Some(true),
+        });
+        self.status.ready = true;
+
+        dns::update_attachments(self, &record, desired_ips)?;
+        self.api_server_available(&cluster);
+        Ok(Next::Done)
+    }
+
+    fn finish(mut self, result: Result<Next, Error>) -> Result<Next, Error> {
+        if self.done_with_object {
+            return result;
+        }
+        if self.summarize {
+            let of = [mc_api::LOAD_BALANCER_READY, mc_api::API_SERVER_AVAILABLE];
+            let generation = self.mc.metadata.generation;
+            conditions::set_ready_summary(&mut self.status.conditions, &of, generation, &self.now);
+        }
+        let written = self.write_status();
+        match (result, written) {
+            (Err(e), Err(write_err)) => {
+                log::warn!(
+                    "{}: status write failed after an error: {write_err}",
+                    self.key()
+                );
+                Err(e)
+            }
+            (Err(e), Ok(())) => Err(e),
+            (Ok(_), Err(write_err)) => Err(write_err),
+            (Ok(next), Ok(())) => Ok(next),
+        }
+    }
+
+    fn write_status(&mut self) -> Result<(), Error> {
+        let kube = self.ctx.kube.as_ref();
+        if status::write(
+            kube,
+            Kind::MaasCluster,
+            &mut self.mc.metadata,
+            self.old_status.as_ref(),
+            &self.status,
+        )? {
+            self.old_status = Some(self.status.clone());
+        }
+        Ok(())
+    }
+
+    fn paused_because(&self, cluster: Option<&Cluster>) -> Option<String> {
+        let by_cluster = cluster.is_some_and(|c| c.is_paused());
+        let by_annotation = self.mc.metadata.has_annotation(capi::PAUSED_ANNOTATION);
+        match (by_cluster, by_annotation) {
+            (false, false) => None,
+            (true, false) => Some("Cluster spec.paused is set to true".into()),
+            (false, true) => Some(format!(
+                "MaasCluster has the {} annotation",
+                capi::PAUSED_ANNOTATION
+            )),
+            (true, true) => Some(format!(
+                "Cluster spec.paused is set to true, MaasCluster has the {} annotation",
+                capi::PAUSED_ANNOTATION
+            )),
+        }
+    }
+
+    /// `spec.failureDomains` if given, else the MAAS zones (asked once, while
+    /// the status has none), as the v1beta2 list.
+    fn failure_domains(&mut self) {
+        let names: Vec<String> = if !self.mc.spec.failure_domains.is_empty() {
+            self.mc.spec.failure_domains.clone()
+        } else if self.status.failure_domains.is_empty() {
+            match self.ctx.maas.zones() {
+                Ok(zones) => zones,
+                Err(e) => {
+                    log::warn!(
+                        "{}: listing MAAS zones for failure domains: {e}",
+                        self.key()
+                    );
+                    return;
+                }
+            }
+        } else {
+            return;
+        };
+        let mut names = names;
+        names.sort();
+        names.dedup();
+        self.status.failure_domains = names
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .map(|name| FailureDomain {
+                name,
+                control_plane: Some(true),
+                attributes: None,
+            })
+            .collect();
+    }
+
+    /// `spec.controlPlaneEndpoint` = the DNS name and the Cluster's API
+    /// server port, unless someone already set an endpoint.
+    fn ensure_endpoint(&mut self, cluster: &Cluster, dns_name: &str) -> Result<(), Error> {
+        if self
+            .mc
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .is_some_and(|e| !e.host.is_empty())
+        {
+            return Ok(());
+        }
+        let endpoint = mc_api::ApiEndpoint {
+            host: dns_name.to_string(),
+            port: cluster.api_server_port(),
+        };
+        let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": endpoint}});
+        let (ns, name) = (&self.mc.metadata.namespace, &self.mc.metadata.name);
+        self.mc.metadata.resource_version =
+            self.ctx.kube.patch(Kind::MaasCluster, ns, name, &patch)?;
+        self.mc.spec.control_plane_endpoint = Some(endpoint);
+        Ok(())
+    }
+
+    /// `APIServerAvailable`: once the poller has seen the workload API
+    /// answer. Until then the poller thread probes it and re-queues us.
+    fn api_server_available(&mut self, cluster: &Cluster) {
+        if conditions::is_true(&self.status.conditions, mc_api::API_SERVER_AVAILABLE) {
+            return;
+        }
+        let (ns, name) = (
+            self.mc.metadata.namespace.clone(),
+            self.mc.metadata.name.clone(),
+        );
+        if self.ctx.api_watch.take_online(&ns, &name) {
+            self.set(Desired::true_(
+                mc_api::API_SERVER_AVAILABLE,
+                mc_api::API_SERVER_AVAILABLE,
+            ));
+            self.event(
+                EventType::Normal,
+                "APIServerAvailable",
+                "The workload cluster's API server answers",
+            );
+            return;
+        }
+        self.ctx.api_watch.watch(&ns, &name, &cluster.metadata.name);
+        self.set(Desired::false_(
+            mc_api::API_SERVER_AVAILABLE,
+            mc_api::API_SERVER_NOT_READY,
+            "waiting for the workload API server to answer",
+        ));
+    }
+
+    fn delete(&mut self, owner_name: Option<String>) -> Result<Next, Error> {
+        let (ns, name) = (
+            self.mc.metadata.namespace.clone(),
+            self.mc.metadata.name.clone(),
+        );
+        self.ctx.api_watch.forget(&ns, &name);
+        if !self.mc.metadata.has_finalizer(FINALIZER) {
+            self.summarize = false;
+            return Ok(Next::Done);
+        }
+        let cluster_name = self
+            .mc
+            .metadata
+            .labels
+            .get(capi::CLUSTER_NAME_LABEL)
+            .cloned()
+            .or(owner_name);
+        if let Some(cluster_name) = &cluster_name {
+            let remaining = self
+                .ctx
+                .kube
+                .maas_machines_of_cluster(&ns, cluster_name)
+                .len();
+            if remaining > 0 {
+                let message = format!("waiting for {remaining} MaasMachines to be deleted");
+                self.summarize = false;
+                self.set(Desired::false_(
+                    conditions::READY,
+                    mc_api::DELETING,
+                    message,
+                ));
+                return Ok(Next::RequeueAfter(DELETE_WAIT));
+            }
+        }
+        dns::delete_record(self, cluster_name.as_deref())?;
+        self.summarize = false;
+        self.set(Desired::false_(
+            conditions::READY,
+            mc_api::DELETING,
+            "DNS record deleted",
+        ));
+        self.write_status()?;
+        finalizer::remove(
+            self.ctx.kube.as_ref(),
+            Kind::MaasCluster,
+            &mut self.mc.metadata,
+            FINALIZER,
+        )?;
+        self.done_with_object = true;
+        Ok(Next::Done)
+    }
+
+    fn set(&mut self, desired: Desired<'_>) {
+        let generation = self.mc.metadata.generation;
+        conditions::set(&mut self.status.conditions, desired, generation, &self.now);
+    }
+
+    fn event(&self, type_: EventType, reason: &str, message: &str) {
+        let meta = &self.mc.metadata;
+        let target = EventTarget {
+            kind: Kind::MaasCluster,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+        };
+        self.ctx.kube.event(&target, type_, reason, message);
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "MaasCluster {}/{}",
+            self.mc.metadata.namespace, self.mc.metadata.name
+        )
+    }
+}

@@ -1,0 +1,440 @@
+//! MaasCluster reconcile steps against the in-memory fakes.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::api::conditions::{self, Status};
+use crate::api::maas_cluster as mc_api;
+use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
+use crate::controllers::ports::Kind;
+use crate::controllers::{Error, Next};
+
+const NS: &str = "ns";
+
+fn reconcile(w: &World) -> Result<Next, Error> {
+    super::reconcile(&w.ctx, NS, "c1")
+}
+
+fn dns_name(w: &World) -> String {
+    w.maas_cluster(NS, "c1").dns_name().unwrap().to_string()
+}
+
+fn record_ips(w: &World) -> Vec<String> {
+    let records = w.maas.dns_records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let mut ips = records[0].ip_addresses.clone();
+    ips.sort();
+    ips
+}
+
+/// A MaasMachine of cluster c1 as the machine controller leaves it.
+fn machine(w: &World, name: &str, control_plane: bool, state: &str, powered: bool, ip: &str) {
+    w.machine(NS, "c1", name, control_plane);
+    w.edit(MAAS_MACHINE, NS, name, |v| {
+        v["status"] = json!({
+            "ready": state == "Deployed", "machineState": state, "machinePowered": powered,
+            "addresses": [{"type": "ExternalIP", "address": ip}, {"type": "InternalIP", "address": ip}]
+        })
+    });
+}
+
+#[test]
+fn waits_for_the_owner_cluster() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["ownerReferences"] = json!([])
+    });
+    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert!(w.maas.calls().is_empty());
+    assert!(w.maas_cluster(NS, "c1").metadata.finalizers.is_empty());
+}
+
+#[test]
+fn names_the_record_persists_the_name_first_and_provisions() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+
+    let mc = w.maas_cluster(NS, "c1");
+    assert_eq!(mc.metadata.finalizers, vec![mc_api::FINALIZER.to_string()]);
+    let name = dns_name(&w);
+    let (prefix, domain) = name.split_once('.').unwrap();
+    assert_eq!(domain, "maas");
+    let suffix = prefix.strip_prefix("c1-").unwrap();
+    assert_eq!(suffix.len(), 6);
+    assert!(suffix
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+
+    // The name is in the status before MAAS is asked to create the record.
+    let name_write = w
+        .kube
+        .writes()
+        .iter()
+        .position(|wr| wr.status && wr.patch["status"]["network"]["dnsName"] == json!(name));
+    assert!(name_write.is_some());
+    let records = w.maas.dns_records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].fqdn, name);
+    assert_eq!(records[0].address_ttl, Some(10));
+
+    let endpoint = mc.spec.control_plane_endpoint.clone().unwrap();
+    assert_eq!(
+        (endpoint.host.as_str(), endpoint.port),
+        (name.as_str(), 6443)
+    );
+    let status = mc.status();
+    assert!(status.ready);
+    assert_eq!(
+        status.initialization.and_then(|i| i.provisioned),
+        Some(true)
+    );
+    assert!(conditions::is_true(
+        mc.conditions(),
+        mc_api::LOAD_BALANCER_READY
+    ));
+    assert_eq!(
+        conditions::get(mc.conditions(), mc_api::API_SERVER_AVAILABLE)
+            .unwrap()
+            .reason,
+        mc_api::API_SERVER_NOT_READY
+    );
+    assert_eq!(
+        conditions::get(mc.conditions(), conditions::PAUSED)
+            .unwrap()
+            .status,
+        Status::False
+    );
+    assert!(w
+        .api_watch
+        .watched
+        .lock()
+        .unwrap()
+        .contains(&(NS.to_string(), "c1".to_string())));
+    // Failure domains from the MAAS zones.
+    let fds: Vec<String> = status
+        .failure_domains
+        .iter()
+        .map(|f| f.name.clone())
+        .collect();
+    assert_eq!(fds, vec!["az1", "az2"]);
+    assert!(status
+        .failure_domains
+        .iter()
+        .all(|f| f.control_plane == Some(true)));
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"DNSRecordCreated".to_string()));
+}
+
+#[test]
+fn api_server_port_comes_from_the_cluster_and_a_set_endpoint_is_kept() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| {
+        v["spec"]["clusterNetwork"] = json!({"apiServerPort": 7443})
+    });
+    reconcile(&w).unwrap();
+    assert_eq!(
+        w.maas_cluster(NS, "c1")
+            .spec
+            .control_plane_endpoint
+            .unwrap()
+            .port,
+        7443
+    );
+
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "vip.example.com", "port": 443})
+    });
+    reconcile(&w).unwrap();
+    let endpoint = w
+        .maas_cluster(NS, "c1")
+        .spec
+        .control_plane_endpoint
+        .unwrap();
+    assert_eq!(
+        (endpoint.host.as_str(), endpoint.port),
+        ("vip.example.com", 443)
+    );
+}
+
+#[test]
+fn spec_failure_domains_win_over_zones() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["failureDomains"] = json!(["z2", "z1"])
+    });
+    reconcile(&w).unwrap();
+    let fds: Vec<String> = w
+        .maas_cluster(NS, "c1")
+        .status()
+        .failure_domains
+        .iter()
+        .map(|f| f.name.clone())
+        .collect();
+    assert_eq!(fds, vec!["z1", "z2"]);
+    assert!(!w.maas.calls().contains(&"zones".to_string()));
+}
+
+#[test]
+fn an_existing_record_is_found_by_name_not_created_again() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    // A crash after the name was persisted and the record created, before
+    // the rest of the status was written.
+    w.edit(
+        MAAS_CLUSTER,
+        NS,
+        "c1",
+        |v| v["status"] = json!({"ready": false, "network": {"dnsName": "c1-xyz123.maas"}}),
+    );
+    w.maas.add_dns("c1-xyz123.maas", &[]);
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.dns_records().len(), 1);
+    assert_eq!(dns_name(&w), "c1-xyz123.maas");
+    assert!(!w
+        .maas
+        .calls()
+        .iter()
+        .any(|c| c.starts_with("create_dns_resource")));
+}
+
+#[test]
+fn a_stale_cache_cannot_pick_a_second_name() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    let before = w.kube.get(MAAS_CLUSTER, NS, "c1").unwrap();
+    reconcile(&w).unwrap();
+    let name = dns_name(&w);
+    w.kube
+        .stale
+        .lock()
+        .unwrap()
+        .insert((MAAS_CLUSTER, NS.into(), "c1".into()), before);
+    let err = reconcile(&w).unwrap_err();
+    assert!(matches!(err, Error::Kube(_)), "{err}");
+    assert_eq!(dns_name(&w), name, "the stored name is unchanged");
+    assert_eq!(w.maas.dns_records().len(), 1, "no second record");
+}
+
+#[test]
+fn a_cluster_moved_without_status_adopts_its_endpoint_name() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "c1-abc123.maas", "port": 6443})
+    });
+    w.maas.add_dns("c1-abc123.maas", &["10.0.0.5"]);
+    reconcile(&w).unwrap();
+    assert_eq!(dns_name(&w), "c1-abc123.maas");
+    assert_eq!(w.maas.dns_records().len(), 1);
+}
+
+#[test]
+fn record_holds_the_running_control_plane_and_is_written_only_on_change() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    machine(&w, "cp2", true, "Deploying", true, "10.0.0.2");
+    machine(&w, "cp3", true, "Allocated", false, "10.0.0.3");
+    machine(&w, "w1", false, "Deployed", true, "10.0.0.9");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+
+    machine(&w, "cp3", true, "Deployed", true, "10.0.0.3");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"DNSRecordUpdated".to_string()));
+
+    w.maas.clear_calls();
+    w.kube.clear_writes();
+    reconcile(&w).unwrap();
+    assert!(
+        !w.maas
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("set_dns") || c.starts_with("create_dns")),
+        "{:?}",
+        w.maas.calls()
+    );
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+}
+
+#[test]
+fn drift_in_maas_is_repaired() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    reconcile(&w).unwrap();
+    let id = w.maas.dns_records()[0].id;
+    w.maas
+        .dns
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .ip_addresses = vec!["192.168.1.1".into()];
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+}
+
+#[test]
+fn dns_is_never_emptied_while_control_plane_machines_exist() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+
+    // One powered off: it leaves, the other stays.
+    machine(&w, "cp1", true, "Deployed", false, "10.0.0.1");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+
+    // Both off (power blip): the record keeps what it had.
+    machine(&w, "cp2", true, "Deployed", false, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+
+    // Back on.
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+}
+
+#[test]
+fn deleting_control_plane_machines_leave_the_record() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    w.delete(MAAS_MACHINE, NS, "cp1");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+    // The last one leaves too when it is deleted (cluster teardown).
+    w.delete(MAAS_MACHINE, NS, "cp2");
+    reconcile(&w).unwrap();
+    assert!(record_ips(&w).is_empty());
+}
+
+#[test]
+fn api_server_available_once_the_poller_saw_it() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    reconcile(&w).unwrap();
+    assert!(!conditions::is_true(
+        w.maas_cluster(NS, "c1").conditions(),
+        conditions::READY
+    ));
+    w.api_watch
+        .online
+        .lock()
+        .unwrap()
+        .insert((NS.into(), "c1".into()));
+    reconcile(&w).unwrap();
+    let mc = w.maas_cluster(NS, "c1");
+    assert!(conditions::is_true(
+        mc.conditions(),
+        mc_api::API_SERVER_AVAILABLE
+    ));
+    assert!(conditions::is_true(mc.conditions(), conditions::READY));
+}
+
+#[test]
+fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.dns_records().len(), 1);
+
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    assert_eq!(
+        reconcile(&w).unwrap(),
+        Next::RequeueAfter(Duration::from_secs(10))
+    );
+    assert_eq!(w.maas.dns_records().len(), 1, "kept while machines remain");
+    let ready = conditions::get(w.maas_cluster(NS, "c1").conditions(), conditions::READY)
+        .cloned()
+        .unwrap();
+    assert_eq!(ready.reason, mc_api::DELETING);
+
+    w.kube.remove(MAAS_MACHINE, NS, "cp1");
+    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert!(w.maas.dns_records().is_empty(), "record deleted");
+    assert!(
+        w.kube.get(MAAS_CLUSTER, NS, "c1").is_none(),
+        "finalizer removed"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"DNSRecordDeleted".to_string()));
+    assert!(
+        w.api_watch.watched.lock().unwrap().is_empty(),
+        "poller forgot it"
+    );
+}
+
+#[test]
+fn delete_with_the_record_already_gone_completes() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    reconcile(&w).unwrap();
+    w.maas.dns.lock().unwrap().clear();
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert!(w.kube.get(MAAS_CLUSTER, NS, "c1").is_none());
+}
+
+#[test]
+fn paused_cluster_touches_nothing() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| {
+        v["spec"]["paused"] = json!(true)
+    });
+    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert!(w.maas.calls().is_empty());
+    let mc = w.maas_cluster(NS, "c1");
+    let paused = conditions::get(mc.conditions(), conditions::PAUSED).unwrap();
+    assert_eq!(paused.status, Status::True);
+    assert!(paused.message.contains("spec.paused"));
+    assert!(mc.dns_name().is_none());
+    let writes = w.kube.writes();
+    assert!(
+        writes
+            .iter()
+            .all(|wr| wr.kind == Kind::MaasCluster && wr.status),
+        "{writes:?}"
+    );
+}
+
+#[test]
+fn a_second_reconcile_writes_nothing() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    reconcile(&w).unwrap();
+    w.kube.clear_writes();
+    w.maas.clear_calls();
+    w.clock.advance(600);
+    reconcile(&w).unwrap();
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+    assert_eq!(
+        w.maas.calls(),
+        vec![format!("dns_resources {}", dns_name(&w))]
+    );
+}

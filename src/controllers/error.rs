@@ -1,0 +1,43 @@
+//! The one error type of the controllers layer. A reconcile that returns it
+//! is retried by the work queue with per-key exponential backoff.
+
+use std::fmt;
+
+use super::ports::{KubeError, MaasError};
+
+#[derive(Debug)]
+pub enum Error {
+    Maas(MaasError),
+    Kube(KubeError),
+    /// The workload cluster could not be reached or refused a write.
+    Workload(String),
+    /// Waiting on something that is not an error in itself, but should be
+    /// retried with backoff (e.g. MAAS has no matching machine); the message
+    /// is already on a condition.
+    Retry(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Maas(e) => e.fmt(f),
+            Error::Kube(e) => e.fmt(f),
+            Error::Workload(e) => write!(f, "workload cluster: {e}"),
+            Error::Retry(e) => write!(f, "will retry: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<MaasError> for Error {
+    fn from(e: MaasError) -> Error {
+        Error::Maas(e)
+    }
+}
+
+impl From<KubeError> for Error {
+    fn from(e: KubeError) -> Error {
+        Error::Kube(e)
+    }
+}

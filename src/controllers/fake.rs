@@ -1,0 +1,772 @@
+//! In-memory fakes of the ports, for unit tests of the reconcile steps.
+//!
+//! `FakeKube` stores objects as JSON and applies merge patches the way the
+//! API server does (including the resourceVersion precondition), so a test
+//! can run a reconcile, then another on the result, like the real loop.
+//! `FakeMaas` is a tiny MAAS: a pool of machines, allocation by constraints,
+//! deploy/release/power state transitions, DNS records, boot resources; each
+//! call is logged, and failures can be injected.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{json, Value};
+
+use super::ports::*;
+use super::{Context, Options};
+use crate::api::capi::{Cluster, Machine};
+use crate::api::{MaasCluster, MaasMachine};
+use crate::maas::{
+    AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host, MachineStatus,
+    PowerState, ReleaseRequest,
+};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap()
+}
+
+/// RFC 7386 merge patch.
+pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().unwrap();
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    apply_merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub kind: Kind,
+    pub name: String,
+    pub status: bool,
+    pub patch: Value,
+}
+
+type SecretData = BTreeMap<String, Vec<u8>>;
+
+#[derive(Default)]
+pub struct FakeKube {
+    pub objects: Mutex<HashMap<(&'static str, String, String), Value>>,
+    pub secrets: Mutex<HashMap<(String, String), SecretData>>,
+    pub writes: Mutex<Vec<Write>>,
+    pub events: Mutex<Vec<(String, EventType, String, String)>>,
+    pub next_rv: Mutex<u64>,
+    /// Serve this object instead of the stored one once (a stale cache).
+    pub stale: Mutex<HashMap<(&'static str, String, String), Value>>,
+}
+
+const CLUSTER: &str = "Cluster";
+const MACHINE: &str = "Machine";
+
+impl FakeKube {
+    pub fn put(&self, kind: &'static str, obj: Value) {
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        let mut obj = obj;
+        obj["metadata"]["namespace"] = json!(ns);
+        if obj["metadata"]["resourceVersion"].is_null() {
+            obj["metadata"]["resourceVersion"] = json!(self.bump());
+        }
+        lock(&self.objects).insert((kind, ns, name), obj);
+    }
+
+    pub fn get(&self, kind: &'static str, ns: &str, name: &str) -> Option<Value> {
+        lock(&self.objects)
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn remove(&self, kind: &'static str, ns: &str, name: &str) {
+        lock(&self.objects).remove(&(kind, ns.to_string(), name.to_string()));
+    }
+
+    pub fn put_secret(&self, ns: &str, name: &str, key: &str, value: &[u8]) {
+        lock(&self.secrets)
+            .entry((ns.into(), name.into()))
+            .or_default()
+            .insert(key.into(), value.to_vec());
+    }
+
+    pub fn writes(&self) -> Vec<Write> {
+        lock(&self.writes).clone()
+    }
+
+    pub fn clear_writes(&self) {
+        lock(&self.writes).clear();
+        lock(&self.events).clear();
+    }
+
+    pub fn event_reasons(&self) -> Vec<String> {
+        lock(&self.events).iter().map(|e| e.2.clone()).collect()
+    }
+
+    fn bump(&self) -> String {
+        let mut rv = lock(&self.next_rv);
+        *rv += 1;
+        rv.to_string()
+    }
+
+    fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &'static str,
+        ns: &str,
+        name: &str,
+    ) -> Option<T> {
+        let key = (kind, ns.to_string(), name.to_string());
+        let value = lock(&self.stale)
+            .remove(&key)
+            .or_else(|| lock(&self.objects).get(&key).cloned())?;
+        Some(serde_json::from_value(value).unwrap())
+    }
+
+    fn apply(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+        status: bool,
+    ) -> Result<String, KubeError> {
+        lock(&self.writes).push(Write {
+            kind,
+            name: name.into(),
+            status,
+            patch: patch.clone(),
+        });
+        let key = (kind.as_str(), ns.to_string(), name.to_string());
+        let mut objects = lock(&self.objects);
+        let Some(obj) = objects.get_mut(&key) else {
+            return Err(KubeError::new(
+                "patch",
+                KubeFailure::NotFound,
+                format!("{name} not found"),
+            ));
+        };
+        let mut patch = patch.clone();
+        if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
+            if rv != obj["metadata"]["resourceVersion"].as_str().unwrap_or("") {
+                return Err(KubeError::new(
+                    "patch",
+                    KubeFailure::Conflict,
+                    "the object has been modified",
+                ));
+            }
+            patch["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("resourceVersion");
+        }
+        // A status patch changes only status; a main-resource patch never does.
+        let patch = if status {
+            json!({"status": patch.get("status").cloned().unwrap_or(Value::Null)})
+        } else {
+            if let Some(p) = patch.as_object_mut() {
+                p.remove("status");
+            }
+            patch
+        };
+        apply_merge_patch(obj, &patch);
+        let rv = self.bump();
+        obj["metadata"]["resourceVersion"] = json!(rv);
+        // The API server deletes an object whose deletion is pending once its
+        // last finalizer is gone.
+        let deleting = !obj["metadata"]["deletionTimestamp"].is_null();
+        let no_finalizers = obj["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(|f| f.is_empty());
+        if deleting && no_finalizers {
+            objects.remove(&key);
+        }
+        Ok(rv)
+    }
+}
+
+impl KubeApi for FakeKube {
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
+        self.read(CLUSTER, namespace, name)
+    }
+    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
+        self.read(MACHINE, namespace, name)
+    }
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
+        self.read(Kind::MaasCluster.as_str(), namespace, name)
+    }
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
+        self.read(Kind::MaasMachine.as_str(), namespace, name)
+    }
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+        let objects = lock(&self.objects);
+        let mut out: Vec<MaasMachine> = objects
+            .iter()
+            .filter(|((kind, ns, _), v)| {
+                *kind == Kind::MaasMachine.as_str()
+                    && ns == namespace
+                    && v["metadata"]["labels"][crate::api::capi::CLUSTER_NAME_LABEL]
+                        == json!(cluster)
+            })
+            .map(|(_, v)| serde_json::from_value(v.clone()).unwrap())
+            .collect();
+        out.sort_by(|a: &MaasMachine, b| a.metadata.name.cmp(&b.metadata.name));
+        out
+    }
+    fn secret_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, KubeError> {
+        Ok(lock(&self.secrets)
+            .get(&(namespace.into(), name.into()))
+            .and_then(|s| s.get(key).cloned()))
+    }
+    fn patch(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<String, KubeError> {
+        self.apply(kind, namespace, name, patch, false)
+    }
+    fn patch_status(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<String, KubeError> {
+        self.apply(kind, namespace, name, patch, true)
+    }
+    fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
+        lock(&self.events).push((target.name.clone(), type_, reason.into(), message.into()));
+    }
+}
+
+/// Which call fails next, and how.
+#[derive(Default)]
+pub struct Faults {
+    /// `op` name → error returned (once) instead of doing the call.
+    pub once: HashMap<&'static str, MaasError>,
+    /// Allocate succeeds in MAAS but the answer is lost (crash/timeout).
+    pub lose_allocate_answer: bool,
+}
+
+#[derive(Default)]
+pub struct FakeMaas {
+    pub machines: Mutex<BTreeMap<String, Host>>,
+    pub agent_names: Mutex<HashMap<String, String>>,
+    pub dns: Mutex<BTreeMap<i64, DnsResource>>,
+    pub images: Mutex<Vec<BootResource>>,
+    pub zones: Mutex<Vec<String>>,
+    pub calls: Mutex<Vec<String>>,
+    pub faults: Mutex<Faults>,
+    pub deploys: Mutex<Vec<(String, DeployRequest)>>,
+    pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
+    next_dns_id: Mutex<i64>,
+}
+
+impl FakeMaas {
+    pub fn with_machines(n: usize) -> FakeMaas {
+        let maas = FakeMaas::default();
+        for i in 0..n {
+            maas.add_ready(&format!("sys{i:03}"), &format!("host-{i}"), "az1", 4, 8192);
+        }
+        *lock(&maas.zones) = vec!["az1".into(), "az2".into()];
+        *lock(&maas.images) = vec![
+            BootResource {
+                id: 1,
+                kind: "Synced".into(),
+                name: "ubuntu/jammy".into(),
+                architecture: "amd64/ga-22.04".into(),
+                ..Default::default()
+            },
+            BootResource {
+                id: 2,
+                kind: "Uploaded".into(),
+                name: "u-2204-0-k-1264-0".into(),
+                architecture: "amd64/generic".into(),
+                ..Default::default()
+            },
+        ];
+        maas
+    }
+
+    pub fn add_ready(&self, system_id: &str, hostname: &str, zone: &str, cpus: u32, memory: u64) {
+        let host = Host {
+            system_id: system_id.into(),
+            hostname: hostname.into(),
+            fqdn: format!("{hostname}.maas"),
+            status: MachineStatus::Ready,
+            status_name: "Ready".into(),
+            power_state: PowerState::Off,
+            zone: zone.into(),
+            pool: "default".into(),
+            cpu_count: cpus,
+            memory,
+            swap_size: Some(1 << 30),
+            ..Host::default()
+        };
+        lock(&self.machines).insert(system_id.into(), host);
+    }
+
+    pub fn host(&self, system_id: &str) -> Host {
+        lock(&self.machines)[system_id].clone()
+    }
+
+    pub fn set_state(&self, system_id: &str, status: MachineStatus, name: &str, power: PowerState) {
+        let mut machines = lock(&self.machines);
+        let host = machines.get_mut(system_id).unwrap();
+        host.status = status;
+        host.status_name = name.into();
+        host.power_state = power;
+    }
+
+    /// Finishes every deployment in progress.
+    pub fn finish_deployments(&self) {
+        for host in lock(&self.machines).values_mut() {
+            if host.status == MachineStatus::Deploying {
+                host.status = MachineStatus::Deployed;
+                host.status_name = "Deployed".into();
+            }
+        }
+    }
+
+    pub fn fail_once(&self, op: &'static str, failure: MaasFailure, message: &str) {
+        lock(&self.faults)
+            .once
+            .insert(op, MaasError::new(op, failure, message));
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        lock(&self.calls).clone()
+    }
+
+    pub fn clear_calls(&self) {
+        lock(&self.calls).clear();
+    }
+
+    pub fn allocated(&self) -> Vec<String> {
+        lock(&self.machines)
+            .values()
+            .filter(|h| h.status != MachineStatus::Ready)
+            .map(|h| h.system_id.clone())
+            .collect()
+    }
+
+    pub fn add_dns(&self, fqdn: &str, ips: &[&str]) -> i64 {
+        let mut id = lock(&self.next_dns_id);
+        *id += 1;
+        let record = DnsResource {
+            id: *id,
+            fqdn: fqdn.into(),
+            address_ttl: Some(10),
+            ip_addresses: ips.iter().map(|s| s.to_string()).collect(),
+        };
+        lock(&self.dns).insert(*id, record);
+        *id
+    }
+
+    pub fn dns_records(&self) -> Vec<DnsResource> {
+        lock(&self.dns).values().cloned().collect()
+    }
+
+    fn call(&self, op: &'static str, detail: &str) -> Result<(), MaasError> {
+        lock(&self.calls).push(format!("{op} {detail}").trim().to_string());
+        match lock(&self.faults).once.remove(op) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn not_found(op: &'static str) -> MaasError {
+        MaasError::new(
+            op,
+            MaasFailure::NotFound,
+            "No Machine matches the given query.",
+        )
+    }
+}
+
+impl MaasApi for FakeMaas {
+    fn machine(&self, system_id: &str) -> Result<Host, MaasError> {
+        self.call("machine", system_id)?;
+        lock(&self.machines)
+            .get(system_id)
+            .cloned()
+            .ok_or_else(|| Self::not_found("machine"))
+    }
+
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, MaasError> {
+        self.call("machines_by_agent_name", "")?;
+        let agents = lock(&self.agent_names);
+        Ok(lock(&self.machines)
+            .values()
+            .filter(|h| agents.get(&h.system_id).map(String::as_str) == Some(agent_name))
+            .cloned()
+            .collect())
+    }
+
+    fn allocate(&self, req: &AllocateRequest) -> Result<Host, MaasError> {
+        self.call("allocate", "")?;
+        let mut machines = lock(&self.machines);
+        let candidate = machines.values_mut().find(|h| {
+            h.status == MachineStatus::Ready
+                && req.cpu_count.is_none_or(|c| h.cpu_count >= c)
+                && req.mem.is_none_or(|m| h.memory >= m)
+                && req.zone.as_ref().is_none_or(|z| &h.zone == z)
+                && req.tags.iter().all(|t| h.tag_names.contains(t))
+        });
+        let Some(host) = candidate else {
+            return Err(MaasError::new(
+                "allocate",
+                MaasFailure::Conflict,
+                format!(
+                    "No available machine matches constraints: cpu_count={:?} mem={:?}",
+                    req.cpu_count, req.mem
+                ),
+            ));
+        };
+        host.status = MachineStatus::Allocated;
+        host.status_name = "Allocated".into();
+        if let Some(agent) = &req.agent_name {
+            lock(&self.agent_names).insert(host.system_id.clone(), agent.clone());
+        }
+        let host = host.clone();
+        if std::mem::take(&mut lock(&self.faults).lose_allocate_answer) {
+            return Err(MaasError::new(
+                "allocate",
+                MaasFailure::Unavailable,
+                "timed out reading the response",
+            ));
+        }
+        Ok(host)
+    }
+
+    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError> {
+        self.call("disable_swap", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("disable_swap"))?;
+        host.swap_size = Some(0);
+        Ok(())
+    }
+
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, MaasError> {
+        self.call("deploy", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("deploy"))?;
+        if !matches!(host.status, MachineStatus::Allocated | MachineStatus::Ready) {
+            return Err(MaasError::new(
+                "deploy",
+                MaasFailure::Conflict,
+                format!(
+                    "Can't deploy a machine that is in the '{}' state",
+                    host.status_name
+                ),
+            ));
+        }
+        host.status = MachineStatus::Deploying;
+        host.status_name = "Deploying".into();
+        host.power_state = PowerState::On;
+        let n = system_id
+            .trim_start_matches("sys")
+            .parse::<u32>()
+            .unwrap_or(0);
+        host.ip_addresses = vec![format!("10.0.0.{}", n + 10)];
+        if let Some(agent) = &req.agent_name {
+            lock(&self.agent_names).insert(system_id.into(), agent.clone());
+        }
+        lock(&self.deploys).push((system_id.into(), req.clone()));
+        Ok(host.clone())
+    }
+
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError> {
+        self.call("release", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("release"))?;
+        host.status = MachineStatus::Ready;
+        host.status_name = "Ready".into();
+        host.power_state = PowerState::Off;
+        host.ip_addresses.clear();
+        lock(&self.agent_names).remove(system_id);
+        lock(&self.releases).push((system_id.into(), req.clone()));
+        Ok(())
+    }
+
+    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), MaasError> {
+        self.call("power_on", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("power_on"))?;
+        host.power_state = PowerState::On;
+        Ok(())
+    }
+
+    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError> {
+        self.call("boot_resources", "")?;
+        Ok(lock(&self.images).clone())
+    }
+
+    fn zones(&self) -> Result<Vec<String>, MaasError> {
+        self.call("zones", "")?;
+        Ok(lock(&self.zones).clone())
+    }
+
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError> {
+        self.call("dns_resources", fqdn)?;
+        Ok(lock(&self.dns)
+            .values()
+            .filter(|r| r.fqdn == fqdn)
+            .cloned()
+            .collect())
+    }
+
+    fn create_dns_resource(
+        &self,
+        fqdn: &str,
+        ttl: u32,
+        ips: &[String],
+    ) -> Result<DnsResource, MaasError> {
+        self.call("create_dns_resource", fqdn)?;
+        let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let id = self.add_dns(fqdn, &ips);
+        let mut dns = lock(&self.dns);
+        let record = dns.get_mut(&id).unwrap();
+        record.address_ttl = Some(ttl);
+        Ok(record.clone())
+    }
+
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError> {
+        self.call("set_dns_resource_ips", &ips.join(" "))?;
+        let mut dns = lock(&self.dns);
+        let record = dns.get_mut(&id).ok_or_else(|| {
+            MaasError::new(
+                "set_dns",
+                MaasFailure::NotFound,
+                "No DNSResource matches the given query.",
+            )
+        })?;
+        record.ip_addresses = ips.to_vec();
+        Ok(())
+    }
+
+    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError> {
+        self.call("delete_dns_resource", &id.to_string())?;
+        lock(&self.dns).remove(&id).map(|_| ()).ok_or_else(|| {
+            MaasError::new(
+                "delete_dns",
+                MaasFailure::NotFound,
+                "No DNSResource matches the given query.",
+            )
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct FakeWorkload {
+    /// (cluster, node name) → providerID ("" = unset).
+    pub nodes: Mutex<HashMap<(String, String), String>>,
+    pub up: Mutex<HashSet<String>>,
+}
+
+impl WorkloadApi for FakeWorkload {
+    fn probe(&self, _namespace: &str, cluster: &str) -> Result<(), String> {
+        if lock(&self.up).contains(cluster) {
+            Ok(())
+        } else {
+            Err("connection refused".into())
+        }
+    }
+    fn node(
+        &self,
+        _namespace: &str,
+        cluster: &str,
+        node_name: &str,
+    ) -> Result<Option<NodeInfo>, String> {
+        Ok(lock(&self.nodes)
+            .get(&(cluster.into(), node_name.into()))
+            .map(|p| NodeInfo {
+                name: node_name.into(),
+                provider_id: (!p.is_empty()).then(|| p.clone()),
+            }))
+    }
+    fn set_node_provider_id(
+        &self,
+        _namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        provider_id: &str,
+    ) -> Result<(), String> {
+        let mut nodes = lock(&self.nodes);
+        let p = nodes
+            .get_mut(&(cluster.into(), node_name.into()))
+            .ok_or("node not found")?;
+        if !p.is_empty() {
+            return Err("spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid".into());
+        }
+        *p = provider_id.into();
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct FakeApiWatch {
+    pub watched: Mutex<HashSet<(String, String)>>,
+    pub online: Mutex<HashSet<(String, String)>>,
+}
+
+impl ApiWatch for FakeApiWatch {
+    fn watch(&self, namespace: &str, maas_cluster: &str, _cluster: &str) {
+        lock(&self.watched).insert((namespace.into(), maas_cluster.into()));
+    }
+    fn take_online(&self, namespace: &str, maas_cluster: &str) -> bool {
+        lock(&self.online).remove(&(namespace.into(), maas_cluster.into()))
+    }
+    fn forget(&self, namespace: &str, maas_cluster: &str) {
+        lock(&self.watched).remove(&(namespace.into(), maas_cluster.into()));
+    }
+}
+
+pub struct FakeClock(pub Mutex<u64>);
+
+impl FakeClock {
+    pub fn advance(&self, secs: u64) {
+        *lock(&self.0) += secs;
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> u64 {
+        *lock(&self.0)
+    }
+}
+
+/// A test world: fakes plus the context that uses them.
+pub struct World {
+    pub kube: Arc<FakeKube>,
+    pub maas: Arc<FakeMaas>,
+    pub workload: Arc<FakeWorkload>,
+    pub api_watch: Arc<FakeApiWatch>,
+    pub clock: Arc<FakeClock>,
+    pub ctx: Context,
+}
+
+impl World {
+    pub fn new(machines: usize) -> World {
+        World::with_options(machines, Options::default())
+    }
+
+    pub fn with_options(machines: usize, options: Options) -> World {
+        let kube = Arc::new(FakeKube::default());
+        let maas = Arc::new(FakeMaas::with_machines(machines));
+        let workload = Arc::new(FakeWorkload::default());
+        let api_watch = Arc::new(FakeApiWatch::default());
+        let clock = Arc::new(FakeClock(Mutex::new(1_700_000_000)));
+        let ctx = Context {
+            kube: kube.clone(),
+            maas: maas.clone(),
+            workload: workload.clone(),
+            api_watch: api_watch.clone(),
+            clock: clock.clone(),
+            options,
+        };
+        World {
+            kube,
+            maas,
+            workload,
+            api_watch,
+            clock,
+            ctx,
+        }
+    }
+
+    /// A Cluster `c1` (infrastructure provisioned) with MaasCluster `c1`.
+    pub fn cluster(&self, ns: &str, name: &str) {
+        self.kube.put(CLUSTER, json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": name}},
+            "status": {"initialization": {"infrastructureProvisioned": true}}
+        }));
+        self.kube.put(Kind::MaasCluster.as_str(), json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-mc-{name}"), "generation": 1,
+                         "labels": {"cluster.x-k8s.io/cluster-name": name},
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": name, "uid": format!("uid-{name}")}]},
+            "spec": {"dnsDomain": "maas"}
+        }));
+    }
+
+    /// A Machine + MaasMachine pair with a bootstrap Secret.
+    pub fn machine(&self, ns: &str, cluster: &str, name: &str, control_plane: bool) {
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+        if control_plane {
+            labels["cluster.x-k8s.io/control-plane"] = json!("");
+        }
+        self.kube.put(MACHINE, json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-m-{name}"), "labels": labels},
+            "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                     "infrastructureRef": {"kind": "MaasMachine", "name": name}}
+        }));
+        self.kube.put(Kind::MaasMachine.as_str(), json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-mm-{name}"), "generation": 1, "labels": labels,
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name, "uid": format!("uid-m-{name}")}]},
+            "spec": {"image": "custom/u-2204-0-k-1264-0", "minCPU": 2, "minMemory": 4096}
+        }));
+        self.kube.put_secret(
+            ns,
+            &format!("{name}-bootstrap"),
+            "value",
+            b"#cloud-config\n",
+        );
+    }
+
+    pub fn maas_machine(&self, ns: &str, name: &str) -> MaasMachine {
+        serde_json::from_value(self.kube.get(Kind::MaasMachine.as_str(), ns, name).unwrap())
+            .unwrap()
+    }
+
+    pub fn maas_cluster(&self, ns: &str, name: &str) -> MaasCluster {
+        serde_json::from_value(self.kube.get(Kind::MaasCluster.as_str(), ns, name).unwrap())
+            .unwrap()
+    }
+
+    pub fn edit(&self, kind: &'static str, ns: &str, name: &str, f: impl FnOnce(&mut Value)) {
+        let mut v = self.kube.get(kind, ns, name).unwrap();
+        f(&mut v);
+        v["metadata"]["resourceVersion"] = Value::Null;
+        self.kube.put(kind, v);
+    }
+
+    /// Marks an object as being deleted (as the API server does on DELETE
+    /// of an object with finalizers).
+    pub fn delete(&self, kind: &'static str, ns: &str, name: &str) {
+        self.edit(kind, ns, name, |v| {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+        });
+    }
+}
+
+pub const MAAS_MACHINE: &str = "MaasMachine";
+pub const MAAS_CLUSTER: &str = "MaasCluster";
+pub const CAPI_CLUSTER: &str = CLUSTER;

@@ -1,0 +1,257 @@
+//! Find the MAAS machine of this MaasMachine, or allocate one.
+//!
+//! Crash safety: the allocation carries our identity (`agent_name`), and
+//! before allocating we ask MAAS for a machine already carrying it. A crash
+//! between the allocate call and the spec write therefore finds the machine
+//! again instead of allocating a second one; the spec write
+//! (`providerID`, `systemID`) follows the allocation at once.
+
+use serde_json::json;
+
+use super::{Reconciling, Step};
+use crate::api::capi::Machine;
+use crate::api::maas_machine::{self as mm_api, provider_id};
+use crate::controllers::ports::{EventType, Kind, MaasFailure};
+use crate::controllers::{Error, Next};
+use crate::maas::{check_image, AllocateRequest, Machine as Host, ReleaseRequest};
+
+pub(super) fn find_or_allocate(
+    r: &mut Reconciling,
+    machine: &Machine,
+) -> Result<Step<Host>, Error> {
+    if let Some(system_id) = r.mm.system_id().map(str::to_string) {
+        match r.ctx.maas.machine(&system_id) {
+            Ok(host) => return Ok(Step::Continue(host)),
+            Err(e) if e.is_not_found() => {
+                if let Some(stop) = gone_from_maas(r, &system_id)? {
+                    return Ok(stop);
+                }
+            }
+            Err(e) => {
+                r.set(crate::api::Desired::unknown(
+                    mm_api::MACHINE_DEPLOYED,
+                    mm_api::MACHINE_NOT_FOUND,
+                    e.to_string(),
+                ));
+                return Err(e.into());
+            }
+        }
+    }
+
+    let agent_name = r.agent_name();
+    let mut ours = r.ctx.maas.machines_by_agent_name(&agent_name)?;
+    if !ours.is_empty() {
+        let host = ours.remove(0);
+        for duplicate in ours {
+            release_duplicate(r, &duplicate);
+        }
+        log::info!(
+            "{}: found MAAS machine {} already allocated to it",
+            r.key(),
+            host.system_id
+        );
+        record_allocation(r, &host)?;
+        return Ok(Step::Continue(host));
+    }
+
+    // Check the image before taking a machine we could not deploy.
+    if !image_available(r)? {
+        return Err(Error::Retry(format!(
+            "{}: image {:?} not in MAAS",
+            r.key(),
+            r.mm.spec.image
+        )));
+    }
+    if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
+        r.set(crate::api::Desired::false_(
+            mm_api::MACHINE_DEPLOYED,
+            mm_api::MACHINE_DEPLOY_STARTED,
+            "allocating a machine",
+        ));
+    }
+    let request = allocate_request(r, machine, agent_name);
+    match r.ctx.maas.allocate(&request) {
+        Ok(host) => {
+            let message = format!(
+                "Allocated MAAS machine {} ({}) in zone {:?}",
+                host.system_id, host.hostname, host.zone
+            );
+            r.event(EventType::Normal, "MachineAllocated", &message);
+            record_allocation(r, &host)?;
+            Ok(Step::Continue(host))
+        }
+        // No machine matches (409) or MAAS rejects a constraint (400): the
+        // user can read why on the condition; the queue retries with backoff.
+        Err(e) if matches!(e.failure, MaasFailure::Conflict | MaasFailure::Rejected) => {
+            let message = format!("allocating a machine: {}", e.message);
+            r.set(crate::api::Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_DEPLOY_FAILED,
+                message.clone(),
+            ));
+            r.event(EventType::Warning, "MachineAllocationFailed", &message);
+            Err(Error::Retry(format!("{}: {message}", r.key())))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Our recorded machine no longer exists in MAAS. Before it was ever
+/// provisioned we simply allocate another; afterwards Cluster API already
+/// copied the providerID to the Machine, so this is terminal and reported.
+fn gone_from_maas(r: &mut Reconciling, system_id: &str) -> Result<Option<Step<Host>>, Error> {
+    if r.mm.is_provisioned() {
+        let message = format!("MAAS machine {system_id} no longer exists");
+        if r.status.failure_message.as_deref() != Some(message.as_str()) {
+            r.event(EventType::Warning, "NoMachineFound", &message);
+        }
+        r.set(crate::api::Desired::false_(
+            mm_api::MACHINE_DEPLOYED,
+            mm_api::MACHINE_NOT_FOUND,
+            message.clone(),
+        ));
+        r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
+        r.status.failure_message = Some(message);
+        return Ok(Some(Step::Stop(Next::Done)));
+    }
+    log::warn!(
+        "{}: MAAS machine {system_id} disappeared before deployment; allocating another",
+        r.key()
+    );
+    let patch = json!({"spec": {"providerID": null, "systemID": null}});
+    r.mm.metadata.resource_version = r.ctx.kube.patch(
+        Kind::MaasMachine,
+        &r.mm.metadata.namespace,
+        &r.mm.metadata.name,
+        &patch,
+    )?;
+    r.mm.spec.provider_id = None;
+    r.mm.spec.system_id = None;
+    Ok(None)
+}
+
+fn allocate_request(r: &Reconciling, machine: &Machine, agent_name: String) -> AllocateRequest {
+    let spec = &r.mm.spec;
+    let zone = spec
+        .failure_domain
+        .clone()
+        .or_else(|| machine.spec.failure_domain.clone())
+        .filter(|z| !z.is_empty());
+    let meta = &r.mm.metadata;
+    let cluster = meta
+        .labels
+        .get(crate::api::capi::CLUSTER_NAME_LABEL)
+        .map(String::as_str)
+        .unwrap_or("");
+    AllocateRequest {
+        cpu_count: spec
+            .min_cpu
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0),
+        mem: spec
+            .min_memory
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0),
+        pool: spec.resource_pool.clone().filter(|p| !p.is_empty()),
+        zone,
+        tags: spec.tags.clone(),
+        min_disk_gb: spec
+            .min_disk_size
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0),
+        agent_name: Some(agent_name),
+        comment: Some(format!(
+            "capmaas: cluster {cluster}, MaasMachine {}/{}",
+            meta.namespace, meta.name
+        )),
+        ..AllocateRequest::default()
+    }
+}
+
+/// Persists `spec.providerID`, `spec.systemID`, `spec.failureDomain` right
+/// after allocation (or adoption).
+fn record_allocation(r: &mut Reconciling, host: &Host) -> Result<(), Error> {
+    let provider_id = provider_id(&host.zone, &host.system_id);
+    let zone = (!host.zone.is_empty()).then(|| host.zone.clone());
+    let spec = &r.mm.spec;
+    if spec.provider_id.as_deref() == Some(provider_id.as_str())
+        && spec.system_id.as_deref() == Some(host.system_id.as_str())
+        && (zone.is_none() || spec.failure_domain == zone)
+    {
+        return Ok(());
+    }
+    let mut patch = json!({"spec": {"providerID": provider_id, "systemID": host.system_id}});
+    if let Some(zone) = &zone {
+        patch["spec"]["failureDomain"] = json!(zone);
+    }
+    r.mm.metadata.resource_version = r.ctx.kube.patch(
+        Kind::MaasMachine,
+        &r.mm.metadata.namespace,
+        &r.mm.metadata.name,
+        &patch,
+    )?;
+    r.mm.spec.provider_id = Some(provider_id);
+    r.mm.spec.system_id = Some(host.system_id.clone());
+    if zone.is_some() {
+        r.mm.spec.failure_domain = zone;
+    }
+    Ok(())
+}
+
+/// Two machines carry our identity only if an allocate answer was lost and
+/// retried; keep the first, give the others back.
+fn release_duplicate(r: &Reconciling, host: &Host) {
+    let request = ReleaseRequest {
+        comment: Some(format!("capmaas: duplicate allocation for {}", r.key())),
+        ..Default::default()
+    };
+    match r.ctx.maas.release(&host.system_id, &request) {
+        Ok(()) => r.event(
+            EventType::Normal,
+            "SuccessfulRelease",
+            &format!("Released duplicate instance {:?}", host.system_id),
+        ),
+        Err(e) => log::warn!(
+            "{}: releasing duplicate allocation {}: {e}",
+            r.key(),
+            host.system_id
+        ),
+    }
+}
+
+/// Is the image of this MaasMachine among MAAS's boot resources? If not,
+/// says so on `MachineDeployed` with the closest existing names.
+pub(super) fn image_available(r: &mut Reconciling) -> Result<bool, Error> {
+    let wanted = r.mm.spec.image.clone();
+    let resources = r.ctx.maas.boot_resources()?;
+    let check = check_image(&wanted, &resources);
+    if check.exists {
+        return Ok(true);
+    }
+    let message = if check.closest.is_empty() {
+        format!("image {wanted:?} not found in MAAS boot resources (none are deployable)")
+    } else {
+        let closest: Vec<String> = check.closest.iter().map(|c| format!("{c:?}")).collect();
+        format!(
+            "image {wanted:?} not found in MAAS boot resources; closest: {}",
+            closest.join(", ")
+        )
+    };
+    if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED)
+        || conditions_message(r) != message
+    {
+        r.event(EventType::Warning, "ImageNotFound", &message);
+    }
+    r.set(crate::api::Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::MACHINE_DEPLOY_FAILED,
+        message,
+    ));
+    Ok(false)
+}
+
+fn conditions_message(r: &Reconciling) -> String {
+    crate::api::conditions::get(&r.status.conditions, mm_api::MACHINE_DEPLOYED)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}

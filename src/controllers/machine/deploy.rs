@@ -1,0 +1,112 @@
+//! Deploy an allocated machine: image check, swap off, user data from the
+//! bootstrap Secret, `op=deploy`.
+//!
+//! A failed deploy keeps the allocation (the providerID Cluster API may
+//! already have copied stays valid) and is retried with backoff.
+
+use super::allocate::image_available;
+use super::{Reconciling, Step};
+use crate::api::maas_machine as mm_api;
+use crate::api::Desired;
+use crate::controllers::ports::EventType;
+use crate::controllers::Error;
+use crate::maas::{DeployRequest, Machine as Host, MachineStatus};
+
+/// Starts a deployment if the machine waits for one; otherwise passes the
+/// machine through unchanged.
+pub(super) fn ensure_deploying(
+    r: &mut Reconciling,
+    host: Host,
+    bootstrap_secret: &str,
+) -> Result<Step<Host>, Error> {
+    let needs_deploy = match host.status {
+        MachineStatus::Allocated => true,
+        // Released behind our back before it was ever provisioned: deploy
+        // allocates it to us again in the same call.
+        MachineStatus::Ready => !r.mm.is_provisioned(),
+        _ => false,
+    };
+    if !needs_deploy {
+        return Ok(Step::Continue(host));
+    }
+    if !image_available(r)? {
+        return Err(Error::Retry(format!(
+            "{}: image {:?} not in MAAS",
+            r.key(),
+            r.mm.spec.image
+        )));
+    }
+
+    let namespace = r.mm.metadata.namespace.clone();
+    let user_data = match r
+        .ctx
+        .kube
+        .secret_value(&namespace, bootstrap_secret, "value")
+    {
+        Ok(Some(data)) => data,
+        Ok(None) => {
+            let message = format!(
+                "bootstrap data Secret {namespace}/{bootstrap_secret} has no key \"value\" (yet)"
+            );
+            r.event(EventType::Warning, "FailedGetBootstrapData", &message);
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::WAITING_FOR_BOOTSTRAP_DATA,
+                message.clone(),
+            ));
+            return Err(Error::Retry(message));
+        }
+        Err(e) => {
+            r.event(EventType::Warning, "FailedGetBootstrapData", &e.to_string());
+            return Err(e.into());
+        }
+    };
+
+    let system_id = host.system_id.clone();
+    if !r.ctx.options.no_swap_update && host.swap_size != Some(0) {
+        if let Err(e) = r.ctx.maas.disable_swap(&system_id) {
+            let message = format!(
+                "setting swap_size=0 on {system_id}: {} (a non-admin MAAS key needs --no-swap-update)",
+                e.message
+            );
+            return deploy_failed(r, message);
+        }
+    }
+
+    let request = DeployRequest {
+        image: Some(r.mm.spec.image.clone()),
+        user_data: Some(user_data),
+        ephemeral_deploy: r.mm.spec.deploy_in_memory,
+        agent_name: Some(r.agent_name()),
+        comment: Some(format!("capmaas: {}", r.key())),
+        ..DeployRequest::default()
+    };
+    match r.ctx.maas.deploy(&system_id, &request) {
+        Ok(deploying) => {
+            let message = format!(
+                "Deploying MAAS machine {system_id} with image {:?}",
+                r.mm.spec.image
+            );
+            r.event(EventType::Normal, "MachineDeployStarted", &message);
+            Ok(Step::Continue(deploying))
+        }
+        Err(e) if e.failure.is_permanent() => deploy_failed(
+            r,
+            format!(
+                "deploying {system_id} with image {:?}: {}",
+                r.mm.spec.image, e.message
+            ),
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn deploy_failed(r: &mut Reconciling, message: String) -> Result<Step<Host>, Error> {
+    r.event(EventType::Warning, "MachineDeployFailed", &message);
+    r.set(Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::MACHINE_DEPLOY_FAILED,
+        message.clone(),
+    ));
+    Err(Error::Retry(format!("{}: {message}", r.key())))
+}

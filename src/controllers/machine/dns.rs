@@ -1,0 +1,91 @@
+//! The machine side of the API server DNS record (control-plane machines
+//! only). The MaasCluster reconciler owns the record's contents; a machine
+//! only reads it to report `DNSAttached`, and on deletion waits until the
+//! cluster has taken its address out.
+//!
+//! MAAS is read only when the answer can change: a running machine not yet
+//! attached, a stopped machine still attached, or a deleting machine.
+
+use super::{Reconciling, DNS_PENDING_REQUEUE};
+use crate::api::conditions;
+use crate::api::maas_machine as mm_api;
+use crate::api::{Desired, MaasCluster};
+use crate::controllers::{Error, Next};
+
+/// Updates `dnsAttached` and the `DNSAttached` condition; returns a requeue
+/// while an attach or detach is pending.
+pub(super) fn check_attachment(
+    r: &mut Reconciling,
+    maas_cluster: Option<&MaasCluster>,
+    ips: &[String],
+    running: bool,
+) -> Result<Option<Next>, Error> {
+    let deleting = r.mm.metadata.is_being_deleted();
+    let Some(fqdn) = maas_cluster.and_then(|c| c.dns_name()).map(str::to_string) else {
+        if !deleting {
+            r.set(Desired::false_(
+                mm_api::DNS_ATTACHED,
+                mm_api::DNS_ATTACH_PENDING,
+                "waiting for the cluster's DNS name",
+            ));
+        }
+        return Ok(None);
+    };
+    let attached_now = conditions::is_true(&r.status.conditions, mm_api::DNS_ATTACHED);
+    let needs_read = deleting || (running && !attached_now) || (!running && r.status.dns_attached);
+    if !needs_read {
+        if !running && !deleting {
+            r.set(Desired::false_(
+                mm_api::DNS_ATTACHED,
+                mm_api::DNS_ATTACH_PENDING,
+                "machine is not running",
+            ));
+        }
+        return Ok(None);
+    }
+    let records = match r.ctx.maas.dns_resources(&fqdn) {
+        Ok(records) => records,
+        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let registered = records
+        .iter()
+        .flat_map(|rec| rec.ip_addresses.iter())
+        .any(|ip| ips.contains(ip));
+    r.status.dns_attached = registered;
+    match (running && !deleting, registered) {
+        (true, true) => {
+            r.set(Desired::true_(mm_api::DNS_ATTACHED, mm_api::DNS_ATTACHED));
+            Ok(None)
+        }
+        (true, false) => {
+            r.set(Desired::false_(
+                mm_api::DNS_ATTACHED,
+                mm_api::DNS_ATTACH_PENDING,
+                format!("waiting for {fqdn}"),
+            ));
+            Ok(Some(Next::RequeueAfter(DNS_PENDING_REQUEUE)))
+        }
+        (false, true) => {
+            r.set(Desired::false_(
+                mm_api::DNS_ATTACHED,
+                mm_api::DNS_DETACH_PENDING,
+                format!("waiting to leave {fqdn}"),
+            ));
+            Ok(Some(Next::RequeueAfter(DNS_PENDING_REQUEUE)))
+        }
+        (false, false) => {
+            let why = if deleting {
+                "machine is being deleted"
+            } else {
+                "machine is not running"
+            };
+            r.set(Desired::false_(
+                mm_api::DNS_ATTACHED,
+                mm_api::DNS_ATTACH_PENDING,
+                why,
+            ));
+            Ok(None)
+        }
+    }
+}

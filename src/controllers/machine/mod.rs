@@ -1,0 +1,281 @@
+//! The MaasMachine reconciler: one bare-metal machine from MAAS for one
+//! Cluster API Machine.
+//!
+//! ```text
+//! owners ─► paused? ─► deleting? ─► finalizer ─► cluster infrastructure? ─► bootstrap data?
+//!   ─► find our allocation or allocate (allocate.rs) ─► deploy (deploy.rs)
+//!   ─► observe MAAS: status, power on, DNS attachment, Node providerID (observe.rs, dns.rs, node.rs)
+//! delete: leave DNS ─► release (release.rs) ─► finalizer
+//! ```
+//!
+//! The whole status is computed in memory and written once at the end, as a
+//! diff against what was read ([`Reconciling::finish`]).
+
+mod allocate;
+mod deploy;
+mod dns;
+mod node;
+mod observe;
+mod release;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use super::ports::{EventTarget, EventType, Kind};
+use super::{finalizer, status, Context, Error, Next};
+use crate::api::capi::{self, Cluster, Machine};
+use crate::api::conditions::{self, Desired};
+use crate::api::maas_machine::{self as mm_api, FINALIZER};
+use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus};
+
+/// How often to look at a CP machine's DNS attachment while it is pending.
+const DNS_PENDING_REQUEUE: Duration = Duration::from_secs(10);
+
+pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
+    let Some(maas_machine) = ctx.kube.maas_machine(namespace, name) else {
+        return Ok(Next::Done);
+    };
+    let mut r = Reconciling::new(ctx, maas_machine);
+    let result = r.run();
+    r.finish(result)
+}
+
+/// The objects a MaasMachine hangs off. Any may be missing: Cluster API
+/// sets the owner reference after creating the object, and during deletion
+/// the owners may already be gone.
+pub(crate) struct Owners {
+    pub machine: Option<Machine>,
+    pub cluster: Option<Cluster>,
+    pub maas_cluster: Option<MaasCluster>,
+}
+
+impl Owners {
+    fn find(ctx: &Context, mm: &MaasMachine) -> Owners {
+        let ns = &mm.metadata.namespace;
+        let machine = mm
+            .metadata
+            .owner(capi::GROUP, capi::MACHINE_KIND)
+            .and_then(|owner| ctx.kube.machine(ns, &owner.name));
+        let cluster_name = mm
+            .metadata
+            .labels
+            .get(capi::CLUSTER_NAME_LABEL)
+            .cloned()
+            .or_else(|| machine.as_ref().map(|m| m.spec.cluster_name.clone()))
+            .filter(|n| !n.is_empty());
+        let cluster = cluster_name.and_then(|n| ctx.kube.cluster(ns, &n));
+        let maas_cluster = cluster
+            .as_ref()
+            .and_then(|c| c.spec.infrastructure_ref.as_ref())
+            .and_then(|r| ctx.kube.maas_cluster(ns, &r.name));
+        Owners {
+            machine,
+            cluster,
+            maas_cluster,
+        }
+    }
+
+    /// Paused if the Cluster says so or the MaasMachine carries the annotation.
+    fn paused_because(&self, mm: &MaasMachine) -> Option<String> {
+        let by_cluster = self.cluster.as_ref().is_some_and(|c| c.is_paused());
+        let by_annotation = mm.metadata.has_annotation(capi::PAUSED_ANNOTATION);
+        match (by_cluster, by_annotation) {
+            (false, false) => None,
+            (true, false) => Some("Cluster spec.paused is set to true".into()),
+            (false, true) => Some(format!(
+                "MaasMachine has the {} annotation",
+                capi::PAUSED_ANNOTATION
+            )),
+            (true, true) => Some(format!(
+                "Cluster spec.paused is set to true, MaasMachine has the {} annotation",
+                capi::PAUSED_ANNOTATION
+            )),
+        }
+    }
+}
+
+/// One reconcile in progress: the object as read, the status being built.
+pub(crate) struct Reconciling<'c> {
+    ctx: &'c Context,
+    mm: MaasMachine,
+    old_status: Option<MaasMachineStatus>,
+    status: MaasMachineStatus,
+    now: String,
+    /// Recompute `Ready` at the end (not while paused).
+    summarize: bool,
+    /// The object may be gone (finalizer removed): write nothing more.
+    done_with_object: bool,
+}
+
+impl<'c> Reconciling<'c> {
+    fn new(ctx: &'c Context, mm: MaasMachine) -> Reconciling<'c> {
+        let old_status = mm.status.clone();
+        let status = mm.status();
+        Reconciling {
+            ctx,
+            mm,
+            old_status,
+            status,
+            now: ctx.now_rfc3339(),
+            summarize: true,
+            done_with_object: false,
+        }
+    }
+
+    /// The story of a MaasMachine.
+    fn run(&mut self) -> Result<Next, Error> {
+        let owners = Owners::find(self.ctx, &self.mm);
+        if let Some(why) = owners.paused_because(&self.mm) {
+            self.set(
+                Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
+            );
+            self.summarize = false;
+            return Ok(Next::Done);
+        }
+        self.set(Desired::false_(
+            conditions::PAUSED,
+            conditions::NOT_PAUSED_REASON,
+            "",
+        ));
+        if self.mm.metadata.is_being_deleted() {
+            return release::delete(self, &owners);
+        }
+        let (Some(machine), Some(cluster)) = (&owners.machine, &owners.cluster) else {
+            log::info!("{}: waiting for the owner Machine and Cluster", self.key());
+            return Ok(Next::Done);
+        };
+        finalizer::ensure(
+            self.ctx.kube.as_ref(),
+            Kind::MaasMachine,
+            &mut self.mm.metadata,
+            FINALIZER,
+        )?;
+        if !cluster.infrastructure_provisioned() {
+            self.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+                "",
+            ));
+            return Ok(Next::Done);
+        }
+        let Some(bootstrap_secret) = machine.bootstrap_secret() else {
+            self.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::WAITING_FOR_BOOTSTRAP_DATA,
+                "",
+            ));
+            return Ok(Next::Done);
+        };
+        let host = match allocate::find_or_allocate(self, machine)? {
+            Step::Continue(host) => host,
+            Step::Stop(next) => return Ok(next),
+        };
+        let host = match deploy::ensure_deploying(self, host, bootstrap_secret)? {
+            Step::Continue(host) => host,
+            Step::Stop(next) => return Ok(next),
+        };
+        observe::observe(self, &host, &owners, machine.is_control_plane())
+    }
+
+    /// Sets `Ready` and writes the status diff, whatever the story returned.
+    fn finish(mut self, result: Result<Next, Error>) -> Result<Next, Error> {
+        if self.done_with_object {
+            return result;
+        }
+        if self.summarize {
+            let mut of = vec![mm_api::MACHINE_DEPLOYED];
+            if self.is_control_plane_hint() {
+                of.push(mm_api::DNS_ATTACHED);
+            }
+            let generation = self.mm.metadata.generation;
+            conditions::set_ready_summary(&mut self.status.conditions, &of, generation, &self.now);
+        }
+        let written = self.write_status();
+        match (result, written) {
+            (Err(e), Err(write_err)) => {
+                log::warn!(
+                    "{}: status write failed after an error: {write_err}",
+                    self.key()
+                );
+                Err(e)
+            }
+            (Err(e), Ok(())) => Err(e),
+            (Ok(_), Err(write_err)) => Err(write_err),
+            (Ok(next), Ok(())) => Ok(next),
+        }
+    }
+
+    fn write_status(&mut self) -> Result<(), Error> {
+        let kube = self.ctx.kube.as_ref();
+        if status::write(
+            kube,
+            Kind::MaasMachine,
+            &mut self.mm.metadata,
+            self.old_status.as_ref(),
+            &self.status,
+        )? {
+            self.old_status = Some(self.status.clone());
+        }
+        Ok(())
+    }
+
+    fn is_control_plane_hint(&self) -> bool {
+        self.mm.metadata.has_label(capi::CONTROL_PLANE_LABEL)
+    }
+
+    fn set(&mut self, desired: Desired<'_>) {
+        let generation = self.mm.metadata.generation;
+        conditions::set(&mut self.status.conditions, desired, generation, &self.now);
+    }
+
+    fn condition_reason(&self, type_: &str) -> Option<&str> {
+        conditions::get(&self.status.conditions, type_).map(|c| c.reason.as_str())
+    }
+
+    /// Seconds since the condition last changed status (0 if unknown).
+    fn condition_age(&self, type_: &str) -> u64 {
+        conditions::get(&self.status.conditions, type_)
+            .and_then(|c| conditions::parse_rfc3339(&c.last_transition_time))
+            .map(|since| self.ctx.clock.now().saturating_sub(since))
+            .unwrap_or(0)
+    }
+
+    fn event(&self, type_: EventType, reason: &str, message: &str) {
+        let meta = &self.mm.metadata;
+        let target = EventTarget {
+            kind: Kind::MaasMachine,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+        };
+        self.ctx.kube.event(&target, type_, reason, message);
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "MaasMachine {}/{}",
+            self.mm.metadata.namespace, self.mm.metadata.name
+        )
+    }
+
+    /// The identity MAAS stores with our allocation (`agent_name`), unique
+    /// per MaasMachine object: how a crash between allocate and the status
+    /// write finds its machine again instead of allocating a second one.
+    fn agent_name(&self) -> String {
+        let m = &self.mm.metadata;
+        format!("capmaas/{}/{}/{}", m.namespace, m.name, m.uid)
+    }
+}
+
+/// The result of a step that may end the reconcile early.
+pub(crate) enum Step<T> {
+    Continue(T),
+    Stop(Next),
+}
+
+/// While MAAS is busy with a machine, look again soon, then less often the
+/// longer nothing changes: a quarter of the time spent so far, 5 s to 2 min.
+pub(crate) fn poll_interval(age_secs: u64) -> Duration {
+    Duration::from_secs((age_secs / 4).clamp(5, 120))
+}

@@ -1,0 +1,222 @@
+//! What MAAS says about the machine → MaasMachine status and conditions;
+//! powers a deployed machine back on; then, for a running machine, the DNS
+//! attachment (control plane) and the workload Node's providerID.
+//!
+//! MAAS is polled only while the machine is in a transitional state, at
+//! [`poll_interval`]s that grow while nothing changes.
+
+use std::time::Duration;
+
+use super::{dns, node, poll_interval, Owners, Reconciling};
+use crate::api::maas_machine as mm_api;
+use crate::api::{Desired, Initialization, MachineAddress};
+use crate::controllers::ports::EventType;
+use crate::controllers::{Error, Next};
+use crate::maas::{Machine as Host, MachineStatus, PowerState};
+
+/// After asking MAAS to power a deployed machine on.
+const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
+
+pub(super) fn observe(
+    r: &mut Reconciling,
+    host: &Host,
+    owners: &Owners,
+    is_control_plane: bool,
+) -> Result<Next, Error> {
+    record_host(r, host);
+    let powered = host.power_state == PowerState::On;
+    let provisioned = r.mm.is_provisioned();
+
+    let mut next = match (&host.status, powered) {
+        (MachineStatus::Deployed, true) => {
+            r.set(Desired::true_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_DEPLOYED,
+            ));
+            r.status.initialization = Some(Initialization {
+                provisioned: Some(true),
+            });
+            r.status.ready = true;
+            r.status.failure_reason = None;
+            r.status.failure_message = None;
+            Next::Done
+        }
+        (MachineStatus::Deployed, false) => {
+            r.ctx.maas.power_on(
+                &host.system_id,
+                "capmaas: deployed machine found powered off",
+            )?;
+            r.event(
+                EventType::Normal,
+                "MachinePoweredOn",
+                &format!("Powering on deployed instance {:?}", host.system_id),
+            );
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_POWERED_OFF,
+                "deployed machine was powered off; powering it on",
+            ));
+            Next::RequeueAfter(POWER_ON_REQUEUE)
+        }
+        (MachineStatus::Deploying, powered) => {
+            let reason = if powered {
+                mm_api::MACHINE_DEPLOYING
+            } else {
+                mm_api::MACHINE_POWERED_OFF
+            };
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                reason,
+                status_message(host),
+            ));
+            transitional(r)
+        }
+        (MachineStatus::Allocated | MachineStatus::Ready, _) if !provisioned => {
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_DEPLOYING,
+                status_message(host),
+            ));
+            transitional(r)
+        }
+        (
+            MachineStatus::Releasing
+            | MachineStatus::DiskErasing
+            | MachineStatus::New
+            | MachineStatus::Ready,
+            _,
+        ) => {
+            let message = format!(
+                "MAAS machine {} is {:?}: released outside of Cluster API",
+                host.system_id, host.status_name
+            );
+            failed(
+                r,
+                mm_api::MACHINE_TERMINATED,
+                "MachineUnexpectedTermination",
+                message,
+            );
+            Next::Done
+        }
+        (
+            MachineStatus::Commissioning
+            | MachineStatus::Testing
+            | MachineStatus::RescueMode
+            | MachineStatus::EnteringRescueMode
+            | MachineStatus::ExitingRescueMode
+            | MachineStatus::Reserved,
+            _,
+        ) => {
+            // An operator is working on the machine; it may come back.
+            let message = format!("MAAS machine {} is {:?}", host.system_id, host.status_name);
+            r.set(Desired::unknown(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_STATE_UNDEFINED,
+                message,
+            ));
+            Next::RequeueAfter(
+                poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED))
+                    .max(Duration::from_secs(60)),
+            )
+        }
+        _ => {
+            // Failed deployment, Broken, Missing, Retired, Failed *: needs a
+            // human (or a MachineHealthCheck); reported, not polled.
+            let message = format!(
+                "MAAS machine {} is {:?}: {}",
+                host.system_id,
+                host.status_name,
+                status_message(host)
+            );
+            failed(
+                r,
+                mm_api::MACHINE_STATE_UNDEFINED,
+                "MachineUnhandledState",
+                message,
+            );
+            Next::Done
+        }
+    };
+
+    let running = powered
+        && matches!(
+            host.status,
+            MachineStatus::Deploying | MachineStatus::Deployed
+        );
+    if is_control_plane {
+        let ips = host.ip_addresses.clone();
+        if let Some(dns_next) =
+            dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, running)?
+        {
+            next = earliest(next, dns_next);
+        }
+    }
+    if host.status == MachineStatus::Deployed && powered {
+        if let Some(cluster) = &owners.cluster {
+            if let Some(node_next) =
+                node::ensure_provider_id(r, cluster, owners.maas_cluster.as_ref(), &host.hostname)?
+            {
+                next = earliest(next, node_next);
+            }
+        }
+    }
+    Ok(next)
+}
+
+/// `machineState`, `machinePowered`, `hostname`, `addresses` as MAAS reports them.
+fn record_host(r: &mut Reconciling, host: &Host) {
+    r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
+    r.status.machine_powered = host.power_state == PowerState::On;
+    r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
+    r.status.addresses = addresses(host);
+}
+
+/// Every IP as ExternalIP and InternalIP, the FQDN as ExternalDNS and
+/// InternalDNS (as the Go provider reports them).
+fn addresses(host: &Host) -> Vec<MachineAddress> {
+    let mut out = Vec::new();
+    let entry = |type_: &str, address: &str| MachineAddress {
+        type_: type_.into(),
+        address: address.into(),
+    };
+    if !host.fqdn.is_empty() {
+        out.push(entry("ExternalDNS", &host.fqdn));
+        out.push(entry("InternalDNS", &host.fqdn));
+    }
+    for ip in host.ip_addresses.iter().filter(|ip| !ip.is_empty()) {
+        out.push(entry("ExternalIP", ip));
+        out.push(entry("InternalIP", ip));
+    }
+    out
+}
+
+fn transitional(r: &Reconciling) -> Next {
+    Next::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
+}
+
+/// A state that needs a human: condition, failure fields, one event per new
+/// message. Cleared again once the machine is deployed and running.
+fn failed(r: &mut Reconciling, reason: &str, event_reason: &str, message: String) {
+    if r.status.failure_message.as_deref() != Some(message.as_str()) {
+        r.event(EventType::Warning, event_reason, &message);
+    }
+    let desired = if reason == mm_api::MACHINE_STATE_UNDEFINED {
+        Desired::unknown(mm_api::MACHINE_DEPLOYED, reason, message.clone())
+    } else {
+        Desired::false_(mm_api::MACHINE_DEPLOYED, reason, message.clone())
+    };
+    r.set(desired);
+    r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
+    r.status.failure_message = Some(message);
+}
+
+fn status_message(host: &Host) -> String {
+    host.status_message.clone().unwrap_or_default()
+}
+
+fn earliest(a: Next, b: Next) -> Next {
+    match (a, b) {
+        (Next::Done, other) | (other, Next::Done) => other,
+        (Next::RequeueAfter(x), Next::RequeueAfter(y)) => Next::RequeueAfter(x.min(y)),
+    }
+}

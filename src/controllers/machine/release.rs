@@ -1,0 +1,110 @@
+//! Deleting a MaasMachine: a control-plane machine first leaves the API DNS
+//! record, then every MAAS machine carrying our identity is released, then
+//! the finalizer goes. A machine MAAS no longer knows (404) does not block
+//! deletion.
+
+use super::{dns, Owners, Reconciling};
+use crate::api::maas_machine::{self as mm_api, FINALIZER};
+use crate::api::{conditions, Desired};
+use crate::controllers::ports::{EventType, Kind, MaasFailure};
+use crate::controllers::{finalizer, Error, Next};
+use crate::maas::{MachineStatus, ReleaseRequest};
+
+pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error> {
+    if !r.mm.metadata.has_finalizer(FINALIZER) {
+        r.summarize = false;
+        return Ok(Next::Done);
+    }
+
+    let is_control_plane = r.is_control_plane_hint()
+        || owners
+            .machine
+            .as_ref()
+            .is_some_and(|m| m.is_control_plane());
+    if is_control_plane {
+        let ips = external_ips(r);
+        if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, false)? {
+            return Ok(next);
+        }
+    }
+
+    // Our recorded machine, plus any allocation whose answer we never saw.
+    let mut system_ids: Vec<String> = r.mm.system_id().map(str::to_string).into_iter().collect();
+    for host in r.ctx.maas.machines_by_agent_name(&r.agent_name())? {
+        if !system_ids.contains(&host.system_id) {
+            system_ids.push(host.system_id);
+        }
+    }
+    for system_id in &system_ids {
+        release(r, system_id)?;
+    }
+
+    r.set(Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::DELETED,
+        "",
+    ));
+    r.status.ready = false;
+    conditions::set(
+        &mut r.status.conditions,
+        Desired::false_(conditions::READY, mm_api::DELETED, "MAAS machine released"),
+        r.mm.metadata.generation,
+        &r.now,
+    );
+    r.summarize = false;
+    r.write_status()?;
+    finalizer::remove(
+        r.ctx.kube.as_ref(),
+        Kind::MaasMachine,
+        &mut r.mm.metadata,
+        FINALIZER,
+    )?;
+    r.done_with_object = true;
+    Ok(Next::Done)
+}
+
+fn release(r: &mut Reconciling, system_id: &str) -> Result<(), Error> {
+    let request = ReleaseRequest {
+        erase: r.ctx.options.release_erase,
+        comment: Some(format!("capmaas: {} deleted", r.key())),
+        ..ReleaseRequest::default()
+    };
+    match r.ctx.maas.release(system_id, &request) {
+        Ok(()) => {
+            r.event(
+                EventType::Normal,
+                "SuccessfulRelease",
+                &format!("Released instance {system_id:?}"),
+            );
+            Ok(())
+        }
+        Err(e) if e.is_not_found() => {
+            r.event(
+                EventType::Warning,
+                "NoMachineFound",
+                &format!("MAAS machine {system_id:?} no longer exists"),
+            );
+            Ok(())
+        }
+        // 409: MAAS cannot release it in its current state. Fine if it is
+        // no longer ours anyway (already released, never commissioned).
+        Err(e) if e.failure == MaasFailure::Conflict => match r.ctx.maas.machine(system_id) {
+            Ok(host) if matches!(host.status, MachineStatus::Ready | MachineStatus::New) => Ok(()),
+            Err(get) if get.is_not_found() => Ok(()),
+            _ => {
+                r.event(EventType::Warning, "MachineReleaseFailed", &e.message);
+                Err(e.into())
+            }
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn external_ips(r: &Reconciling) -> Vec<String> {
+    r.status
+        .addresses
+        .iter()
+        .filter(|a| a.type_ == "ExternalIP")
+        .map(|a| a.address.clone())
+        .collect()
+}

@@ -1,0 +1,713 @@
+//! MaasMachine reconcile steps against the in-memory fakes.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::api::conditions::{self, Status};
+use crate::api::maas_machine as mm_api;
+use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
+use crate::controllers::ports::{Kind, MaasFailure};
+use crate::controllers::{Error, Next, Options};
+use crate::maas::{MachineStatus, PowerState};
+
+const NS: &str = "ns";
+
+fn reconcile(w: &World, name: &str) -> Result<Next, Error> {
+    super::reconcile(&w.ctx, NS, name)
+}
+
+fn condition(w: &World, name: &str, type_: &str) -> Option<conditions::Condition> {
+    let mm = w.maas_machine(NS, name);
+    conditions::get(mm.conditions(), type_).cloned()
+}
+
+fn reason(w: &World, name: &str, type_: &str) -> String {
+    condition(w, name, type_)
+        .map(|c| c.reason)
+        .unwrap_or_default()
+}
+
+/// One cluster `c1` and one worker `m1`, reconciled until deploying.
+fn deploying_worker(w: &World) -> String {
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    reconcile(w, "m1").unwrap();
+    w.maas_machine(NS, "m1").spec.system_id.expect("allocated")
+}
+
+#[test]
+fn waits_for_the_owner_machine_without_touching_maas() {
+    let w = World::new(2);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["ownerReferences"] = json!([])
+    });
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert!(w.maas.calls().is_empty());
+    assert!(w.maas_machine(NS, "m1").metadata.finalizers.is_empty());
+}
+
+#[test]
+fn waits_for_cluster_infrastructure_then_bootstrap_data() {
+    let w = World::new(2);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| v["status"] = json!({}));
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::WAITING_FOR_CLUSTER_INFRASTRUCTURE
+    );
+    assert_eq!(
+        w.maas_machine(NS, "m1").metadata.finalizers,
+        vec![mm_api::FINALIZER.to_string()]
+    );
+
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| {
+        v["status"] = json!({"initialization": {"infrastructureProvisioned": true}})
+    });
+    w.edit("Machine", NS, "m1", |v| v["spec"]["bootstrap"] = json!({}));
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::WAITING_FOR_BOOTSTRAP_DATA
+    );
+    assert!(w.maas.calls().is_empty());
+    let ready = condition(&w, "m1", conditions::READY).unwrap();
+    assert_eq!(ready.status, Status::False);
+}
+
+#[test]
+fn allocates_records_the_provider_id_then_deploys() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["deployInMemory"] = json!(true);
+        v["spec"]["failureDomain"] = json!("az1");
+    });
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(
+        matches!(next, Next::RequeueAfter(_)),
+        "polls while deploying: {next:?}"
+    );
+
+    let mm = w.maas_machine(NS, "m1");
+    let system_id = mm.spec.system_id.clone().unwrap();
+    assert_eq!(
+        mm.spec.provider_id.as_deref(),
+        Some(format!("maas:///az1/{system_id}").as_str())
+    );
+    assert_eq!(mm.spec.failure_domain.as_deref(), Some("az1"));
+
+    // The spec write with the providerID precedes the deploy call.
+    let calls = w.maas.calls();
+    let allocate = calls.iter().position(|c| c == "allocate").unwrap();
+    let deploy = calls.iter().position(|c| c.starts_with("deploy")).unwrap();
+    assert!(calls[allocate..deploy]
+        .iter()
+        .any(|c| c.starts_with("disable_swap")));
+    let writes = w.kube.writes();
+    assert!(writes
+        .iter()
+        .any(|wr| !wr.status && wr.patch["spec"]["systemID"] == json!(system_id)));
+
+    let deploys = w.maas.deploys.lock().unwrap().clone();
+    assert_eq!(deploys.len(), 1);
+    let (_, req) = &deploys[0];
+    assert_eq!(req.image.as_deref(), Some("custom/u-2204-0-k-1264-0"));
+    assert_eq!(req.user_data.as_deref(), Some(&b"#cloud-config\n"[..]));
+    assert!(req.ephemeral_deploy);
+    assert_eq!(req.agent_name.as_deref(), Some("capmaas/ns/m1/uid-mm-m1"));
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_DEPLOYING
+    );
+    assert!(!w.maas_machine(NS, "m1").is_provisioned());
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachineAllocated".to_string()));
+
+    w.maas.finish_deployments();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    let mm = w.maas_machine(NS, "m1");
+    let status = mm.status();
+    assert!(mm.is_provisioned() && status.ready);
+    assert_eq!(status.machine_state.as_deref(), Some("Deployed"));
+    assert!(status.machine_powered);
+    assert!(status.addresses.iter().any(|a| a.type_ == "ExternalIP"));
+    assert!(conditions::is_true(
+        mm.conditions(),
+        mm_api::MACHINE_DEPLOYED
+    ));
+    assert!(conditions::is_true(mm.conditions(), conditions::READY));
+    assert_eq!(w.maas.allocated(), vec![system_id]);
+}
+
+#[test]
+fn allocation_request_carries_the_constraints() {
+    let w = World::new(0);
+    w.maas.add_ready("small", "small", "az1", 1, 1024);
+    w.maas.add_ready("gpu", "gpu", "az2", 8, 16384);
+    w.maas
+        .machines
+        .lock()
+        .unwrap()
+        .get_mut("gpu")
+        .unwrap()
+        .tag_names = vec!["gpu".into()];
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["tags"] = json!(["gpu"]);
+        v["spec"]["minCPU"] = json!(4);
+    });
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        w.maas_machine(NS, "m1").spec.system_id.as_deref(),
+        Some("gpu")
+    );
+    assert_eq!(
+        w.maas_machine(NS, "m1").spec.provider_id.as_deref(),
+        Some("maas:///az2/gpu")
+    );
+}
+
+#[test]
+fn a_lost_allocate_answer_never_allocates_twice() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.faults.lock().unwrap().lose_allocate_answer = true;
+    assert!(reconcile(&w, "m1").is_err());
+    assert_eq!(w.maas.allocated().len(), 1, "MAAS did allocate");
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_none());
+
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        w.maas.allocated().len(),
+        1,
+        "found by agent_name, not allocated again"
+    );
+    let allocates = w.maas.calls().iter().filter(|c| *c == "allocate").count();
+    assert_eq!(allocates, 1);
+    assert_eq!(
+        w.maas_machine(NS, "m1").spec.system_id,
+        Some(w.maas.allocated()[0].clone())
+    );
+}
+
+#[test]
+fn a_stale_cache_after_allocation_does_not_allocate_again() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    let before = w.kube.get(MAAS_MACHINE, NS, "m1").unwrap();
+    reconcile(&w, "m1").unwrap();
+    // The next reconcile reads the object as it was before our writes.
+    w.kube
+        .stale
+        .lock()
+        .unwrap()
+        .insert((MAAS_MACHINE, NS.into(), "m1".into()), before);
+    let _ = reconcile(&w, "m1");
+    assert_eq!(w.maas.allocated().len(), 1);
+    assert_eq!(
+        w.maas.calls().iter().filter(|c| *c == "allocate").count(),
+        1
+    );
+}
+
+#[test]
+fn missing_image_is_reported_with_the_closest_names_before_allocating() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["image"] = json!("u-2204-0-k-1265-0")
+    });
+    let err = reconcile(&w, "m1").unwrap_err();
+    assert!(matches!(err, Error::Retry(_)), "{err}");
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (Status::False, mm_api::MACHINE_DEPLOY_FAILED)
+    );
+    assert!(c.message.contains("\"u-2204-0-k-1265-0\""), "{}", c.message);
+    assert!(
+        c.message.contains("custom/u-2204-0-k-1264-0"),
+        "{}",
+        c.message
+    );
+    assert!(
+        w.maas.allocated().is_empty(),
+        "no machine is held for an image that does not exist"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"ImageNotFound".to_string()));
+
+    // Fixing the image recovers on its own.
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["image"] = json!("custom/u-2204-0-k-1264-0")
+    });
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_DEPLOYING
+    );
+}
+
+#[test]
+fn no_matching_machine_shows_maas_words_and_recovers() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    let err = reconcile(&w, "m1").unwrap_err();
+    assert!(matches!(err, Error::Retry(_)));
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(c.reason, mm_api::MACHINE_DEPLOY_FAILED);
+    assert!(
+        c.message
+            .contains("No available machine matches constraints"),
+        "{}",
+        c.message
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachineAllocationFailed".to_string()));
+
+    w.maas.add_ready("sys001", "late", "az1", 4, 8192);
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        w.maas_machine(NS, "m1").spec.system_id.as_deref(),
+        Some("sys001")
+    );
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_DEPLOYING
+    );
+}
+
+#[test]
+fn deploy_rejected_keeps_the_allocation_and_retries() {
+    let w = World::new(2);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.fail_once(
+        "deploy",
+        MaasFailure::Rejected,
+        "{\"distro_series\": [\"'x' is not a valid distro_series.\"]}",
+    );
+    assert!(reconcile(&w, "m1").is_err());
+    let system_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_DEPLOY_FAILED
+    );
+    assert!(
+        w.maas.releases.lock().unwrap().is_empty(),
+        "not released: the providerID stays valid"
+    );
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(w.maas.host(&system_id).status, MachineStatus::Deploying);
+}
+
+#[test]
+fn no_swap_update_skips_the_admin_only_call() {
+    let w = World::with_options(
+        1,
+        Options {
+            no_swap_update: true,
+            ..Options::default()
+        },
+    );
+    deploying_worker(&w);
+    assert!(!w.maas.calls().iter().any(|c| c.starts_with("disable_swap")));
+}
+
+#[test]
+fn deployed_and_powered_off_is_powered_on() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+    w.maas
+        .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::Off);
+    let next = reconcile(&w, "m1").unwrap();
+    assert_eq!(next, Next::RequeueAfter(Duration::from_secs(60)));
+    assert!(w.maas.calls().contains(&format!("power_on {id}")));
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_POWERED_OFF
+    );
+    assert!(
+        w.maas_machine(NS, "m1").is_provisioned(),
+        "provisioned never flips back"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachinePoweredOn".to_string()));
+    reconcile(&w, "m1").unwrap();
+    assert!(conditions::is_true(
+        w.maas_machine(NS, "m1").conditions(),
+        mm_api::MACHINE_DEPLOYED
+    ));
+}
+
+#[test]
+fn a_reconcile_that_observes_nothing_new_writes_nothing() {
+    let w = World::new(1);
+    deploying_worker(&w);
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+    w.kube.clear_writes();
+    w.maas.clear_calls();
+    w.clock.advance(3600);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+    assert_eq!(
+        w.maas.calls().len(),
+        1,
+        "one GET of the machine: {:?}",
+        w.maas.calls()
+    );
+}
+
+#[test]
+fn polling_slows_down_while_deploying() {
+    let w = World::new(1);
+    deploying_worker(&w);
+    let Next::RequeueAfter(first) = reconcile(&w, "m1").unwrap() else {
+        panic!()
+    };
+    w.clock.advance(400);
+    let Next::RequeueAfter(later) = reconcile(&w, "m1").unwrap() else {
+        panic!()
+    };
+    assert!(later > first, "{first:?} then {later:?}");
+    w.clock.advance(100_000);
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Next::RequeueAfter(Duration::from_secs(120))
+    );
+}
+
+#[test]
+fn terminal_state_sets_failure_and_recovery_clears_it() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.set_state(
+        &id,
+        MachineStatus::FailedDeployment,
+        "Failed deployment",
+        PowerState::Off,
+    );
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Next::Done,
+        "terminal states are not polled"
+    );
+    let status = w.maas_machine(NS, "m1").status();
+    assert_eq!(
+        status.failure_reason.as_deref(),
+        Some(mm_api::UPDATE_MACHINE_ERROR)
+    );
+    assert!(status
+        .failure_message
+        .unwrap()
+        .contains("Failed deployment"));
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_STATE_UNDEFINED
+    );
+
+    w.maas
+        .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::On);
+    reconcile(&w, "m1").unwrap();
+    let status = w.maas_machine(NS, "m1").status();
+    assert_eq!(status.failure_reason, None);
+    assert_eq!(status.failure_message, None);
+    assert!(status.ready);
+}
+
+#[test]
+fn machine_gone_from_maas_before_provisioning_is_replaced() {
+    let w = World::new(2);
+    let id = deploying_worker(&w);
+    w.maas.machines.lock().unwrap().remove(&id);
+    reconcile(&w, "m1").unwrap();
+    let new_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    assert_ne!(new_id, id);
+}
+
+#[test]
+fn machine_gone_from_maas_after_provisioning_is_terminal() {
+    let w = World::new(2);
+    let id = deploying_worker(&w);
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+    w.maas.machines.lock().unwrap().remove(&id);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    let mm = w.maas_machine(NS, "m1");
+    assert_eq!(
+        mm.spec.system_id.as_deref(),
+        Some(id.as_str()),
+        "the providerID is kept"
+    );
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_NOT_FOUND
+    );
+    assert!(mm.status().failure_message.is_some());
+    assert_eq!(w.maas.allocated().len(), 0);
+}
+
+#[test]
+fn delete_releases_then_removes_the_finalizer() {
+    let w = World::with_options(
+        1,
+        Options {
+            release_erase: true,
+            ..Options::default()
+        },
+    );
+    let id = deploying_worker(&w);
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    let releases = w.maas.releases.lock().unwrap().clone();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].0, id);
+    assert!(releases[0].1.erase);
+    assert!(
+        w.kube.get(MAAS_MACHINE, NS, "m1").is_none(),
+        "finalizer removed, object gone"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"SuccessfulRelease".to_string()));
+    assert!(w.maas.allocated().is_empty());
+}
+
+#[test]
+fn delete_with_the_machine_gone_from_maas_does_not_block() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.machines.lock().unwrap().remove(&id);
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"NoMachineFound".to_string()));
+}
+
+#[test]
+fn delete_after_a_lost_allocate_answer_releases_that_machine() {
+    let w = World::new(2);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.faults.lock().unwrap().lose_allocate_answer = true;
+    assert!(reconcile(&w, "m1").is_err());
+    assert_eq!(w.maas.allocated().len(), 1);
+    w.delete(MAAS_MACHINE, NS, "m1");
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas.allocated().is_empty(), "nothing leaked");
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+}
+
+#[test]
+fn deleting_control_plane_machine_waits_to_leave_dns() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "cp1", true);
+    w.edit(
+        MAAS_CLUSTER,
+        NS,
+        "c1",
+        |v| v["status"] = json!({"ready": true, "network": {"dnsName": "c1-abcdef.maas"}}),
+    );
+    reconcile(&w, "cp1").unwrap();
+    w.maas.finish_deployments();
+    reconcile(&w, "cp1").unwrap();
+    let ip = w
+        .maas_machine(NS, "cp1")
+        .status()
+        .addresses
+        .iter()
+        .find(|a| a.type_ == "ExternalIP")
+        .unwrap()
+        .address
+        .clone();
+    let record = w.maas.add_dns("c1-abcdef.maas", &[ip.as_str()]);
+
+    reconcile(&w, "cp1").unwrap();
+    assert!(conditions::is_true(
+        w.maas_machine(NS, "cp1").conditions(),
+        mm_api::DNS_ATTACHED
+    ));
+    assert!(w.maas_machine(NS, "cp1").status().dns_attached);
+
+    w.delete(MAAS_MACHINE, NS, "cp1");
+    assert_eq!(
+        reconcile(&w, "cp1").unwrap(),
+        Next::RequeueAfter(Duration::from_secs(10))
+    );
+    assert_eq!(
+        reason(&w, "cp1", mm_api::DNS_ATTACHED),
+        mm_api::DNS_DETACH_PENDING
+    );
+    assert!(
+        w.maas.releases.lock().unwrap().is_empty(),
+        "not released while still in DNS"
+    );
+
+    // The cluster reconciler takes the address out.
+    w.maas
+        .dns
+        .lock()
+        .unwrap()
+        .get_mut(&record)
+        .unwrap()
+        .ip_addresses
+        .clear();
+    assert_eq!(reconcile(&w, "cp1").unwrap(), Next::Done);
+    assert_eq!(w.maas.releases.lock().unwrap().len(), 1);
+    assert!(w.kube.get(MAAS_MACHINE, NS, "cp1").is_none());
+}
+
+#[test]
+fn paused_by_cluster_or_annotation_does_nothing_but_say_so() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| {
+        v["spec"]["paused"] = json!(true)
+    });
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert!(w.maas.calls().is_empty());
+    let paused = condition(&w, "m1", conditions::PAUSED).unwrap();
+    assert_eq!(
+        (paused.status, paused.reason.as_str()),
+        (Status::True, conditions::PAUSED_REASON)
+    );
+    assert!(w.maas_machine(NS, "m1").metadata.finalizers.is_empty());
+
+    // Deletion waits while paused too (clusterctl move).
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| {
+        v["spec"]["paused"] = json!(false)
+    });
+    reconcile(&w, "m1").unwrap();
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"] = json!({"cluster.x-k8s.io/paused": ""})
+    });
+    w.delete(MAAS_MACHINE, NS, "m1");
+    w.maas.clear_calls();
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas.calls().is_empty());
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_some());
+    assert_eq!(
+        condition(&w, "m1", conditions::PAUSED).unwrap().status,
+        Status::True
+    );
+}
+
+fn api_available(w: &World) {
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["status"] = json!({"ready": true, "conditions": [
+            {"type": "APIServerAvailable", "status": "True", "reason": "APIServerAvailable", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]})
+    });
+}
+
+#[test]
+fn sets_the_node_provider_id_once_the_api_is_up() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", mm_api::NODE_PROVIDER_ID_SET),
+        mm_api::WAITING_FOR_NODE
+    );
+
+    api_available(&w);
+    let Next::RequeueAfter(_) = reconcile(&w, "m1").unwrap() else {
+        panic!("waits for the Node")
+    };
+    // The Node is named after the short hostname.
+    let hostname = w.maas.host(&id).hostname;
+    w.workload
+        .nodes
+        .lock()
+        .unwrap()
+        .insert(("c1".into(), hostname.clone()), String::new());
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    let provider_id = w.maas_machine(NS, "m1").spec.provider_id.unwrap();
+    assert_eq!(
+        w.workload.nodes.lock().unwrap()[&("c1".to_string(), hostname)],
+        provider_id
+    );
+    assert!(conditions::is_true(
+        w.maas_machine(NS, "m1").conditions(),
+        mm_api::NODE_PROVIDER_ID_SET
+    ));
+}
+
+#[test]
+fn node_with_another_provider_id_is_reported_not_retried() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.finish_deployments();
+    api_available(&w);
+    let hostname = w.maas.host(&id).hostname;
+    w.workload
+        .nodes
+        .lock()
+        .unwrap()
+        .insert(("c1".into(), hostname), "aws:///x/i-123".into());
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    let c = condition(&w, "m1", mm_api::NODE_PROVIDER_ID_SET).unwrap();
+    assert_eq!(c.reason, mm_api::NODE_PROVIDER_ID_MISMATCH);
+    assert!(c.message.contains("aws:///x/i-123"));
+    assert!(
+        w.maas_machine(NS, "m1").status().ready,
+        "the machine itself is fine"
+    );
+    let events_before = w.kube.event_reasons().len();
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        w.kube.event_reasons().len(),
+        events_before,
+        "one warning, not one per reconcile"
+    );
+}
+
+#[test]
+fn status_patch_is_a_diff_and_keeps_unknown_fields() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["lxd"] = json!({"enabled": false})
+    });
+    reconcile(&w, "m1").unwrap();
+    let raw = w.kube.get(MAAS_MACHINE, NS, "m1").unwrap();
+    assert_eq!(raw["spec"]["lxd"], json!({"enabled": false}));
+    for write in w
+        .kube
+        .writes()
+        .iter()
+        .filter(|wr| wr.kind == Kind::MaasMachine && !wr.status)
+    {
+        assert!(write.patch.get("status").is_none());
+    }
+}

@@ -1,0 +1,265 @@
+//! The small traits the reconcilers talk through, so each step can be tested
+//! against in-memory fakes ([`super::fake`]) and run against the real clients
+//! through thin adapters ([`super::adapters`]).
+//!
+//! - [`MaasApi`]: the MAAS calls the controllers make, nothing more.
+//! - [`KubeApi`]: reads from the informer caches, per-name Secret GETs, the
+//!   few writes (merge patches of our own objects), events.
+//! - [`WorkloadApi`]: the workload cluster, reached through its
+//!   `<cluster>-kubeconfig` Secret: a liveness probe and Node providerIDs.
+//! - [`ApiWatch`]: the handle of the one thread that polls workload API
+//!   servers ([`super::api_poller`]).
+//! - [`Clock`]: wall time, fixed in tests.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::api::capi::{Cluster, Machine};
+use crate::api::{MaasCluster, MaasMachine};
+use crate::maas::{
+    AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host, ReleaseRequest,
+};
+
+/// How a MAAS call failed, in the terms the reconcilers decide on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaasFailure {
+    /// 404: the object does not exist (any more).
+    NotFound,
+    /// 409 without Retry-After: a state or constraint conflict, e.g.
+    /// "No available machine matches constraints".
+    Conflict,
+    /// 400: MAAS refused the request (unknown image, zone, tag ...).
+    Rejected,
+    /// 401/403: the API key may not do this.
+    Forbidden,
+    /// Timeouts, connection errors, 5xx, 409 with Retry-After.
+    Unavailable,
+    Other,
+}
+
+impl MaasFailure {
+    /// MAAS answered and said no: repeating the same call will not help
+    /// until something changes (worth a condition, not just a log line).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            MaasFailure::Conflict
+                | MaasFailure::Rejected
+                | MaasFailure::Forbidden
+                | MaasFailure::NotFound
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaasError {
+    pub op: &'static str,
+    pub failure: MaasFailure,
+    /// MAAS's own words (never contains credentials).
+    pub message: String,
+}
+
+impl MaasError {
+    pub fn new(op: &'static str, failure: MaasFailure, message: impl Into<String>) -> MaasError {
+        MaasError {
+            op,
+            failure,
+            message: message.into(),
+        }
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.failure == MaasFailure::NotFound
+    }
+}
+
+impl fmt::Display for MaasError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MAAS {}: {:?}: {}", self.op, self.failure, self.message)
+    }
+}
+
+pub trait MaasApi: Send + Sync {
+    fn machine(&self, system_id: &str) -> Result<Host, MaasError>;
+    /// Machines whose `agent_name` is exactly this (release clears it).
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, MaasError>;
+    fn allocate(&self, req: &AllocateRequest) -> Result<Host, MaasError>;
+    /// `PUT machines/<id>/ swap_size=0`.
+    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError>;
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, MaasError>;
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError>;
+    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), MaasError>;
+    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError>;
+    fn zones(&self) -> Result<Vec<String>, MaasError>;
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError>;
+    fn create_dns_resource(
+        &self,
+        fqdn: &str,
+        ttl: u32,
+        ips: &[String],
+    ) -> Result<DnsResource, MaasError>;
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError>;
+    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeFailure {
+    NotFound,
+    /// 409: stale resourceVersion or already exists.
+    Conflict,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeError {
+    pub op: &'static str,
+    pub failure: KubeFailure,
+    pub message: String,
+}
+
+impl KubeError {
+    pub fn new(op: &'static str, failure: KubeFailure, message: impl Into<String>) -> KubeError {
+        KubeError {
+            op,
+            failure,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for KubeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "kubernetes {}: {:?}: {}",
+            self.op, self.failure, self.message
+        )
+    }
+}
+
+/// Our own kinds, the only objects the controllers write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    MaasCluster,
+    MaasMachine,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::MaasCluster => crate::api::maas_cluster::KIND,
+            Kind::MaasMachine => crate::api::maas_machine::KIND,
+        }
+    }
+}
+
+/// The object an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventTarget {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+pub trait KubeApi: Send + Sync {
+    // Reads, from the informer caches.
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster>;
+    fn machine(&self, namespace: &str, name: &str) -> Option<Machine>;
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster>;
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine>;
+    /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`.
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine>;
+
+    /// One key of one Secret, by a direct GET (Secrets are never cached).
+    /// `Ok(None)` when the Secret or the key does not exist.
+    fn secret_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, KubeError>;
+
+    /// JSON merge patch of the object (metadata, spec). A patch carrying
+    /// `metadata.resourceVersion` fails with `Conflict` if the object changed.
+    /// Returns the object's new resourceVersion.
+    fn patch(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<String, KubeError>;
+    /// JSON merge patch of the status subresource; returns the new resourceVersion.
+    fn patch_status(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<String, KubeError>;
+
+    /// Records a core/v1 Event; failures are logged, never returned.
+    fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str);
+}
+
+/// A workload cluster Node, as far as providerIDs go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub provider_id: Option<String>,
+}
+
+/// The workload cluster of `<namespace>/<cluster>`, reached with the
+/// kubeconfig in Secret `<cluster>-kubeconfig` (re-read on every call: the
+/// control plane rotates its client certificate). Errors are plain text:
+/// the callers only report them.
+pub trait WorkloadApi: Send + Sync {
+    /// Does the API server answer (with a short timeout)?
+    fn probe(&self, namespace: &str, cluster: &str) -> Result<(), String>;
+    fn node(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+    ) -> Result<Option<NodeInfo>, String>;
+    fn set_node_provider_id(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        provider_id: &str,
+    ) -> Result<(), String>;
+}
+
+/// The API poller seen from the MaasCluster reconciler.
+pub trait ApiWatch: Send + Sync {
+    /// Start (or keep) polling the workload API of this MaasCluster's Cluster.
+    fn watch(&self, namespace: &str, maas_cluster: &str, cluster: &str);
+    /// Has the API answered since the last call? Consumes the answer.
+    fn take_online(&self, namespace: &str, maas_cluster: &str) -> bool;
+    /// Stop polling (the MaasCluster is gone or being deleted).
+    fn forget(&self, namespace: &str, maas_cluster: &str);
+}
+
+pub trait Clock: Send + Sync {
+    /// Seconds since the Unix epoch.
+    fn now(&self) -> u64;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+}
