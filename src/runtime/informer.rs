@@ -45,6 +45,7 @@ use serde_json::Value;
 use super::cache::{slim, Store};
 use super::{random_between, ObjectKey, Shutdown};
 use crate::kube::{self, Client, Resource, WatchEvent};
+use crate::metrics;
 
 /// A watch closed sooner than this without any event is suspicious.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
@@ -54,6 +55,9 @@ const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub struct InformerConfig {
     pub resource: Resource,
+    /// Names the informer in logs, its thread and the `informer` label of
+    /// its metrics. Default: the resource's plural (`maasmachines`).
+    pub name: String,
     /// Watch one namespace only. Default: all namespaces.
     pub namespace: Option<String>,
     /// Server-side label filter, e.g. for Secrets or `--watch-filter`.
@@ -71,12 +75,18 @@ pub struct InformerConfig {
     pub initial_backoff: Duration,
     /// Longest error backoff. Default 30 s.
     pub max_backoff: Duration,
+    /// Start by watching from this resourceVersion instead of listing. The
+    /// store only counts as synced after a list, so this exists for tests
+    /// that need the 410 path (a version too old forces a relist).
+    #[doc(hidden)]
+    pub start_from: Option<String>,
 }
 
 impl InformerConfig {
     pub fn new(resource: Resource) -> InformerConfig {
         InformerConfig {
             resource,
+            name: resource.plural.to_string(),
             namespace: None,
             label_selector: None,
             field_selector: None,
@@ -84,7 +94,13 @@ impl InformerConfig {
             watch_timeout: (Duration::from_secs(300), Duration::from_secs(600)),
             initial_backoff: Duration::from_millis(800),
             max_backoff: Duration::from_secs(30),
+            start_from: None,
         }
+    }
+
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     pub fn namespace(mut self, namespace: Option<String>) -> Self {
@@ -107,11 +123,11 @@ impl InformerConfig {
         self
     }
 
-    /// `kind` plus namespace, for log lines and thread names.
+    /// Name plus namespace, for log lines.
     fn describe(&self) -> String {
         match &self.namespace {
-            Some(ns) => format!("{} in {ns}", self.resource.kind),
-            None => self.resource.kind.to_string(),
+            Some(ns) => format!("{} in {ns}", self.name),
+            None => self.name.clone(),
         }
     }
 }
@@ -176,6 +192,8 @@ impl Informer {
         let store = Store::new();
         let mut machine = Machine {
             name: config.describe(),
+            metric_label: config.name.clone(),
+            start_from: config.start_from.clone(),
             source: Box::new(source),
             store: store.clone(),
             handler: Box::new(handler),
@@ -184,7 +202,7 @@ impl Informer {
             shutdown,
         };
         let handle = thread::Builder::new()
-            .name(format!("informer-{}", config.resource.plural))
+            .name(format!("informer-{}", config.name))
             .spawn(move || machine.run())?;
         Ok(Informer { store, handle })
     }
@@ -274,8 +292,11 @@ enum State {
 }
 
 struct Machine {
-    /// "MaasMachine in ns", for log lines.
+    /// "maasmachines in ns", for log lines.
     name: String,
+    /// The `informer` label of the metrics.
+    metric_label: String,
+    start_from: Option<String>,
     source: Box<dyn Source>,
     store: Store,
     handler: Box<dyn Fn(&Event) + Send>,
@@ -286,7 +307,10 @@ struct Machine {
 
 impl Machine {
     fn run(&mut self) {
-        let mut state = State::Empty;
+        let mut state = match self.start_from.take() {
+            Some(resource_version) => State::Listed { resource_version },
+            None => State::Empty,
+        };
         while !self.shutdown.is_triggered() {
             state = self.step(state);
         }
@@ -297,6 +321,10 @@ impl Machine {
         match state {
             State::Empty => match self.source.list() {
                 Ok((items, resource_version)) => {
+                    self.count(
+                        "informer_lists_total",
+                        "Complete lists (initial and after 410).",
+                    );
                     log::debug!(
                         "informer for {}: listed {} at resourceVersion {resource_version}",
                         self.name,
@@ -314,12 +342,15 @@ impl Machine {
             State::Listed { resource_version } => {
                 let timeout = random_between(self.watch_timeout.0, self.watch_timeout.1);
                 match self.source.watch(&resource_version, timeout) {
-                    Ok(stream) => State::Watching {
-                        resource_version,
-                        stream,
-                        opened_at: Instant::now(),
-                        events: 0,
-                    },
+                    Ok(stream) => {
+                        self.count("informer_watches_total", "Watches opened.");
+                        State::Watching {
+                            resource_version,
+                            stream,
+                            opened_at: Instant::now(),
+                            events: 0,
+                        }
+                    }
                     Err(error) if error.is_gone() => {
                         log::info!(
                             "informer for {}: resourceVersion {resource_version} expired; relisting",
@@ -444,9 +475,17 @@ impl Machine {
         (self.handler)(&event);
     }
 
+    fn count(&self, name: &'static str, help: &'static str) {
+        metrics::counter_inc(name, help, &[("informer", &self.metric_label)]);
+    }
+
     /// Logs `error` and sleeps out the backoff (or the server's
     /// `Retry-After`), waking early on shutdown.
     fn back_off(&mut self, what: &str, error: &kube::Error) {
+        self.count(
+            "informer_errors_total",
+            "List and watch failures (410 excluded).",
+        );
         let mut delay = self.backoff.next_delay();
         if let Some(retry_after) = error.retry_after() {
             delay = delay.max(retry_after);
