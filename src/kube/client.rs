@@ -819,6 +819,164 @@ fn transport_error(what: &str, e: ureq::Error) -> Error {
 mod tests {
     use super::*;
     use crate::kube::resources::{CONFIG_MAPS, NODES};
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+    use std::thread::JoinHandle;
+
+    /// A plain-HTTP server answering one connection per canned response, in
+    /// order; returns its base URL and, at the end, each request's head.
+    fn serve(responses: Vec<(u16, &'static str, String)>) -> (String, JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let handle = std::thread::spawn(move || {
+            let mut heads = Vec::new();
+            for (status, extra_headers, body) in responses {
+                let (stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream);
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    if line == "\r\n" || line.is_empty() {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                heads.push(head);
+                let mut stream = reader.into_inner();
+                write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{extra_headers}\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+            }
+            heads
+        });
+        (url, handle)
+    }
+
+    fn client_for(url: &str) -> Client {
+        Client::new(Config::new(url, None).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn list_starts_over_when_the_continue_token_expires() {
+        let page = |items: &str, rv: &str, cont: &str| {
+            (
+                200,
+                "",
+                format!(
+                    r#"{{"metadata":{{"resourceVersion":"{rv}","continue":"{cont}"}},"items":[{items}]}}"#
+                ),
+            )
+        };
+        let a = r#"{"metadata":{"name":"a"}}"#;
+        let b = r#"{"metadata":{"name":"b"}}"#;
+        let expired =
+            r#"{"kind":"Status","code":410,"reason":"Expired","message":"continue token expired"}"#;
+        let (url, server) = serve(vec![
+            page(a, "5", "tok+/="),
+            (410, "", expired.to_string()),
+            page(a, "9", "t2"),
+            page(b, "9", ""),
+        ]);
+        let params = ListParams {
+            limit: Some(1),
+            ..ListParams::labels("app=x")
+        };
+        let list = client_for(&url)
+            .list(&CONFIG_MAPS, Some("ns"), &params)
+            .unwrap();
+        let names: Vec<_> = list.items.iter().filter_map(meta::name).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(list.resource_version, "9");
+
+        let heads = server.join().unwrap();
+        let lines: Vec<&str> = heads.iter().map(|h| h.lines().next().unwrap()).collect();
+        assert_eq!(
+            lines,
+            [
+                "GET /api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx&limit=1 HTTP/1.1",
+                "GET /api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx&limit=1&continue=tok%2B%2F%3D HTTP/1.1",
+                "GET /api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx&limit=1 HTTP/1.1",
+                "GET /api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx&limit=1&continue=t2 HTTP/1.1",
+            ]
+        );
+    }
+
+    #[test]
+    fn retry_after_header_and_server_errors_are_classified() {
+        let throttled =
+            r#"{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}"#;
+        let (url, server) = serve(vec![
+            (429, "Retry-After: 7\r\n", throttled.to_string()),
+            (503, "", "<html>unavailable</html>".to_string()),
+        ]);
+        let client = client_for(&url);
+        let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
+        assert!(matches!(err, Error::TooManyRequests { .. }), "{err}");
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+        let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Transient {
+                    status: Some(503),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        server.join().unwrap();
+
+        // Nobody listening any more: a transport failure, also transient.
+        let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
+        assert!(
+            matches!(err, Error::Transient { status: None, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn writes_send_the_patch_content_types_and_bearer_token() {
+        let ok = || (200, "", "{}".to_string());
+        let (url, server) = serve(vec![ok(), ok(), ok(), ok()]);
+        let client =
+            Client::new(Config::new(&url, None).unwrap().with_bearer_token("tkn")).unwrap();
+        let patch = serde_json::json!({});
+        client
+            .patch_merge(&CONFIG_MAPS, Some("ns"), "x", &patch)
+            .unwrap();
+        client
+            .patch_json(&CONFIG_MAPS, Some("ns"), "x", &serde_json::json!([]))
+            .unwrap();
+        client
+            .patch_status_merge(&CONFIG_MAPS, Some("ns"), "x", &patch)
+            .unwrap();
+        client
+            .delete(&CONFIG_MAPS, Some("ns"), "x", Some(Propagation::Foreground))
+            .unwrap();
+        let heads = server.join().unwrap();
+        let has = |i: usize, needle: &str| {
+            heads[i]
+                .to_ascii_lowercase()
+                .contains(&needle.to_ascii_lowercase())
+        };
+        assert!(has(0, "PATCH /api/v1/namespaces/ns/configmaps/x HTTP/1.1"));
+        assert!(has(0, "content-type: application/merge-patch+json"));
+        assert!(has(0, "authorization: Bearer tkn"));
+        assert!(has(1, "content-type: application/json-patch+json"));
+        assert!(has(
+            2,
+            "PATCH /api/v1/namespaces/ns/configmaps/x/status HTTP/1.1"
+        ));
+        assert!(has(
+            3,
+            "DELETE /api/v1/namespaces/ns/configmaps/x?propagationPolicy=Foreground HTTP/1.1"
+        ));
+    }
 
     #[test]
     fn object_paths_need_name_and_namespace() {
