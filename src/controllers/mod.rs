@@ -19,7 +19,7 @@
 //! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
 //! them to the real `kube`/`maas` clients and the runtime caches.
 
-// pub mod adapters;
+pub mod adapters;
 pub mod api_poller;
 pub mod cluster;
 mod error;

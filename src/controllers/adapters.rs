@@ -1,0 +1,343 @@
+//! Thin adapters from the ports to the real clients: [`Kube`] (informer
+//! caches + `kube::Client` + events), [`Maas`] (`maas::Client`) and
+//! [`Workload`] (workload clusters through their kubeconfig Secrets).
+//! No decisions are made here, only translations.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::ports::*;
+use crate::api::capi::{self, Cluster, Machine};
+use crate::api::{MaasCluster, MaasMachine};
+use crate::kube::resources::{MAAS_CLUSTERS, MAAS_MACHINES, NODES, SECRETS};
+use crate::kube::{self, Resource};
+use crate::maas::{
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
+};
+use crate::runtime::{EventRecorder, ObjectKey, Store};
+
+/// The informer stores the controllers read from.
+#[derive(Clone)]
+pub struct Caches {
+    pub clusters: Store,
+    pub machines: Store,
+    pub maas_clusters: Store,
+    pub maas_machines: Store,
+}
+
+pub struct Kube {
+    pub client: kube::Client,
+    pub caches: Caches,
+    pub events: EventRecorder,
+}
+
+fn cached<T: DeserializeOwned>(store: &Store, namespace: &str, name: &str) -> Option<T> {
+    let value = store.get(&ObjectKey::new(namespace, name))?;
+    decode(&value)
+}
+
+fn decode<T: DeserializeOwned>(value: &Value) -> Option<T> {
+    match T::deserialize(value) {
+        Ok(obj) => Some(obj),
+        Err(e) => {
+            let key = ObjectKey::of(value)
+                .map(|k| k.to_string())
+                .unwrap_or_default();
+            log::warn!("cannot read {key} from the cache: {e}");
+            None
+        }
+    }
+}
+
+fn resource(kind: Kind) -> &'static Resource {
+    match kind {
+        Kind::MaasCluster => &MAAS_CLUSTERS,
+        Kind::MaasMachine => &MAAS_MACHINES,
+    }
+}
+
+fn kube_error(op: &'static str, e: kube::Error) -> KubeError {
+    let failure = if e.is_not_found() {
+        KubeFailure::NotFound
+    } else if e.is_conflict() {
+        KubeFailure::Conflict
+    } else {
+        KubeFailure::Other
+    };
+    KubeError::new(op, failure, e.to_string())
+}
+
+fn resource_version(obj: &Value) -> String {
+    kube::meta::resource_version(obj)
+        .unwrap_or_default()
+        .to_string()
+}
+
+impl KubeApi for Kube {
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
+        cached(&self.caches.clusters, namespace, name)
+    }
+
+    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
+        cached(&self.caches.machines, namespace, name)
+    }
+
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
+        cached(&self.caches.maas_clusters, namespace, name)
+    }
+
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
+        cached(&self.caches.maas_machines, namespace, name)
+    }
+
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+        self.caches
+            .maas_machines
+            .list_namespace(namespace)
+            .iter()
+            .filter(|obj| kube::meta::label(obj, capi::CLUSTER_NAME_LABEL) == Some(cluster))
+            .filter_map(|obj| decode(obj))
+            .collect()
+    }
+
+    fn secret_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, KubeError> {
+        let secret = match self.client.get(&SECRETS, Some(namespace), name) {
+            Ok(secret) => secret,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(kube_error("get secret", e)),
+        };
+        let Some(encoded) = secret["data"][key].as_str() else {
+            return Ok(None);
+        };
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map(Some)
+            .map_err(|e| {
+                KubeError::new(
+                    "get secret",
+                    KubeFailure::Other,
+                    format!("{namespace}/{name}: key {key}: {e}"),
+                )
+            })
+    }
+
+    fn patch(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<String, KubeError> {
+        let updated = self
+            .client
+            .patch_merge(resource(kind), Some(namespace), name, patch)
+            .map_err(|e| kube_error("patch", e))?;
+        Ok(resource_version(&updated))
+    }
+
+    fn patch_status(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<String, KubeError> {
+        let updated = self
+            .client
+            .patch_status_merge(resource(kind), Some(namespace), name, patch)
+            .map_err(|e| kube_error("patch status", e))?;
+        Ok(resource_version(&updated))
+    }
+
+    fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
+        let obj = json!({
+            "apiVersion": crate::api::API_VERSION,
+            "kind": target.kind.as_str(),
+            "metadata": {"name": target.name, "namespace": target.namespace, "uid": target.uid}
+        });
+        match type_ {
+            EventType::Normal => self.events.normal(&obj, reason, message),
+            EventType::Warning => self.events.warning(&obj, reason, message),
+        }
+    }
+}
+
+pub struct Maas {
+    pub client: maas::Client,
+}
+
+fn maas_error(e: maas::Error) -> MaasError {
+    let failure = if e.is_transient() {
+        MaasFailure::Unavailable
+    } else if e.is_not_found() {
+        MaasFailure::NotFound
+    } else if e.is_conflict() {
+        MaasFailure::Conflict
+    } else if e.is_bad_request() {
+        MaasFailure::Rejected
+    } else if e.is_forbidden() || e.is_unauthorized() {
+        MaasFailure::Forbidden
+    } else {
+        MaasFailure::Other
+    };
+    MaasError::new(e.op(), failure, e.message())
+}
+
+impl MaasApi for Maas {
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, MaasError> {
+        self.client.machine(system_id).map_err(maas_error)
+    }
+
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, MaasError> {
+        self.client
+            .machines(&MachineFilter::by_agent_name(agent_name))
+            .map_err(maas_error)
+    }
+
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, MaasError> {
+        self.client.allocate(req).map_err(maas_error)
+    }
+
+    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError> {
+        self.client
+            .update_machine(system_id, &[("swap_size", "0")])
+            .map(|_| ())
+            .map_err(maas_error)
+    }
+
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, MaasError> {
+        self.client.deploy(system_id, req).map_err(maas_error)
+    }
+
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError> {
+        self.client
+            .release(system_id, req)
+            .map(|_| ())
+            .map_err(maas_error)
+    }
+
+    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), MaasError> {
+        self.client
+            .power_on(system_id)
+            .map(|_| ())
+            .map_err(maas_error)
+    }
+
+    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError> {
+        self.client.boot_resources().map_err(maas_error)
+    }
+
+    fn zones(&self) -> Result<Vec<String>, MaasError> {
+        let zones = self.client.zones().map_err(maas_error)?;
+        Ok(zones.into_iter().map(|z| z.name).collect())
+    }
+
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError> {
+        self.client.dns_resources(fqdn).map_err(maas_error)
+    }
+
+    fn create_dns_resource(
+        &self,
+        fqdn: &str,
+        ttl: u32,
+        ips: &[String],
+    ) -> Result<DnsResource, MaasError> {
+        self.client
+            .create_dns_resource(fqdn, ttl, ips)
+            .map_err(maas_error)
+    }
+
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError> {
+        self.client
+            .set_dns_resource_ips(id, ips)
+            .map(|_| ())
+            .map_err(maas_error)
+    }
+
+    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError> {
+        self.client.delete_dns_resource(id).map_err(maas_error)
+    }
+}
+
+/// Workload clusters, reached with the kubeconfig of Secret
+/// `<cluster>-kubeconfig` (key `value`), read afresh on every call.
+pub struct Workload {
+    /// The management cluster, for the Secret GET.
+    pub management: kube::Client,
+    /// Deadline of each request to a workload API server.
+    pub timeout: Duration,
+}
+
+impl Workload {
+    fn client(&self, namespace: &str, cluster: &str) -> Result<kube::Client, String> {
+        let secret_name = capi::kubeconfig_secret_name(cluster);
+        let secret = self
+            .management
+            .get(&SECRETS, Some(namespace), &secret_name)
+            .map_err(|e| format!("Secret {namespace}/{secret_name}: {e}"))?;
+        let encoded = secret["data"]["value"]
+            .as_str()
+            .ok_or_else(|| format!("Secret {namespace}/{secret_name} has no key \"value\""))?;
+        let yaml = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| format!("Secret {namespace}/{secret_name}: {e}"))?;
+        // No base directory: a kubeconfig from a Secret may not name files.
+        let mut config = kube::Config::from_kubeconfig_yaml(&yaml, None, None)
+            .map_err(|e| format!("kubeconfig in Secret {namespace}/{secret_name}: {e}"))?;
+        config.timeout = self.timeout;
+        config.connect_timeout = config.connect_timeout.min(self.timeout);
+        kube::Client::new(config)
+            .map_err(|e| format!("workload client for {namespace}/{cluster}: {e}"))
+    }
+}
+
+impl WorkloadApi for Workload {
+    fn probe(&self, namespace: &str, cluster: &str) -> Result<(), String> {
+        let client = self.client(namespace, cluster)?;
+        match client.get_raw("/api/v1/nodes?limit=1") {
+            Ok((200, _)) => Ok(()),
+            Ok((status, _)) => Err(format!("listing nodes answered HTTP {status}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn node(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+    ) -> Result<Option<NodeInfo>, String> {
+        let client = self.client(namespace, cluster)?;
+        match client.get(&NODES, None, node_name) {
+            Ok(node) => Ok(Some(NodeInfo {
+                name: node_name.to_string(),
+                provider_id: node["spec"]["providerID"].as_str().map(str::to_string),
+            })),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(format!("reading Node {node_name}: {e}")),
+        }
+    }
+
+    fn set_node_provider_id(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        provider_id: &str,
+    ) -> Result<(), String> {
+        let client = self.client(namespace, cluster)?;
+        let patch = json!({"spec": {"providerID": provider_id}});
+        client
+            .patch_merge(&NODES, None, node_name, &patch)
+            .map(|_| ())
+            .map_err(|e| format!("setting providerID of Node {node_name}: {e}"))
+    }
+}
