@@ -136,13 +136,25 @@ impl LeaderGate {
         self.leadership()
     }
 
-    /// Opens (or keeps open) the gate until `until`.
-    pub(crate) fn lead_until(&self, until: Instant) {
+    /// Opens (or keeps open) the gate until `until`; false if it had
+    /// already closed. A gate that expired stays closed even if a late
+    /// renew succeeds: workers that saw it closed have stopped for good, so
+    /// the elector must treat that as a loss too.
+    pub(crate) fn lead_until(&self, until: Instant) -> bool {
         let mut state = self.lock();
-        if !matches!(*state, GateState::Lost) {
-            *state = GateState::Leading { until: Some(until) };
-            self.inner.changed.notify_all();
-        }
+        let open = match *state {
+            GateState::Standby => true,
+            GateState::Leading { until: None } => true,
+            GateState::Leading { until: Some(t) } => Instant::now() < t,
+            GateState::Lost => false,
+        };
+        *state = if open {
+            GateState::Leading { until: Some(until) }
+        } else {
+            GateState::Lost
+        };
+        self.inner.changed.notify_all();
+        open
     }
 
     /// Closes the gate for good.
@@ -347,6 +359,9 @@ impl Elector {
             let attempt = Instant::now();
             match self.try_acquire_or_renew(false) {
                 Ok(true) => {
+                    // From standby the gate always opens (if this attempt
+                    // was so slow that the window is already over, the
+                    // renew loop below reports the loss).
                     self.gate.lead_until(attempt + self.config.renew_deadline);
                     break;
                 }
@@ -377,7 +392,13 @@ impl Elector {
             match self.try_acquire_or_renew(true) {
                 Ok(true) => {
                     last_renew = attempt;
-                    self.gate.lead_until(attempt + self.config.renew_deadline);
+                    if !self.gate.lead_until(attempt + self.config.renew_deadline) {
+                        self.lose(&format!(
+                            "Lease {lease} renewed only after the renew deadline ({:?})",
+                            self.config.renew_deadline
+                        ));
+                        return;
+                    }
                 }
                 Ok(false) => {
                     let holder = self.observed.as_ref().map(|(r, _)| r.holder.clone());
@@ -556,13 +577,17 @@ mod tests {
         gate.lead_until(Instant::now() + Duration::from_secs(600));
         assert_eq!(waiter.join().unwrap(), Leadership::Leader);
 
-        // A renew deadline in the past closes the gate by itself.
-        gate.lead_until(Instant::now() - Duration::from_millis(1));
+        // A renew deadline in the past closes the gate by itself, and a
+        // late renew does not reopen it.
+        assert!(gate.lead_until(Instant::now() - Duration::from_millis(1)));
         assert!(!gate.is_leader());
         assert_eq!(gate.leadership(), Leadership::Lost);
+        assert!(!gate.lead_until(Instant::now() + Duration::from_secs(600)));
+        assert_eq!(gate.leadership(), Leadership::Lost, "expiry is final");
 
+        let gate = LeaderGate::standby();
         gate.lose();
-        gate.lead_until(Instant::now() + Duration::from_secs(600));
+        assert!(!gate.lead_until(Instant::now() + Duration::from_secs(600)));
         assert_eq!(gate.leadership(), Leadership::Lost, "loss is final");
     }
 
