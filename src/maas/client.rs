@@ -597,7 +597,7 @@ impl Client {
                         Err(Error::status(
                             call.op,
                             status,
-                            MaasBody::from_response(&body),
+                            MaasBody::parse(&body),
                             retry_after,
                         ))
                     }

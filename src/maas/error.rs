@@ -49,7 +49,7 @@ impl MaasBody {
     /// errors; anything else is kept as text (HTML trimmed to its first line
     /// of meaningful text would lose information, so it is kept whole but
     /// capped in length).
-    pub(crate) fn from_response(body: &str) -> MaasBody {
+    pub fn parse(body: &str) -> MaasBody {
         let trimmed = body.trim();
         if trimmed.is_empty() {
             return MaasBody::Empty;
@@ -106,7 +106,8 @@ pub struct Error {
 }
 
 impl Error {
-    pub(crate) fn new(op: &'static str, kind: ErrorKind, detail: impl Into<String>) -> Error {
+    /// An error without an HTTP answer (also handy for fakes in tests).
+    pub fn new(op: &'static str, kind: ErrorKind, detail: impl Into<String>) -> Error {
         Error {
             op,
             kind,
@@ -118,7 +119,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn status(
+    /// An HTTP error answer (also handy for fakes in tests).
+    pub fn status(
         op: &'static str,
         status: u16,
         body: MaasBody,
@@ -133,6 +135,16 @@ impl Error {
             detail: String::new(),
             attempts: 1,
         }
+    }
+
+    /// An HTTP error answer from its raw body text.
+    pub fn from_response(
+        op: &'static str,
+        status: u16,
+        body: &str,
+        retry_after: Option<Duration>,
+    ) -> Error {
+        Error::status(op, status, MaasBody::parse(body), retry_after)
     }
 
     pub(crate) fn with_attempts(mut self, attempts: u32) -> Error {
@@ -266,7 +278,7 @@ mod tests {
 
     #[test]
     fn field_errors_are_parsed() {
-        let body = MaasBody::from_response(r#"{"distro_series": ["'x' is not valid."]}"#);
+        let body = MaasBody::parse(r#"{"distro_series": ["'x' is not valid."]}"#);
         let MaasBody::FieldErrors(fields) = &body else {
             panic!("{body:?}")
         };
@@ -279,9 +291,9 @@ mod tests {
 
     #[test]
     fn text_and_empty_bodies() {
-        assert_eq!(MaasBody::from_response(" \n"), MaasBody::Empty);
+        assert_eq!(MaasBody::parse(" \n"), MaasBody::Empty);
         assert_eq!(
-            MaasBody::from_response("No Machine matches the given query."),
+            MaasBody::parse("No Machine matches the given query."),
             MaasBody::Text("No Machine matches the given query.".into())
         );
     }

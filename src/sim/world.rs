@@ -1414,7 +1414,7 @@ fn parse_size(v: &str) -> Option<i64> {
         _ => (v, 1),
     };
     let n: f64 = num.parse().ok()?;
-    (n >= 0.0).then(|| (n * mult as f64) as i64)
+    (n >= 0.0).then_some((n * mult as f64) as i64)
 }
 
 /// None = not given; Some(None) = given empty.
