@@ -260,3 +260,82 @@ fn a_label_selector_keeps_other_objects_out() {
     assert_eq!(names, ["second", "watched"]);
     shutdown.trigger();
 }
+
+#[test]
+fn informer_events_reach_workers_through_the_queue() {
+    use capmaas::runtime::{join_within, run_workers, Action, LeaderGate, WorkQueue};
+    use std::sync::{Arc, Mutex};
+
+    let cp = support::control_plane();
+    let client = admin();
+    let ns = cp.new_namespace("rt-wiring");
+    let shutdown = Shutdown::new();
+    let queue = WorkQueue::new(&format!("wiring-{ns}"));
+    let handler = {
+        let queue = queue.clone();
+        move |event: &Event| {
+            if let Some(key) = event.key() {
+                queue.add(key);
+            }
+        }
+    };
+    let config = InformerConfig::new(CONFIG_MAPS)
+        .namespace(Some(ns.clone()))
+        .field_selector("metadata.name=wired");
+    let informer = Informer::spawn(admin(), config, handler, shutdown.clone()).unwrap();
+    let store = informer.store();
+    assert!(store.wait_until_synced(EVENTUALLY));
+
+    // The reconcile reads the cache, as controllers do, and records what
+    // it saw.
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reconcile = {
+        let (store, seen) = (store.clone(), seen.clone());
+        move |key: &ObjectKey| -> Result<Action, String> {
+            let n = store
+                .get(key)
+                .map(|o| o["data"]["n"].as_str().unwrap_or("").to_string())
+                .unwrap_or_else(|| "gone".to_string());
+            seen.lock().unwrap().push(n);
+            Ok(Action::Done)
+        }
+    };
+    let workers = run_workers(
+        "wiring",
+        queue.clone(),
+        2,
+        reconcile,
+        LeaderGate::always_open(),
+    );
+
+    client
+        .create(&CONFIG_MAPS, Some(&ns), &configmap("wired", 1))
+        .unwrap();
+    support::eventually(60, "a reconcile of the new object", || {
+        seen.lock()
+            .unwrap()
+            .contains(&"1".to_string())
+            .then_some(())
+    });
+    client
+        .patch_merge(
+            &CONFIG_MAPS,
+            Some(&ns),
+            "wired",
+            &json!({"data": {"n": "2"}}),
+        )
+        .unwrap();
+    support::eventually(60, "a reconcile of the update", || {
+        (seen.lock().unwrap().last() == Some(&"2".to_string())).then_some(())
+    });
+    client
+        .delete(&CONFIG_MAPS, Some(&ns), "wired", None)
+        .unwrap();
+    support::eventually(60, "a reconcile after the delete", || {
+        (seen.lock().unwrap().last() == Some(&"gone".to_string())).then_some(())
+    });
+
+    queue.shutdown();
+    shutdown.trigger();
+    assert!(join_within(workers, EVENTUALLY));
+}
