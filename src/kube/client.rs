@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use ureq::http::{self, Method};
@@ -171,8 +172,8 @@ struct Request<'a> {
 }
 
 impl Client {
-    /// Builds the HTTPS agent for `config`. Fails on unusable TLS material
-    /// (e.g. a client key that does not match its certificate).
+    /// Builds the HTTPS agent for `config` (whose TLS material was checked
+    /// when the config was built).
     pub fn new(config: Config) -> Result<Client, Error> {
         if config.insecure_skip_tls_verify {
             log::warn!(
@@ -233,7 +234,7 @@ impl Client {
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ObjectList, Error> {
-        let path = collection_path(r, ns)?;
+        let path = r.path(ns, None, None);
         let mut restarts = 0;
         'restart: loop {
             let mut items = Vec::new();
@@ -244,7 +245,7 @@ impl Client {
                 if let Some(token) = &continue_token {
                     query.push(("continue", token.clone()));
                 }
-                let page = match self.json(Method::GET, path.clone(), query, None) {
+                let page: ListPage = match self.json(Method::GET, path.clone(), query, None) {
                     Err(e) if e.is_gone() && continue_token.is_some() => {
                         if restarts >= MAX_LIST_RESTARTS {
                             return Err(e);
@@ -255,10 +256,6 @@ impl Client {
                     }
                     result => result?,
                 };
-                let page: ListPage = serde_json::from_value(page).map_err(|e| Error::Decode {
-                    request: format!("GET {path}"),
-                    message: format!("list: {e}"),
-                })?;
                 items.extend(page.items.unwrap_or_default().into_iter().map(|mut item| {
                     fill_type(&mut item, r);
                     item
@@ -285,7 +282,7 @@ impl Client {
         ns: Option<&str>,
         p: &WatchParams,
     ) -> Result<WatchStream, Error> {
-        let path = collection_path(r, ns)?;
+        let path = r.path(ns, None, None);
         let mut query = selectors(&p.label_selector, &p.field_selector);
         query.push(("watch", "true".to_string()));
         if let Some(rv) = &p.resource_version {
@@ -312,7 +309,7 @@ impl Client {
 
     /// Creates `obj` (POST to the collection). `AlreadyExists` if taken.
     pub fn create(&self, r: &Resource, ns: Option<&str>, obj: &Value) -> Result<Value, Error> {
-        let path = collection_path(r, ns)?;
+        let path = r.path(ns, None, None);
         self.json(Method::POST, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
     }
 
@@ -424,7 +421,8 @@ impl Client {
             Some(p) => vec![("propagationPolicy", p.as_str().to_string())],
             None => Vec::new(),
         };
-        self.json(Method::DELETE, path, query, None).map(|_| ())
+        self.json::<Value>(Method::DELETE, path, query, None)
+            .map(|_| ())
     }
 
     /// Adds `finalizer` to `obj` (as last read) unless present, with a JSON
@@ -522,14 +520,15 @@ impl Client {
         }
     }
 
-    /// Sends and decodes a JSON answer; non-2xx become errors.
-    fn json(
+    /// Sends and decodes a JSON answer (an empty body reads as `null`);
+    /// non-2xx become errors.
+    fn json<T: DeserializeOwned>(
         &self,
         method: Method,
         path: String,
         query: Vec<(&'static str, String)>,
         body: Option<(&'static str, Vec<u8>)>,
-    ) -> Result<Value, Error> {
+    ) -> Result<T, Error> {
         let what = format!("{method} {path}");
         let response = self.send(Request {
             method,
@@ -546,9 +545,11 @@ impl Client {
             .limit(MAX_BODY_BYTES)
             .read_to_vec()
             .map_err(|e| transport_error(&what, e))?;
-        if bytes.is_empty() {
-            return Ok(Value::Null);
-        }
+        let bytes = if bytes.is_empty() {
+            b"null".to_vec()
+        } else {
+            bytes
+        };
         serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
             request: what,
             message: e.to_string(),
@@ -745,10 +746,6 @@ fn selectors(labels: &Option<String>, fields: &Option<String>) -> Vec<(&'static 
         query.push(("fieldSelector", s.clone()));
     }
     query
-}
-
-fn collection_path(r: &Resource, ns: Option<&str>) -> Result<String, Error> {
-    Ok(r.path(ns, None, None))
 }
 
 fn object_path(
