@@ -36,6 +36,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -286,7 +287,9 @@ enum State {
     Watching {
         resource_version: String,
         stream: EventStream,
-        opened_at: Instant,
+        /// Ending before this without any event is suspicious (a broken
+        /// proxy): back off before watching again.
+        suspicious_before: Instant,
         events: u64,
     },
 }
@@ -344,10 +347,11 @@ impl Machine {
                 match self.source.watch(&resource_version, timeout) {
                     Ok(stream) => {
                         self.count("informer_watches_total", "Watches opened.");
+                        let short = VERY_SHORT_WATCH.min(timeout / 2);
                         State::Watching {
                             resource_version,
                             stream,
-                            opened_at: Instant::now(),
+                            suspicious_before: Instant::now() + short,
                             events: 0,
                         }
                     }
@@ -367,7 +371,7 @@ impl Machine {
             State::Watching {
                 resource_version,
                 mut stream,
-                opened_at,
+                suspicious_before,
                 events,
             } => match stream.next() {
                 Some(Ok(event)) => {
@@ -380,7 +384,7 @@ impl Machine {
                     State::Watching {
                         resource_version,
                         stream,
-                        opened_at,
+                        suspicious_before,
                         events: events + 1,
                     }
                 }
@@ -396,7 +400,7 @@ impl Machine {
                     State::Listed { resource_version }
                 }
                 None => {
-                    if events == 0 && opened_at.elapsed() < VERY_SHORT_WATCH {
+                    if events == 0 && Instant::now() < suspicious_before {
                         let error = kube::Error::Transient {
                             request: format!("watch {}", self.name),
                             status: None,
@@ -441,7 +445,7 @@ impl Machine {
         }
         self.store.mark_synced();
         for event in &events {
-            (self.handler)(event);
+            self.notify(event);
         }
     }
 
@@ -472,7 +476,21 @@ impl Machine {
                 Some(old) => Event::Modified { old, new: obj },
             }
         };
-        (self.handler)(&event);
+        self.notify(&event);
+    }
+
+    /// Calls the handler. A panicking handler is logged and survives (in
+    /// builds that unwind): one bad object must not stop the informer and
+    /// leave its cache silently stale.
+    fn notify(&self, event: &Event) {
+        let handler = &self.handler;
+        if panic::catch_unwind(AssertUnwindSafe(|| handler(event))).is_err() {
+            log::error!(
+                "informer for {}: the event handler panicked on {}",
+                self.name,
+                event.key().map(|k| k.to_string()).unwrap_or_default()
+            );
+        }
     }
 
     fn count(&self, name: &'static str, help: &'static str) {
@@ -634,6 +652,7 @@ mod tests {
         let handler = move |event: &Event| {
             let rv = resource_version(event.object()).unwrap_or("").to_string();
             let name = event.key().unwrap().name;
+            assert_ne!(name, "boom", "a handler bug");
             let text = match event {
                 Event::Added(_) => format!("added {name} {rv}"),
                 Event::Modified { .. } => format!("modified {name} {rv}"),
@@ -768,6 +787,20 @@ mod tests {
             calls[..6],
             ["list", "list", "watch 1", "watch 1", "list", "watch 20"]
         );
+    }
+
+    #[test]
+    fn a_panicking_handler_does_not_stop_the_informer() {
+        let h = start();
+        h.script
+            .send(Script::List(vec![obj("boom", "1"), obj("a", "2")], "2"))
+            .unwrap();
+        h.expect(&["added a 2"]);
+        h.script
+            .send(Script::Watch(vec![Ok(WatchEvent::Added(obj("c", "3")))]))
+            .unwrap();
+        h.expect(&["added c 3"]);
+        assert_eq!(h.store.len(), 3, "the store applied every change");
     }
 
     #[test]

@@ -41,6 +41,21 @@
 //!   object.
 //! - [`Shutdown`], [`listen_for_signals`], [`join_within`] (in `shutdown`):
 //!   SIGTERM/SIGINT → stop; see that module for the sequence `main` follows.
+//!
+//! # Metrics (through [`crate::metrics`])
+//!
+//! - Work queue, label `name`: `workqueue_depth`, `workqueue_adds_total`,
+//!   `workqueue_retries_total`, `workqueue_queue_duration_seconds`,
+//!   `workqueue_work_duration_seconds`.
+//! - Workers, label `controller`: `controller_runtime_reconcile_total`
+//!   (plus `result` = `success` | `error` | `requeue_after`),
+//!   `controller_runtime_reconcile_errors_total`,
+//!   `controller_runtime_reconcile_time_seconds`,
+//!   `controller_runtime_active_workers`,
+//!   `controller_runtime_max_concurrent_reconciles`.
+//! - Informers, label `informer`: `informer_lists_total`,
+//!   `informer_watches_total`, `informer_errors_total`.
+//! - Election, label `name` (the Lease): `leader_election_master_status`.
 
 mod cache;
 mod events;

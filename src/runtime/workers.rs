@@ -60,6 +60,12 @@ where
 {
     let reconcile = Arc::new(reconcile);
     let active = Arc::new(AtomicUsize::new(0));
+    metrics::gauge_set(
+        "controller_runtime_max_concurrent_reconciles",
+        "Maximum number of concurrent reconciles per controller.",
+        &[("controller", name)],
+        concurrency.max(1) as f64,
+    );
     let mut handles = Vec::new();
     for i in 0..concurrency.max(1) {
         let worker = Worker {
