@@ -27,6 +27,7 @@ mod error;
 pub(crate) mod fake;
 mod finalizer;
 pub mod machine;
+pub mod mappers;
 pub mod ports;
 mod status;
 
