@@ -61,6 +61,59 @@ fn kubeconfig_client_certificate_authenticates() {
 }
 
 #[test]
+fn kubeconfig_bytes_with_inline_data_authenticate() {
+    // The shape of a workload cluster's `<cluster>-kubeconfig` Secret.
+    use base64::Engine as _;
+    let cp = support::control_plane();
+    let b64 = |p: &std::path::Path| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap())
+    };
+    let yaml = format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: workload
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+contexts:
+- name: workload-admin@workload
+  context: {{cluster: workload, user: workload-admin}}
+current-context: workload-admin@workload
+users:
+- name: workload-admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+",
+        server = cp.server,
+        ca = b64(&cp.ca_file),
+        cert = b64(&cp.admin_cert),
+        key = b64(&cp.admin_key),
+    );
+    let config = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap();
+    let client = Client::new(config)
+        .unwrap()
+        .with_timeout(std::time::Duration::from_secs(5));
+    assert_eq!(client.get_raw("/readyz").unwrap().0, 200);
+    let namespaces = client
+        .list(&NAMESPACES, None, &ListParams::default())
+        .unwrap();
+    assert!(namespaces
+        .items
+        .iter()
+        .any(|n| meta::name(n) == Some("default")));
+
+    // The same document pointing at files is refused without a base dir.
+    let by_path = yaml.replace(
+        &format!("certificate-authority-data: {}", b64(&cp.ca_file)),
+        &format!("certificate-authority: {}", cp.ca_file.display()),
+    );
+    let err = Config::from_kubeconfig_yaml(by_path.as_bytes(), None, None).unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err}");
+}
+
+#[test]
 fn a_refused_credential_is_unauthorized() {
     let cp = support::control_plane();
     let ca = std::fs::read(&cp.ca_file).unwrap();
