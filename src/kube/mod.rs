@@ -29,9 +29,13 @@
 //!                                              (all pages; 410 on continue => relist)
 //! watch(r, ns, &WatchParams)                -> WatchStream: Iterator<Item = Result<WatchEvent>>
 //! create(r, ns, &obj) / replace(r, ns, name, &obj)
+//! create_subresource(r, ns, name, "token", &obj)   e.g. TokenRequest
 //! patch_merge / patch_json / patch_status_merge (r, ns, name, &patch) / replace_status(r, ns, name, &obj)
 //! delete(r, ns, name, Option<Propagation>)  -> ()
-//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value (guarded; Conflict if stale)
+//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value
+//!                                           JSON patch that first `test`s the whole finalizer
+//!                                           list read in `obj`: Conflict if it changed since;
+//!                                           no request if nothing to do; ns/name from `obj`
 //! get_raw("/readyz")                        -> (status, body), status not classified
 //! ```
 //!
