@@ -1,0 +1,208 @@
+//! The manager running with exactly the RBAC of deploy/rbac.yaml: it
+//! authenticates as the `capmaas-manager` ServiceAccount with a TokenRequest
+//! token (as a pod would), against the real API server, and must sync its
+//! caches, win the Lease, reconcile a MaasCluster (finalizer, spec endpoint,
+//! status, events) and shut down releasing the Lease, without one 403.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::maas_sim::MaasSim;
+use support::ControlPlane;
+
+const NAMESPACE: &str = "capmaas-system";
+const LEASE: &str = "capmaas-leader-election";
+
+fn deploy_file(name: &str) -> String {
+    let path = support::repo_root().join("deploy").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A kubeconfig holding a fresh TokenRequest token of the manager's
+/// ServiceAccount: what the kubelet mounts into the pod, as a file.
+fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> std::path::PathBuf {
+    let token = cp.kubectl(&[
+        "create",
+        "token",
+        "capmaas-manager",
+        "-n",
+        NAMESPACE,
+        "--duration=1h",
+    ]);
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+         users:\n- name: capmaas\n  user:\n    token: {}\ncontexts:\n- name: capmaas\n  context: {{cluster: test, user: capmaas, namespace: {NAMESPACE}}}\n\
+         current-context: capmaas\n",
+        cp.server,
+        cp.ca_file.display(),
+        token.trim()
+    );
+    let path = dir.join("capmaas-sa.kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+/// The manager process; killed on drop if the test did not stop it.
+struct Manager {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Manager {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Status code of `GET path`, or None when nothing answers yet.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split(' ').nth(1)?.parse().ok()
+}
+
+fn get_json(cp: &ControlPlane, args: &[&str]) -> Option<Value> {
+    let mut all = vec!["get", "-o", "json"];
+    all.extend_from_slice(args);
+    cp.try_kubectl(&all, "")
+        .ok()
+        .and_then(|out| serde_json::from_str(&out).ok())
+}
+
+#[test]
+fn manager_reconciles_as_its_service_account_without_a_403() {
+    let cp = support::control_plane();
+    let crds = support::repo_root().join("crds");
+    cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
+    cp.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd",
+        "-l",
+        "cluster.x-k8s.io/provider=infrastructure-maas",
+    ]);
+    cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("namespace.yaml"));
+    cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("rbac.yaml"));
+
+    let dir = support::tempdir("capmaas-sa").unwrap();
+    let kubeconfig = service_account_kubeconfig(cp, &dir);
+    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    let health_port = free_port();
+    let log = dir.join("capmaas.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg("--leader-elect")
+        .arg(format!("--leader-election-namespace={NAMESPACE}"))
+        .arg(format!(
+            "--health-probe-bind-address=127.0.0.1:{health_port}"
+        ))
+        .arg("--metrics-bind-address=0")
+        .env_remove("KUBECONFIG")
+        .env("MAAS_ENDPOINT", &sim.url)
+        .env("MAAS_API_KEY", &sim.api_key)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("capmaas.stdout")).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut manager = Manager { child, log };
+
+    // Caches synced (list + watch of every kind) and leader elected.
+    support::eventually(90, "capmaas ready", || {
+        (http_status(health_port, "/readyz") == Some(200)).then_some(())
+    });
+    let holder = support::eventually(60, "the Lease held", || {
+        let lease = get_json(cp, &["lease", LEASE, "-n", NAMESPACE])?;
+        let holder = lease["spec"]["holderIdentity"].as_str()?.to_string();
+        (!holder.is_empty()).then_some(holder)
+    });
+
+    // A MaasCluster owned by a Cluster: the manager patches the finalizer and
+    // the endpoint, writes status, records events.
+    let ns = cp.new_namespace("sa-story");
+    cp.kubectl_stdin(
+        &["apply", "-n", &ns, "-f", "-"],
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata:\n  name: prod-cluster\nspec:\n  \
+         infrastructureRef:\n    apiGroup: infrastructure.cluster.x-k8s.io\n    kind: MaasCluster\n    name: prod-cluster\n",
+    );
+    let uid = cp.kubectl(&[
+        "get",
+        "-n",
+        &ns,
+        "cluster",
+        "prod-cluster",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let maas_cluster = format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\nmetadata:\n  name: prod-cluster\n  \
+         labels:\n    cluster.x-k8s.io/cluster-name: prod-cluster\n  ownerReferences:\n  - apiVersion: cluster.x-k8s.io/v1beta2\n    \
+         kind: Cluster\n    name: prod-cluster\n    uid: {uid}\nspec:\n  dnsDomain: maas\n"
+    );
+    cp.kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &maas_cluster);
+    let mc = support::eventually(90, "MaasCluster reconciled", || {
+        let mc = get_json(cp, &["-n", &ns, "maascluster", "prod-cluster"])?;
+        let has_finalizer = mc["metadata"]["finalizers"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f == "maascluster.infrastructure.cluster.x-k8s.io")
+        });
+        let has_endpoint = mc["spec"]["controlPlaneEndpoint"]["host"].is_string();
+        let provisioned = mc["status"]["initialization"]["provisioned"] == true;
+        (has_finalizer && has_endpoint && provisioned).then_some(mc)
+    });
+    let host = mc["spec"]["controlPlaneEndpoint"]["host"].as_str().unwrap();
+    assert!(
+        host.starts_with("prod-cluster-") && host.ends_with(".maas"),
+        "{host}"
+    );
+
+    // Shutdown releases the Lease (an update) and exits cleanly.
+    let pid = manager.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let exit = support::eventually(60, "capmaas exits after SIGTERM", || {
+        manager.child.try_wait().ok().flatten()
+    });
+    let log = manager.log();
+    assert!(exit.success(), "capmaas exited with {exit}:\n{log}");
+    let lease = get_json(cp, &["lease", LEASE, "-n", NAMESPACE]).unwrap();
+    assert_ne!(
+        lease["spec"]["holderIdentity"].as_str(),
+        Some(holder.as_str()),
+        "Lease not released:\n{log}"
+    );
+
+    let lower = log.to_lowercase();
+    for needle in ["forbidden", " 403", "unauthorized", " 401"] {
+        assert!(
+            !lower.contains(needle),
+            "{needle:?} in the manager's log:\n{log}"
+        );
+    }
+}
