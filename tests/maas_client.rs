@@ -806,3 +806,38 @@ fn metrics_count_requests_by_operation_and_code() {
         "{text}"
     );
 }
+
+#[test]
+fn one_client_reuses_its_connection() {
+    let sim = sim();
+    let before = sim.connections();
+    let client = sim.client();
+    for _ in 0..20 {
+        client.zones().unwrap();
+    }
+    let clone = client.clone();
+    clone.domains().unwrap();
+    // One for the client (clones share the pool), at most one more for our
+    // own /_sim/ agent should it have dropped its idle connection.
+    let opened = sim.connections() - before;
+    assert!(
+        (1..=2).contains(&opened),
+        "{opened} connections for 21 sequential calls"
+    );
+}
+
+#[test]
+fn debug_output_never_shows_the_key() {
+    let sim = sim();
+    let config = sim.client_config(&sim.api_key);
+    let secret = sim.api_key.split(':').nth(2).unwrap().to_owned();
+    let client = Client::new(config.clone()).unwrap();
+    for shown in [
+        format!("{config:?}"),
+        format!("{client:?}"),
+        format!("{:?}", config.api_key),
+    ] {
+        assert!(!shown.contains(&secret), "{shown}");
+        assert!(!shown.contains("SimTokenKey"), "{shown}");
+    }
+}

@@ -203,7 +203,11 @@ impl Client {
             .http_status_as_error(false)
             .timeout_connect(Some(config.connect_timeout))
             .timeout_global(Some(config.timeout))
+            // A redirect means a wrong endpoint (http→https, missing
+            // /MAAS); following it would turn a POST into a GET.
             .max_redirects(0)
+            .max_idle_connections(32)
+            .max_idle_connections_per_host(32)
             .user_agent(concat!("capmaas/", env!("CARGO_PKG_VERSION")))
             .accept("application/json")
             .tls_config(tls.build())
@@ -579,6 +583,11 @@ impl Client {
         let outcome = match result {
             Ok(mut response) => {
                 let status = response.status().as_u16();
+                let location = response
+                    .headers()
+                    .get("location")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
                 let retry_after = response
                     .headers()
                     .get("retry-after")
@@ -593,13 +602,13 @@ impl Client {
                 {
                     Ok(body) if (200..300).contains(&status) => Ok(body),
                     Ok(body) => {
-                        let body = redact(&body, inner.key.token_secret());
-                        Err(Error::status(
-                            call.op,
-                            status,
-                            MaasBody::parse(&body),
-                            retry_after,
-                        ))
+                        let body = match (status, location) {
+                            (300..=399, Some(to)) => MaasBody::Text(format!(
+                                "redirected to {to}; check the MAAS endpoint (scheme, host, /MAAS path)"
+                            )),
+                            _ => MaasBody::parse(&redact(&body, inner.key.token_secret())),
+                        };
+                        Err(Error::status(call.op, status, body, retry_after))
                     }
                     Err(e) => Err(transport_error(call.op, e, inner.key.token_secret())),
                 }
@@ -690,6 +699,15 @@ fn transport_error(op: &'static str, e: ureq::Error, secret: &str) -> Error {
         ureq::Error::Timeout(Timeout::Connect | Timeout::Resolve) => ErrorKind::Connect,
         ureq::Error::Timeout(_) => ErrorKind::Timeout,
         ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => ErrorKind::Connect,
+        // rustls reports handshake failures (unknown CA, bad name) as I/O
+        // errors wrapping a rustls::Error; they are permanent, not transport.
+        ureq::Error::Io(io)
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+        {
+            ErrorKind::Tls
+        }
         ureq::Error::Io(io) => match io.kind() {
             Io::ConnectionRefused
             | Io::NotFound

@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | `GET /_sim/state` | machines (status, owner, agent_name, owner data, IPs ...) and DNS resources |
 //! | `GET /_sim/calls`, `DELETE /_sim/calls` | request counts by `"METHOD pattern[ op=OP]"`; reset |
+//! | `GET /_sim/stats` | `{"connections": n}`: TCP connections accepted so far |
 //! | `POST /_sim/faults` (JSON [`Fault`]), `GET`, `DELETE /_sim/faults` | add, list, clear fault rules |
 //! | `POST /_sim/settings` `{"deploy_seconds": n, "release_seconds": n}` | change timings |
 //! | `POST /_sim/machines` (JSON inventory machine) | add a machine → `{"system_id"}` |
@@ -32,6 +33,7 @@ pub fn handle(world: &mut World, req: &Request, rel: &str) -> Response {
     match (req.method.as_str(), seg.as_slice()) {
         ("GET", ["state"]) => Response::json(200, &world.state_json()),
         ("GET", ["calls"]) => Response::json(200, &json!(world.calls)),
+        ("GET", ["stats"]) => Response::json(200, &json!({"connections": world.connections})),
         ("DELETE", ["calls"]) => {
             world.calls.clear();
             Response::json(200, &json!({}))

@@ -86,6 +86,7 @@ pub fn start(listen: &str, inventory: Inventory) -> io::Result<Server> {
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
+                shared.world().connections += 1;
                 let shared = Arc::clone(&shared);
                 let _ = std::thread::Builder::new()
                     .name("maas-sim-conn".into())

@@ -178,6 +178,8 @@ pub struct World {
     pub faults: Vec<Fault>,
     /// Endpoint key → count.
     pub calls: BTreeMap<String, u64>,
+    /// TCP connections accepted (clients should reuse theirs).
+    pub connections: u64,
 }
 
 /// A MAAS-style failure: status and body.
@@ -252,6 +254,7 @@ impl World {
             nonces: HashMap::new(),
             faults: Vec::new(),
             calls: BTreeMap::new(),
+            connections: 0,
         };
         for entry in &inventory.api_keys {
             let parts: Vec<&str> = entry.key.split(':').collect();

@@ -191,6 +191,14 @@ impl MaasSim {
         self.calls().get(key).copied().unwrap_or(0)
     }
 
+    /// TCP connections the simulator has accepted (including ours for
+    /// `/_sim/` calls).
+    pub fn connections(&self) -> u64 {
+        self.control("GET", "stats", None)["connections"]
+            .as_u64()
+            .expect("connections")
+    }
+
     pub fn reset_calls(&self) {
         self.control("DELETE", "calls", None);
     }
