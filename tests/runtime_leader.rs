@@ -269,3 +269,26 @@ fn a_leader_whose_lease_is_taken_stops_at_once() {
         "intruder"
     );
 }
+
+#[test]
+fn a_leader_recreates_a_deleted_lease_and_keeps_leading() {
+    let cp = support::control_plane();
+    let client = admin();
+    let ns = cp.new_namespace("rt-recreate");
+    let lease_name = "deleted";
+    let elector = LeaderElector::spawn(admin(), fast(&ns, lease_name, "keeper")).unwrap();
+    assert_eq!(
+        elector.gate().wait_for_leadership(EVENTUALLY),
+        Leadership::Leader
+    );
+    let before = lease(&client, &ns, lease_name);
+    client.delete(&LEASES, Some(&ns), lease_name, None).unwrap();
+    let recreated = support::eventually(60, "the Lease to be recreated", || {
+        client.get(&LEASES, Some(&ns), lease_name).ok()
+    });
+    assert_ne!(recreated["metadata"]["uid"], before["metadata"]["uid"]);
+    assert_eq!(recreated["spec"]["holderIdentity"], "keeper");
+    assert!(elector.is_leader());
+    assert!(elector.lost().try_recv().is_err(), "no loss reported");
+    elector.release();
+}

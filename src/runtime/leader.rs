@@ -447,8 +447,9 @@ impl Elector {
                         self.remember(written);
                         return Ok(true);
                     }
-                    // Someone wrote the Lease: read it and decide below.
-                    Err(e) if e.is_conflict() => {}
+                    // Someone wrote (or deleted) the Lease: read it and
+                    // decide below.
+                    Err(e) if e.is_conflict() || e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
             }
