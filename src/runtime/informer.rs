@@ -76,6 +76,10 @@ pub struct InformerConfig {
     pub initial_backoff: Duration,
     /// Longest error backoff. Default 30 s.
     pub max_backoff: Duration,
+    /// Applied to every object before it is cached (after `managedFields`
+    /// are dropped), to keep only what the controllers read: the memory
+    /// budget is per cached object. Default: none.
+    pub transform: Option<fn(&mut Value)>,
     /// Start by watching from this resourceVersion instead of listing. The
     /// store only counts as synced after a list, so this exists for tests
     /// that need the 410 path (a version too old forces a relist).
@@ -95,8 +99,14 @@ impl InformerConfig {
             watch_timeout: (Duration::from_secs(300), Duration::from_secs(600)),
             initial_backoff: Duration::from_millis(800),
             max_backoff: Duration::from_secs(30),
+            transform: None,
             start_from: None,
         }
+    }
+
+    pub fn transform(mut self, transform: fn(&mut Value)) -> Self {
+        self.transform = Some(transform);
+        self
     }
 
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -195,6 +205,7 @@ impl Informer {
             name: config.describe(),
             metric_label: config.name.clone(),
             start_from: config.start_from.clone(),
+            transform: config.transform,
             source: Box::new(source),
             store: store.clone(),
             handler: Box::new(handler),
@@ -300,6 +311,7 @@ struct Machine {
     /// The `informer` label of the metrics.
     metric_label: String,
     start_from: Option<String>,
+    transform: Option<fn(&mut Value)>,
     source: Box<dyn Source>,
     store: Store,
     handler: Box<dyn Fn(&Event) + Send>,
@@ -418,7 +430,7 @@ impl Machine {
     fn apply_list(&mut self, items: Vec<Value>) {
         let mut fresh = HashMap::with_capacity(items.len());
         for obj in items {
-            let obj = slim(obj);
+            let obj = self.prepare(obj);
             if let Some(key) = ObjectKey::of(&obj) {
                 fresh.insert(key, Arc::new(obj));
             }
@@ -455,7 +467,7 @@ impl Machine {
             WatchEvent::Deleted(obj) => (obj, true),
             WatchEvent::Bookmark { .. } => return,
         };
-        let obj = Arc::new(slim(obj));
+        let obj = Arc::new(self.prepare(obj));
         let Some(key) = ObjectKey::of(&obj) else {
             log::warn!(
                 "informer for {}: event for an object without a name",
@@ -477,6 +489,15 @@ impl Machine {
             }
         };
         self.notify(&event);
+    }
+
+    /// The object as it is cached.
+    fn prepare(&self, obj: Value) -> Value {
+        let mut obj = slim(obj);
+        if let Some(transform) = self.transform {
+            transform(&mut obj);
+        }
+        obj
     }
 
     /// Calls the handler. A panicking handler is logged and survives (in
@@ -566,7 +587,7 @@ mod tests {
 
     fn obj(name: &str, rv: &str) -> Value {
         json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv,
-               "managedFields": [{"manager": "x"}]}})
+               "managedFields": [{"manager": "x"}]}, "spec": {"unread": "by controllers"}})
     }
 
     /// What the fake API server does on the next call.
@@ -649,6 +670,11 @@ mod tests {
         let mut config = InformerConfig::new(kube::resources::CONFIG_MAPS);
         config.initial_backoff = Duration::from_millis(1);
         config.max_backoff = Duration::from_millis(2);
+        config = config.transform(|obj| {
+            if let Some(obj) = obj.as_object_mut() {
+                obj.remove("spec");
+            }
+        });
         let handler = move |event: &Event| {
             let rv = resource_version(event.object()).unwrap_or("").to_string();
             let name = event.key().unwrap().name;
@@ -701,6 +727,7 @@ mod tests {
         assert!(h.store.is_synced());
         let cached = h.store.get(&ObjectKey::new("ns", "a")).unwrap();
         assert!(cached["metadata"].get("managedFields").is_none());
+        assert!(cached.get("spec").is_none(), "the transform ran");
 
         h.script
             .send(Script::Watch(vec![

@@ -16,7 +16,8 @@
 //! - [`ObjectKey`]: `namespace/name` of an object (namespace empty for
 //!   cluster-scoped kinds). `ObjectKey::of(&obj)`.
 //! - [`Informer`] (in `informer`): `Informer::spawn(client,
-//!   InformerConfig::new(resource).namespace(..).label_selector(..),
+//!   InformerConfig::new(resource).namespace(..).label_selector(..)
+//!   .transform(..),
 //!   |event: &Event| ..., shutdown)` → `informer.store()`. [`Event`] is
 //!   `Added(obj)`, `Modified { old, new }` or `Deleted(obj)` with
 //!   `Arc<Value>` objects; the handler runs on the watch thread after the
