@@ -2,7 +2,7 @@
 //! with the API server and tells a handler about every change.
 //!
 //! The thread runs a small explicit state machine (modelled on kube-runtime's
-//! `watcher.rs`), one transition per [`step`](Machine::step):
+//! `watcher.rs`), one transition per `Machine::step`:
 //!
 //! ```text
 //!            ┌──────────── 410 Gone (watch request or ERROR event) ─────────────┐
@@ -28,8 +28,8 @@
 //!   not reported again.
 //! - Errors other than 410 back off 0.8 s, doubling to 30 s (with jitter),
 //!   reset by the next success; a 429's `Retry-After` is honoured. A watch
-//!   that ends within a second without any event counts as an error (a
-//!   broken proxy would otherwise make us spin).
+//!   that ends within a second (or half its timeout) without any event
+//!   counts as an error (a broken proxy would otherwise make us spin).
 //!
 //! The store is updated before the handler is called, so a reconcile
 //! triggered by an event always reads at least that version.
@@ -104,11 +104,6 @@ impl InformerConfig {
         }
     }
 
-    pub fn transform(mut self, transform: fn(&mut Value)) -> Self {
-        self.transform = Some(transform);
-        self
-    }
-
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
@@ -131,6 +126,11 @@ impl InformerConfig {
 
     pub fn watch_timeout(mut self, min: Duration, max: Duration) -> Self {
         self.watch_timeout = (min, max.max(min));
+        self
+    }
+
+    pub fn transform(mut self, transform: fn(&mut Value)) -> Self {
+        self.transform = Some(transform);
         self
     }
 
