@@ -441,13 +441,16 @@ fn power_update_owner_data_and_not_found() {
     assert_eq!(found.len(), 1);
 
     assert_eq!(client.query_power_state(id).unwrap(), PowerState::Off);
-    let m = client.power_on(id).unwrap();
+    let m = client
+        .power_on_with_comment(id, Some("capmaas: start ns/p"))
+        .unwrap();
     assert_eq!(
         m.status,
         MachineStatus::Deploying,
         "power_on on Allocated starts a deployment"
     );
     assert_eq!(client.query_power_state(id).unwrap(), PowerState::On);
+    assert_eq!(sim.machine_state(id)["comments"][1], "capmaas: start ns/p");
     let m = client.power_off(id).unwrap();
     assert_eq!(m.power_state, PowerState::Off);
     sim.power_on(id);

@@ -304,7 +304,20 @@ impl Client {
 
     /// Powers a machine on. On an Allocated machine MAAS starts a deployment.
     pub fn power_on(&self, system_id: &str) -> Result<Machine, Error> {
-        self.machine_op("power_on", system_id, vec![], Repeat::Safe)
+        self.power_on_with_comment(system_id, None)
+    }
+
+    /// [`Client::power_on`] with a comment MAAS records in the machine's
+    /// event log (who asked, and why).
+    pub fn power_on_with_comment(
+        &self,
+        system_id: &str,
+        comment: Option<&str>,
+    ) -> Result<Machine, Error> {
+        let form = comment
+            .map(|c| vec![("comment", c.to_owned())])
+            .unwrap_or_default();
+        self.machine_op("power_on", system_id, form, Repeat::Safe)
     }
 
     /// Powers a machine off. MAAS answers `null` for power types it cannot

@@ -109,7 +109,7 @@ pub fn serve_connection(stream: TcpStream, handle: &dyn Fn(Request) -> Reply) {
     let mut reader = BufReader::new(stream);
     let mut writer = write_half;
     loop {
-        let request = match read_request(&mut reader) {
+        let request = match read_request(&mut reader, &mut writer) {
             Ok(Some(request)) => request,
             Ok(None) => return,
             Err(_) => {
@@ -132,7 +132,7 @@ pub fn serve_connection(stream: TcpStream, handle: &dyn Fn(Request) -> Reply) {
     }
 }
 
-fn read_request(reader: &mut impl BufRead) -> io::Result<Option<Request>> {
+fn read_request(reader: &mut impl BufRead, writer: &mut impl Write) -> io::Result<Option<Request>> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Ok(None);
@@ -179,6 +179,12 @@ fn read_request(reader: &mut impl BufRead) -> io::Result<Option<Request>> {
     } else {
         connection != "close"
     };
+    // curl asks before sending bodies over 1 KiB; answer rather than make
+    // it wait out its timeout.
+    if header("expect").is_some_and(|e| e == "100-continue") {
+        writer.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        writer.flush()?;
+    }
     let body = if header("transfer-encoding").is_some_and(|te| te.contains("chunked")) {
         read_chunked(reader)?
     } else {
@@ -397,10 +403,23 @@ mod tests {
         let raw =
             "POST /x?op=a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
         let mut reader = BufReader::new(raw.as_bytes());
-        let request = read_request(&mut reader).unwrap().unwrap();
+        let mut sink = Vec::new();
+        let request = read_request(&mut reader, &mut sink).unwrap().unwrap();
         assert_eq!(request.body, b"abc");
         assert_eq!(request.query, vec![("op".into(), "a".into())]);
         assert!(request.keep_alive);
-        assert!(read_request(&mut reader).unwrap().is_none());
+        assert!(read_request(&mut reader, &mut sink).unwrap().is_none());
+        assert!(sink.is_empty());
+    }
+
+    #[test]
+    fn answers_expect_100_continue() {
+        let raw = "POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok";
+        let mut sink = Vec::new();
+        let request = read_request(&mut BufReader::new(raw.as_bytes()), &mut sink)
+            .unwrap()
+            .unwrap();
+        assert_eq!(request.body, b"ok");
+        assert_eq!(sink, b"HTTP/1.1 100 Continue\r\n\r\n");
     }
 }

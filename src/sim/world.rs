@@ -949,14 +949,20 @@ impl World {
             return Err(Failure::Text(403, String::new()));
         }
         if m.status == MachineStatus::Allocated {
-            // MAAS starts a deployment with the defaults.
-            let mut defaults: Vec<(String, String)> = Vec::new();
-            if let Some((_, data)) = params.iter().find(|(k, _)| k == "user_data") {
-                defaults.push(("user_data".into(), data.clone()));
-            }
+            // MAAS starts a deployment with the defaults (deploy records
+            // the comment).
+            let defaults: Vec<(String, String)> = params
+                .iter()
+                .filter(|(k, _)| k == "user_data" || k == "comment")
+                .cloned()
+                .collect();
             return self.deploy(index, user, &defaults);
         }
-        self.machines[index].power_state = "on".into();
+        let m = &mut self.machines[index];
+        m.power_state = "on".into();
+        if let Some((_, comment)) = params.iter().find(|(k, _)| k == "comment") {
+            m.comments.push(comment.clone());
+        }
         Ok(())
     }
 

@@ -51,6 +51,15 @@ impl MaasSim {
         MaasSim::start_with_args(bin, inventory, &[])
     }
 
+    /// Starts the simulator with an inventory file (e.g. one under
+    /// `tests/inventory/`) and extra arguments.
+    pub fn start_from_file(bin: impl AsRef<Path>, inventory: &Path, args: &[&str]) -> MaasSim {
+        let text = std::fs::read_to_string(inventory)
+            .unwrap_or_else(|e| panic!("{}: {e}", inventory.display()));
+        let value: Value = serde_json::from_str(&text).expect("inventory is JSON");
+        MaasSim::start_with_args(bin, Some(&value), args)
+    }
+
     /// As [`MaasSim::start`], with extra arguments such as
     /// `["--deploy-seconds", "0.5"]`.
     pub fn start_with_args(
