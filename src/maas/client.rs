@@ -323,12 +323,12 @@ impl Client {
     /// Powers a machine off. MAAS answers `null` for power types it cannot
     /// stop (`manual`); we then read the machine back.
     pub fn power_off(&self, system_id: &str) -> Result<Machine, Error> {
-        let value: serde_json::Value =
-            self.machine_op_json("power_off", system_id, vec![], Repeat::Safe)?;
-        if value.is_null() {
-            return self.machine(system_id);
+        let answer: Option<Machine> =
+            self.machine_op("power_off", system_id, vec![], Repeat::Safe)?;
+        match answer {
+            Some(machine) => Ok(machine),
+            None => self.machine(system_id),
         }
-        decode("power_off", value)
     }
 
     /// Asks the BMC (through MAAS) for the current power state.
@@ -499,17 +499,7 @@ impl Client {
         })
     }
 
-    fn machine_op(
-        &self,
-        op: &'static str,
-        system_id: &str,
-        form: Vec<(&str, String)>,
-        repeat: Repeat,
-    ) -> Result<Machine, Error> {
-        self.machine_op_json(op, system_id, form, repeat)
-    }
-
-    fn machine_op_json<T: DeserializeOwned>(
+    fn machine_op<T: DeserializeOwned>(
         &self,
         op: &'static str,
         system_id: &str,
@@ -529,14 +519,13 @@ impl Client {
     fn json<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, Error> {
         let op = call.op;
         let body = self.call(call)?;
-        let value: serde_json::Value = serde_json::from_str(&body).map_err(|e| {
+        serde_json::from_str(&body).map_err(|e| {
             Error::new(
                 op,
                 ErrorKind::Decode,
-                format!("invalid JSON ({e}): {}", snippet(&body)),
+                format!("unexpected JSON ({e}): {}", snippet(&body)),
             )
-        })?;
-        decode(op, value)
+        })
     }
 
     /// Sends `call`, retrying transient failures as the module docs say.
@@ -658,11 +647,6 @@ impl Client {
 
 fn machine_path(system_id: &str) -> String {
     format!("machines/{}/", percent_encode(system_id))
-}
-
-fn decode<T: DeserializeOwned>(op: &'static str, value: serde_json::Value) -> Result<T, Error> {
-    serde_json::from_value(value)
-        .map_err(|e| Error::new(op, ErrorKind::Decode, format!("unexpected JSON shape: {e}")))
 }
 
 fn snippet(body: &str) -> String {
