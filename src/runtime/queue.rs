@@ -220,11 +220,8 @@ impl WorkQueue {
                 return None;
             }
             let now = Instant::now();
-            let promoted = self.promote_due(&mut state, now);
-            if promoted > 1 {
-                // More than one key became ready; wake the other getters.
-                self.inner.changed.notify_all();
-            }
+            // Each promoted key wakes one more getter (in `add_locked`).
+            self.promote_due(&mut state, now);
             if let Some(key) = state.queue.pop_front() {
                 state.dirty.remove(&key);
                 state.processing.insert(key.clone(), now);
@@ -256,14 +253,16 @@ impl WorkQueue {
     /// meanwhile, it is queued again now.
     pub fn done(&self, key: &ObjectKey) {
         let mut state = self.lock();
-        if let Some(started) = state.processing.remove(key) {
-            metrics::observe(
-                "workqueue_work_duration_seconds",
-                "How long in seconds processing a key from the work queue takes.",
-                &[("name", &self.inner.name)],
-                started.elapsed().as_secs_f64(),
-            );
-        }
+        // A `done` without a `get` must not queue the key a second time.
+        let Some(started) = state.processing.remove(key) else {
+            return;
+        };
+        metrics::observe(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing a key from the work queue takes.",
+            &[("name", &self.inner.name)],
+            started.elapsed().as_secs_f64(),
+        );
         if state.dirty.contains(key) && !state.shutting_down {
             state.queue.push_back(key.clone());
             self.record_depth(&state);
@@ -330,9 +329,8 @@ impl WorkQueue {
         self.inner.changed.notify_one();
     }
 
-    /// Moves every delayed key that is due into the queue; returns how many.
-    fn promote_due(&self, state: &mut State, now: Instant) -> usize {
-        let mut promoted = 0;
+    /// Moves every delayed key that is due into the queue.
+    fn promote_due(&self, state: &mut State, now: Instant) {
         while let Some(Reverse((due, _))) = state.delayed.peek() {
             if *due > now {
                 break;
@@ -345,9 +343,7 @@ impl WorkQueue {
             }
             state.due_at.remove(&key);
             self.add_locked(state, key, now);
-            promoted += 1;
         }
-        promoted
     }
 
     fn record_depth(&self, state: &State) {
@@ -637,6 +633,14 @@ mod tests {
         }
         queue.add(key("late"));
         assert_eq!(queue.get(), None, "adds after shutdown are ignored");
+    }
+
+    #[test]
+    fn a_stray_done_does_not_duplicate_a_queued_key() {
+        let queue = WorkQueue::new("test-stray-done");
+        queue.add(key("a"));
+        queue.done(&key("a"));
+        assert_eq!(queue.len(), 1);
     }
 
     #[test]
