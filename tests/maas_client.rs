@@ -844,3 +844,38 @@ fn debug_output_never_shows_the_key() {
         assert!(!shown.contains("SimTokenKey"), "{shown}");
     }
 }
+
+#[test]
+fn concurrent_allocations_never_share_a_machine() {
+    let sim = sim();
+    let client = sim.client();
+    let results: Vec<Result<String, capmaas::maas::Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let client = client.clone();
+                scope.spawn(move || {
+                    client
+                        .allocate(&AllocateRequest {
+                            pool: Some("cp-pool".into()),
+                            agent_name: Some(format!("racer-{i}")),
+                            ..AllocateRequest::default()
+                        })
+                        .map(|m| m.system_id)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut won: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    let lost = results
+        .iter()
+        .filter(|r| r.as_ref().is_err_and(|e| e.is_conflict()))
+        .count();
+    won.sort();
+    won.dedup();
+    assert_eq!(won.len(), 4, "{results:?}");
+    assert_eq!(lost, 4, "{results:?}");
+}
