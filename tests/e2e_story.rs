@@ -1,0 +1,494 @@
+//! The README story end to end: the real kube-apiserver, `maas-sim`, the
+//! `capmaas` binary, and this test playing Cluster API's part (Cluster and
+//! Machines with owner references and labels, bootstrap Secrets, the
+//! `<cluster>-kubeconfig` Secret pointing back at the test control plane,
+//! Nodes named after the MAAS hostnames as kubelet would register them).
+//!
+//! 3 control-plane + 5 worker machines come up with providerIDs on their
+//! Nodes and the API DNS record holds exactly the 3 control-plane IPs with
+//! TTL 10; scaling workers 5→2 releases 3 machines in MAAS; a control-plane
+//! machine powered off behind MAAS's back is powered on again while the DNS
+//! record never goes empty; a machine nothing matches and a wrong image show
+//! their conditions and recover; deleting the cluster releases everything,
+//! deletes the DNS record and drops every finalizer.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+use support::maas_sim::MaasSim;
+use support::nodes::{MachineView, NodeHelper};
+use support::ControlPlane;
+
+const CLUSTER: &str = "story";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const IMAGE: &str = "custom/u-2204-0-k-1264-0";
+
+struct Capmaas {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Capmaas {
+    fn start(cp: &ControlPlane, sim: &MaasSim, ns: &str) -> Capmaas {
+        let log = cp.dir.join(format!("capmaas-{ns}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
+            .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+            .arg(format!("--namespace={ns}"))
+            .arg("--metrics-bind-address=0")
+            .arg("--health-probe-bind-address=127.0.0.1:0")
+            // Out-of-band power changes of deployed machines are noticed by
+            // the periodic resync; make it quick for the test.
+            .arg("--sync-period=2s")
+            .env_remove("KUBECONFIG")
+            .env("MAAS_ENDPOINT", &sim.url)
+            .env("MAAS_API_KEY", &sim.api_key)
+            .env(
+                "RUST_LOG",
+                std::env::var("CAPMAAS_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("spawning capmaas");
+        Capmaas { child, log }
+    }
+
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("capmaas exited ({status}); log:\n{}", self.tail());
+        }
+    }
+
+    fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+impl Drop for Capmaas {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- capmaas log tail ---\n{}", self.tail());
+        }
+        if let Ok(path) = std::env::var("CAPMAAS_E2E_KEEP_LOG") {
+            let _ = std::fs::copy(&self.log, path);
+        }
+    }
+}
+
+struct Story {
+    cp: &'static ControlPlane,
+    ns: String,
+}
+
+impl Story {
+    fn apply(&self, obj: &Value) {
+        self.cp
+            .kubectl_stdin(&["apply", "-f", "-"], &obj.to_string());
+    }
+
+    fn get(&self, kind: &str, name: &str) -> Option<Value> {
+        let out = self
+            .cp
+            .try_kubectl(&["get", kind, name, "-n", &self.ns, "-o", "json"], "")
+            .ok()?;
+        serde_json::from_str(&out).ok()
+    }
+
+    fn list(&self, kind: &str) -> Vec<Value> {
+        let out = self
+            .cp
+            .kubectl(&["get", kind, "-n", &self.ns, "-o", "json"]);
+        let list: Value = serde_json::from_str(&out).unwrap();
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn patch_status(&self, kind: &str, name: &str, patch: Value) {
+        self.cp.kubectl(&[
+            "patch",
+            kind,
+            name,
+            "-n",
+            &self.ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ]);
+    }
+
+    fn delete(&self, kind: &str, name: &str) {
+        self.cp.kubectl(&[
+            "delete",
+            kind,
+            name,
+            "-n",
+            &self.ns,
+            "--wait=false",
+            "--ignore-not-found",
+        ]);
+    }
+
+    fn uid(&self, kind: &str, name: &str) -> String {
+        self.get(kind, name).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// What Cluster API does for one machine: the bootstrap Secret, the
+    /// Machine, and the MaasMachine it owns (labels + owner reference).
+    fn add_machine(&self, name: &str, control_plane: bool, spec: Value) {
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
+        if control_plane {
+            labels["cluster.x-k8s.io/control-plane"] = json!("");
+        }
+        let secret =
+            support::capi::bootstrap_secret(&self.ns, &format!("{name}-bootstrap"), CLUSTER);
+        self.apply(&secret);
+        self.apply(&json!({
+            "apiVersion": CAPI, "kind": "Machine",
+            "metadata": {"name": name, "namespace": self.ns, "labels": labels},
+            "spec": {
+                "clusterName": CLUSTER,
+                "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": name},
+            },
+        }));
+        let machine_uid = self.uid("machines.cluster.x-k8s.io", name);
+        self.apply(&json!({
+            "apiVersion": INFRA, "kind": "MaasMachine",
+            "metadata": {
+                "name": name, "namespace": self.ns, "labels": labels,
+                "ownerReferences": [{"apiVersion": CAPI, "kind": "Machine", "name": name, "uid": machine_uid,
+                                      "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": spec,
+        }));
+    }
+
+    /// What Cluster API does when a Machine goes: delete it and its MaasMachine.
+    fn remove_machine(&self, name: &str) {
+        self.delete("maasmachines", name);
+        self.delete("machines.cluster.x-k8s.io", name);
+    }
+
+    fn maas_machine(&self, name: &str) -> Option<Value> {
+        self.get("maasmachines", name)
+    }
+
+    fn condition(obj: &Value, type_: &str) -> Option<Value> {
+        obj["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .cloned()
+    }
+}
+
+fn cp_spec() -> Value {
+    json!({"image": IMAGE, "minCPU": 4, "minMemory": 8192, "resourcePool": "cp-pool"})
+}
+
+fn worker_spec() -> Value {
+    json!({"image": "ubuntu/jammy", "minCPU": 8, "minMemory": 16384, "resourcePool": "worker-pool"})
+}
+
+/// The record's addresses, via the MAAS API as any client would see them.
+fn dns_ips(sim: &MaasSim, fqdn: &str) -> Option<(BTreeSet<String>, Option<u32>)> {
+    let records = sim.client().dns_resources(fqdn).ok()?;
+    let record = records.first()?;
+    Some((
+        record.ip_addresses.iter().cloned().collect(),
+        record.address_ttl,
+    ))
+}
+
+fn sim_views(base: &str) -> Result<Vec<MachineView>, String> {
+    let state: Value = ureq::get(&format!("{base}/_sim/state"))
+        .call()
+        .map_err(|e| e.to_string())?
+        .body_mut()
+        .read_json()
+        .map_err(|e| e.to_string())?;
+    Ok(state["machines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| MachineView {
+            system_id: m["system_id"].as_str().unwrap_or_default().into(),
+            hostname: m["hostname"].as_str().unwrap_or_default().into(),
+            deployed: m["status_name"] == "Deployed",
+        })
+        .collect())
+}
+
+fn owned_machines(sim: &MaasSim) -> BTreeSet<String> {
+    sim.state()["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| !m["owner"].is_null())
+        .map(|m| m["hostname"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_story() {
+    let cp = support::control_plane();
+    cp.kubectl(&[
+        "apply",
+        "-f",
+        support::path_str(&support::repo_root().join("crds")),
+    ]);
+    cp.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=60s",
+    ]);
+    let story = Story {
+        cp,
+        ns: cp.new_namespace("story"),
+    };
+    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    sim.set_timings(1.0, 0.5);
+    let base = sim.base.clone();
+    let _nodes = NodeHelper::start(cp, move || sim_views(&base));
+    let mut capmaas = Capmaas::start(cp, &sim, &story.ns);
+
+    // The Cluster, its MaasCluster (owned by it) and the workload kubeconfig.
+    story.apply(&json!({
+        "apiVersion": CAPI, "kind": "Cluster",
+        "metadata": {"name": CLUSTER, "namespace": story.ns},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": CLUSTER}},
+    }));
+    let cluster_uid = story.uid("clusters.cluster.x-k8s.io", CLUSTER);
+    story.apply(&json!({
+        "apiVersion": INFRA, "kind": "MaasCluster",
+        "metadata": {"name": CLUSTER, "namespace": story.ns, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
+                     "ownerReferences": [{"apiVersion": CAPI, "kind": "Cluster", "name": CLUSTER, "uid": cluster_uid,
+                                          "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"dnsDomain": "k8s.maas"},
+    }));
+    story.apply(&support::capi::kubeconfig_secret(cp, &story.ns, CLUSTER));
+
+    // Infrastructure provisioned: DNS name, endpoint, ready.
+    let fqdn = support::eventually(60, "MaasCluster provisioned", || {
+        capmaas.assert_running();
+        let mc = story.get("maasclusters", CLUSTER)?;
+        (mc["status"]["initialization"]["provisioned"] == true).then_some(())?;
+        mc["status"]["network"]["dnsName"]
+            .as_str()
+            .map(str::to_string)
+    });
+    let mc = story.get("maasclusters", CLUSTER).unwrap();
+    assert_eq!(
+        mc["spec"]["controlPlaneEndpoint"],
+        json!({"host": fqdn, "port": 6443})
+    );
+    assert_eq!(mc["status"]["ready"], true);
+    assert_eq!(
+        mc["metadata"]["finalizers"],
+        json!(["maascluster.infrastructure.cluster.x-k8s.io"])
+    );
+    assert!(
+        fqdn.starts_with("story-") && fqdn.ends_with(".k8s.maas"),
+        "{fqdn}"
+    );
+    // Cluster API would now mark the Cluster's infrastructure provisioned.
+    story.patch_status(
+        "clusters.cluster.x-k8s.io",
+        CLUSTER,
+        json!({"status": {"initialization": {"infrastructureProvisioned": true}}}),
+    );
+
+    // 3 control-plane and 5 worker machines.
+    let cps = ["cp-a", "cp-b", "cp-c"];
+    let workers = ["w-1", "w-2", "w-3", "w-4", "w-5"];
+    for name in cps {
+        story.add_machine(name, true, cp_spec());
+    }
+    for name in workers {
+        story.add_machine(name, false, worker_spec());
+    }
+    let all: Vec<&str> = cps.iter().chain(workers.iter()).copied().collect();
+    support::eventually(
+        240,
+        "8 MaasMachines ready with their Nodes' providerIDs",
+        || {
+            capmaas.assert_running();
+            for name in &all {
+                let mm = story.maas_machine(name)?;
+                (mm["status"]["ready"] == true
+                    && mm["status"]["initialization"]["provisioned"] == true)
+                    .then_some(())?;
+                let provider_id = mm["spec"]["providerID"].as_str()?;
+                let hostname = mm["status"]["hostname"].as_str()?;
+                let node: Value = serde_json::from_str(
+                    &cp.try_kubectl(&["get", "node", hostname, "-o", "json"], "")
+                        .ok()?,
+                )
+                .ok()?;
+                (node["spec"]["providerID"] == provider_id).then_some(())?;
+                let ready = Story::condition(&mm, "Ready")?;
+                (ready["status"] == "True").then_some(())?;
+            }
+            Some(())
+        },
+    );
+    for name in &all {
+        let mm = story.maas_machine(name).unwrap();
+        let provider_id = mm["spec"]["providerID"].as_str().unwrap();
+        let system_id = mm["spec"]["systemID"].as_str().unwrap();
+        let zone = mm["spec"]["failureDomain"].as_str().unwrap();
+        assert_eq!(provider_id, format!("maas:///{zone}/{system_id}"));
+        let in_sim = sim.machine_state(system_id);
+        assert_eq!(in_sim["status_name"], "Deployed", "{name}");
+    }
+    let cp_ips: BTreeSet<String> = cps
+        .iter()
+        .map(|name| {
+            let mm = story.maas_machine(name).unwrap();
+            let addresses = mm["status"]["addresses"].as_array().unwrap().clone();
+            let ip = addresses
+                .iter()
+                .find(|a| a["type"] == "ExternalIP")
+                .unwrap();
+            ip["address"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(cp_ips.len(), 3);
+    let (ips, ttl) = support::eventually(30, "DNS holds the 3 control-plane IPs", || {
+        dns_ips(&sim, &fqdn).filter(|(ips, _)| *ips == cp_ips)
+    });
+    assert_eq!(ips, cp_ips);
+    assert_eq!(ttl, Some(10));
+    support::eventually(60, "APIServerAvailable", || {
+        let mc = story.get("maasclusters", CLUSTER)?;
+        (Story::condition(&mc, "APIServerAvailable")?["status"] == "True").then_some(())
+    });
+    assert_eq!(owned_machines(&sim).len(), 8);
+
+    // Scale workers 5 → 2: three machines released in MAAS.
+    let removed = ["w-3", "w-4", "w-5"];
+    let removed_hosts: BTreeSet<String> = removed
+        .iter()
+        .map(|n| {
+            story.maas_machine(n).unwrap()["status"]["hostname"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for name in removed {
+        story.remove_machine(name);
+    }
+    support::eventually(90, "3 workers released and their MaasMachines gone", || {
+        capmaas.assert_running();
+        let gone = removed.iter().all(|n| story.maas_machine(n).is_none());
+        let owned = owned_machines(&sim);
+        (gone && owned.len() == 5 && owned.is_disjoint(&removed_hosts)).then_some(())
+    });
+
+    // A control-plane machine powered off behind MAAS's back is powered on
+    // again, and the API record is never empty meanwhile.
+    let victim = story.maas_machine("cp-b").unwrap()["spec"]["systemID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sim.power_off(&victim);
+    support::eventually(90, "cp-b powered on again", || {
+        capmaas.assert_running();
+        let (ips, _) = dns_ips(&sim, &fqdn).expect("the record exists");
+        assert!(!ips.is_empty(), "the API DNS record went empty");
+        assert!(ips.is_subset(&cp_ips), "{ips:?}");
+        let on = sim.machine_state(&victim)["power_state"] == "on";
+        let mm = story.maas_machine("cp-b")?;
+        (on && mm["status"]["machinePowered"] == true).then_some(())
+    });
+    support::eventually(60, "DNS back to 3 IPs", || {
+        dns_ips(&sim, &fqdn).filter(|(ips, _)| *ips == cp_ips)
+    });
+
+    // Nothing matches: MAAS's words on the condition, then recovery once a
+    // machine that fits appears.
+    story.add_machine("w-big", false, json!({"image": "ubuntu/jammy", "minCPU": 64, "minMemory": 16384, "resourcePool": "worker-pool"}));
+    let message = support::eventually(60, "w-big reports no matching machine", || {
+        let c = Story::condition(&story.maas_machine("w-big")?, "MachineDeployed")?;
+        (c["reason"] == "MachineDeployFailed")
+            .then(|| c["message"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(
+        message.contains("No available machine matches constraints"),
+        "{message}"
+    );
+    sim.add_machine(json!({"hostname": "big-1", "cpu_count": 64, "memory": 262144, "zone": "zone-b", "pool": "worker-pool",
+                           "ip_addresses": ["10.11.130.99"], "power_type": "ipmi"}));
+    support::eventually(120, "w-big recovers", || {
+        capmaas.assert_running();
+        (story.maas_machine("w-big")?["status"]["ready"] == true).then_some(())
+    });
+
+    // A wrong image: the condition names it and the closest existing one;
+    // no machine is held. Cluster API's way out is a new machine.
+    story.add_machine(
+        "w-typo",
+        false,
+        json!({"image": "u-2204-0-k-1265-0", "minCPU": 1, "minMemory": 1024}),
+    );
+    let message = support::eventually(60, "w-typo reports the image", || {
+        let c = Story::condition(&story.maas_machine("w-typo")?, "MachineDeployed")?;
+        (c["reason"] == "MachineDeployFailed")
+            .then(|| c["message"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(
+        message.contains("u-2204-0-k-1265-0") && message.contains("u-2204-0-k-1264-0"),
+        "{message}"
+    );
+    assert!(
+        story.maas_machine("w-typo").unwrap()["spec"]["systemID"].is_null(),
+        "no machine held"
+    );
+    story.remove_machine("w-typo");
+    story.add_machine(
+        "w-fixed",
+        false,
+        json!({"image": IMAGE, "minCPU": 1, "minMemory": 1024}),
+    );
+    support::eventually(120, "w-fixed ready", || {
+        capmaas.assert_running();
+        (story.maas_machine("w-fixed")?["status"]["ready"] == true).then_some(())
+    });
+    support::eventually(60, "w-typo gone", || {
+        story.maas_machine("w-typo").is_none().then_some(())
+    });
+
+    // Delete the cluster: everything released, the record deleted, every
+    // finalizer removed.
+    for mm in story.list("maasmachines") {
+        story.remove_machine(mm["metadata"]["name"].as_str().unwrap());
+    }
+    story.delete("maasclusters", CLUSTER);
+    support::eventually(180, "cluster torn down", || {
+        capmaas.assert_running();
+        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
+        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
+    });
+    assert!(
+        sim.client().dns_resources(&fqdn).unwrap().is_empty(),
+        "DNS record deleted"
+    );
+    story.delete("clusters.cluster.x-k8s.io", CLUSTER);
+    capmaas.assert_running();
+}
