@@ -1,8 +1,10 @@
 //! The manager running with exactly the RBAC of deploy/rbac.yaml: it
 //! authenticates as the `capmaas-manager` ServiceAccount with a TokenRequest
 //! token (as a pod would), against the real API server, and must sync its
-//! caches, win the Lease, reconcile a MaasCluster (finalizer, spec endpoint,
-//! status, events) and shut down releasing the Lease, without one 403.
+//! caches, win the Lease, take a MaasCluster and one control-plane MaasMachine
+//! through their lives (finalizers, spec and status patches, bootstrap Secret,
+//! events, MAAS allocate/deploy/release, deletion) and shut down releasing the
+//! Lease, without one 401 or 403.
 
 mod support;
 
@@ -163,7 +165,7 @@ fn manager_reconciles_as_its_service_account_without_a_403() {
     let maas_cluster = format!(
         "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\nmetadata:\n  name: prod-cluster\n  \
          labels:\n    cluster.x-k8s.io/cluster-name: prod-cluster\n  ownerReferences:\n  - apiVersion: cluster.x-k8s.io/v1beta2\n    \
-         kind: Cluster\n    name: prod-cluster\n    uid: {uid}\nspec:\n  dnsDomain: maas\n"
+         kind: Cluster\n    name: prod-cluster\n    uid: {uid}\nspec:\n  dnsDomain: k8s.maas\n"
     );
     cp.kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &maas_cluster);
     let mc = support::eventually(90, "MaasCluster reconciled", || {
@@ -178,9 +180,98 @@ fn manager_reconciles_as_its_service_account_without_a_403() {
     });
     let host = mc["spec"]["controlPlaneEndpoint"]["host"].as_str().unwrap();
     assert!(
-        host.starts_with("prod-cluster-") && host.ends_with(".maas"),
+        host.starts_with("prod-cluster-") && host.ends_with(".k8s.maas"),
         "{host}"
     );
+
+    // One control-plane machine, Cluster API's part played by the test:
+    // infrastructure provisioned, a bootstrap data Secret, the Machine, and
+    // the MaasMachine it owns. The manager reads the Secret, allocates and
+    // deploys in MAAS, and patches spec (providerID) and status.
+    sim.set_timings(0.2, 0.2);
+    cp.kubectl(&[
+        "patch",
+        "-n",
+        &ns,
+        "cluster",
+        "prod-cluster",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"initialization":{"infrastructureProvisioned":true}}}"#,
+    ]);
+    let bootstrap = support::capi::bootstrap_secret(&ns, "cp-0-bootstrap", "prod-cluster");
+    cp.kubectl_stdin(&["apply", "-f", "-"], &bootstrap.to_string());
+    let machine = format!(
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata:\n  name: cp-0\n  labels:\n    \
+         cluster.x-k8s.io/cluster-name: prod-cluster\n    cluster.x-k8s.io/control-plane: \"\"\nspec:\n  \
+         clusterName: prod-cluster\n  bootstrap:\n    dataSecretName: cp-0-bootstrap\n  infrastructureRef:\n    \
+         apiGroup: infrastructure.cluster.x-k8s.io\n    kind: MaasMachine\n    name: cp-0\n"
+    );
+    cp.kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &machine);
+    let machine_uid = cp.kubectl(&[
+        "get",
+        "-n",
+        &ns,
+        "machine",
+        "cp-0",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let maas_machine = format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachine\nmetadata:\n  name: cp-0\n  labels:\n    \
+         cluster.x-k8s.io/cluster-name: prod-cluster\n    cluster.x-k8s.io/control-plane: \"\"\n  ownerReferences:\n  \
+         - apiVersion: cluster.x-k8s.io/v1beta2\n    kind: Machine\n    name: cp-0\n    uid: {machine_uid}\nspec:\n  \
+         image: u-2204-0-k-1264-0\n  minCPU: 4\n  minMemory: 8192\n  resourcePool: cp-pool\n"
+    );
+    cp.kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &maas_machine);
+    let mm = support::eventually(120, "MaasMachine deployed", || {
+        let mm = get_json(cp, &["-n", &ns, "maasmachine", "cp-0"])?;
+        (mm["status"]["ready"] == true && mm["spec"]["providerID"].is_string()).then_some(mm)
+    });
+    let provider_id = mm["spec"]["providerID"].as_str().unwrap();
+    assert!(provider_id.starts_with("maas:///zone-"), "{provider_id}");
+    assert_eq!(mm["status"]["machineState"], "Deployed");
+
+    // Events were recorded (created, or patched when repeated) on our objects.
+    let events = get_json(cp, &["-n", &ns, "events"]).unwrap();
+    let ours = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "MaasMachine")
+        .count();
+    assert!(ours > 0, "no Event recorded for the MaasMachine: {events}");
+
+    // Deleting releases the machine in MAAS and removes the finalizer
+    // (patches again); then the MaasCluster's DNS record and finalizer go.
+    let system_id = mm["spec"]["systemID"].as_str().unwrap().to_string();
+    cp.kubectl(&["delete", "-n", &ns, "maasmachine", "cp-0", "--wait=false"]);
+    support::eventually(120, "MaasMachine gone", || {
+        cp.try_kubectl(&["get", "-n", &ns, "maasmachine", "cp-0"], "")
+            .is_err()
+            .then_some(())
+    });
+    // Released (the finalizer goes once MAAS accepted the release; the
+    // machine then passes through Releasing).
+    support::eventually(60, "MAAS machine released", || {
+        sim.machine_state(&system_id)["owner"]
+            .is_null()
+            .then_some(())
+    });
+    cp.kubectl(&[
+        "delete",
+        "-n",
+        &ns,
+        "maascluster",
+        "prod-cluster",
+        "--wait=false",
+    ]);
+    support::eventually(120, "MaasCluster gone", || {
+        cp.try_kubectl(&["get", "-n", &ns, "maascluster", "prod-cluster"], "")
+            .is_err()
+            .then_some(())
+    });
 
     // Shutdown releases the Lease (an update) and exits cleanly.
     let pid = manager.child.id().to_string();

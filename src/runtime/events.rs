@@ -176,9 +176,9 @@ struct Series {
     namespace: String,
     name: String,
     count: u64,
-    /// `count` as last written to the API server; 0 if the create has not
-    /// been written yet (throttled).
-    written_count: u64,
+    /// Whether the Event object exists (its create may have been throttled
+    /// or failed; then the next occurrence creates it).
+    created: bool,
     first_timestamp: String,
     last_seen: Instant,
 }
@@ -213,11 +213,10 @@ impl Writer {
             occ.message.clone(),
         );
         let timestamp = format_time(occ.at, false);
-        let fresh = match self.series.get_mut(&key) {
+        match self.series.get_mut(&key) {
             Some(series) if now.duration_since(series.last_seen) < DEDUP_WINDOW => {
                 series.count += 1;
                 series.last_seen = now;
-                false
             }
             _ => {
                 self.make_room(now);
@@ -227,14 +226,13 @@ impl Writer {
                         namespace: occ.namespace.clone(),
                         name: event_name(&occ.object_name, occ.at),
                         count: 1,
-                        written_count: 0,
+                        created: false,
                         first_timestamp: timestamp.clone(),
                         last_seen: now,
                     },
                 );
-                true
             }
-        };
+        }
 
         let bucket = self
             .buckets
@@ -252,7 +250,7 @@ impl Writer {
         let Some(series) = self.series.get(&key) else {
             return;
         };
-        let result = if fresh || series.written_count == 0 {
+        let result = if !series.created {
             self.create(&occ, series, &timestamp)
         } else {
             let patch = json!({"count": series.count, "lastTimestamp": timestamp});
@@ -267,7 +265,7 @@ impl Writer {
         match result {
             Ok(()) => {
                 if let Some(series) = self.series.get_mut(&key) {
-                    series.written_count = series.count;
+                    series.created = true;
                 }
             }
             Err(e) => log::warn!(
