@@ -766,6 +766,12 @@ fn timeouts_are_transient_and_retried_only_when_safe() {
     let err = client.allocate(&AllocateRequest::default()).unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::Timeout, "{err}");
     assert_eq!(err.attempts(), 1, "a timed-out allocate may have worked");
+
+    // MAAS asks the BMC synchronously: query_power_state may take longer
+    // than the usual timeout.
+    let id = sim.system_id("cp-1");
+    sim.set_fault(json!({"op": "query_power_state", "latency_ms": 1000}));
+    assert_eq!(client.query_power_state(&id).unwrap(), PowerState::Off);
 }
 
 #[test]

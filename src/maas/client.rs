@@ -36,6 +36,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// We honour `Retry-After` but never sleep longer than this per attempt: a
 /// reconcile worker has other objects to serve.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// MAAS answers `query_power_state` only after asking the BMC, which it
+/// allows 60 s; this one call gets at least that long.
+const POWER_QUERY_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// How to reach MAAS.
 #[derive(Clone)]
@@ -44,7 +47,8 @@ pub struct ClientConfig {
     /// `/api/2.0` suffix tolerated).
     pub endpoint: String,
     pub api_key: ApiKey,
-    /// Overall limit for one attempt (connect, send, receive the body).
+    /// Overall limit for one attempt (connect, send, receive the body);
+    /// `query_power_state` gets at least 75 s, as MAAS waits on the BMC.
     pub timeout: Duration,
     pub connect_timeout: Duration,
     /// PEM bundle of the CA(s) that signed MAAS's certificate. When set, it
@@ -133,6 +137,7 @@ struct Inner {
     api_root: String,
     key: ApiKey,
     max_retries: u32,
+    timeout: Duration,
 }
 
 impl fmt::Debug for Client {
@@ -218,6 +223,7 @@ impl Client {
                 api_root,
                 key: config.api_key,
                 max_retries: config.max_retries,
+                timeout: config.timeout,
             }),
         })
     }
@@ -564,6 +570,14 @@ impl Client {
         let auth = inner.key.authorization_header();
         let started = Instant::now();
         let result = match call.method {
+            Method::Get if call.op == "query_power_state" => inner
+                .agent
+                .get(&url)
+                .config()
+                .timeout_global(Some(inner.timeout.max(POWER_QUERY_TIMEOUT)))
+                .build()
+                .header("Authorization", &auth)
+                .call(),
             Method::Get => inner.agent.get(&url).header("Authorization", &auth).call(),
             Method::Delete => inner
                 .agent
