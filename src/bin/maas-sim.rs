@@ -72,8 +72,10 @@ fn run() -> Result<(), String> {
     if let Some(n) = release_seconds {
         inventory.settings.release_seconds = n;
     }
-    let server =
-        sim::start(&listen, inventory).map_err(|e| format!("listening on {listen}: {e}"))?;
+    let server = sim::start(&listen, inventory).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => format!("inventory: {e}"),
+        _ => format!("listening on {listen}: {e}"),
+    })?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", server.base_url()).map_err(|e| e.to_string())?;
     stdout.flush().map_err(|e| e.to_string())?;
