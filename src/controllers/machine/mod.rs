@@ -106,6 +106,8 @@ pub(crate) struct Reconciling<'c> {
     summarize: bool,
     /// The object may be gone (finalizer removed): write nothing more.
     done_with_object: bool,
+    /// Labelled `cluster.x-k8s.io/control-plane` (the MaasMachine or its Machine).
+    is_control_plane: bool,
 }
 
 impl<'c> Reconciling<'c> {
@@ -120,12 +122,18 @@ impl<'c> Reconciling<'c> {
             now: ctx.now_rfc3339(),
             summarize: true,
             done_with_object: false,
+            is_control_plane: false,
         }
     }
 
     /// The story of a MaasMachine.
     fn run(&mut self) -> Result<Next, Error> {
         let owners = Owners::find(self.ctx, &self.mm);
+        self.is_control_plane = self.mm.metadata.has_label(capi::CONTROL_PLANE_LABEL)
+            || owners
+                .machine
+                .as_ref()
+                .is_some_and(|m| m.is_control_plane());
         if let Some(why) = owners.paused_because(&self.mm) {
             self.set(
                 Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
@@ -175,7 +183,7 @@ impl<'c> Reconciling<'c> {
             Step::Continue(host) => host,
             Step::Stop(next) => return Ok(next),
         };
-        observe::observe(self, &host, &owners, machine.is_control_plane())
+        observe::observe(self, &host, &owners)
     }
 
     /// Sets `Ready` and writes the status diff, whatever the story returned.
@@ -185,7 +193,7 @@ impl<'c> Reconciling<'c> {
         }
         if self.summarize {
             let mut of = vec![mm_api::MACHINE_DEPLOYED];
-            if self.is_control_plane_hint() {
+            if self.is_control_plane {
                 of.push(mm_api::DNS_ATTACHED);
             }
             let generation = self.mm.metadata.generation;
@@ -218,10 +226,6 @@ impl<'c> Reconciling<'c> {
             self.old_status = Some(self.status.clone());
         }
         Ok(())
-    }
-
-    fn is_control_plane_hint(&self) -> bool {
-        self.mm.metadata.has_label(capi::CONTROL_PLANE_LABEL)
     }
 
     fn set(&mut self, desired: Desired<'_>) {

@@ -17,12 +17,7 @@ use crate::maas::{Machine as Host, MachineStatus, PowerState};
 /// After asking MAAS to power a deployed machine on.
 const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
 
-pub(super) fn observe(
-    r: &mut Reconciling,
-    host: &Host,
-    owners: &Owners,
-    is_control_plane: bool,
-) -> Result<Next, Error> {
+pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Result<Next, Error> {
     record_host(r, host);
     let powered = host.power_state == PowerState::On;
     let provisioned = r.mm.is_provisioned();
@@ -143,7 +138,7 @@ pub(super) fn observe(
             host.status,
             MachineStatus::Deploying | MachineStatus::Deployed
         );
-    if is_control_plane {
+    if r.is_control_plane {
         let ips = host.ip_addresses.clone();
         if let Some(dns_next) =
             dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, running)?

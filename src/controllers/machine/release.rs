@@ -16,12 +16,7 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         return Ok(Next::Done);
     }
 
-    let is_control_plane = r.is_control_plane_hint()
-        || owners
-            .machine
-            .as_ref()
-            .is_some_and(|m| m.is_control_plane());
-    if is_control_plane {
+    if r.is_control_plane {
         let ips = external_ips(r);
         if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, false)? {
             return Ok(next);

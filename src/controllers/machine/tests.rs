@@ -711,3 +711,34 @@ fn status_patch_is_a_diff_and_keeps_unknown_fields() {
         assert!(write.patch.get("status").is_none());
     }
 }
+
+#[test]
+fn control_plane_label_on_the_machine_alone_counts() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "cp1", true);
+    w.edit(MAAS_MACHINE, NS, "cp1", |v| {
+        v["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"})
+    });
+    w.edit(
+        MAAS_CLUSTER,
+        NS,
+        "c1",
+        |v| v["status"] = json!({"ready": true, "network": {"dnsName": "c1-abcdef.maas"}}),
+    );
+    w.maas.add_dns("c1-abcdef.maas", &[]);
+    reconcile(&w, "cp1").unwrap();
+    w.maas.finish_deployments();
+    // Deployed and running, but not yet in the record: not Ready.
+    assert_eq!(
+        reconcile(&w, "cp1").unwrap(),
+        Next::RequeueAfter(Duration::from_secs(10))
+    );
+    assert_eq!(
+        reason(&w, "cp1", mm_api::DNS_ATTACHED),
+        mm_api::DNS_ATTACH_PENDING
+    );
+    let ready = condition(&w, "cp1", conditions::READY).unwrap();
+    assert_eq!(ready.status, Status::False);
+    assert!(ready.message.contains("DNSAttached"), "{}", ready.message);
+}
