@@ -237,7 +237,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "MAAS {}: ", self.op)?;
         match (&self.kind, self.status) {
-            (ErrorKind::Status, Some(status)) => write!(f, "HTTP {status}: {}", self.body)?,
+            (ErrorKind::Status, Some(status)) => {
+                write!(f, "HTTP {status}{}: {}", reason(status), self.body)?
+            }
             (ErrorKind::Config, _) => write!(f, "configuration: {}", self.detail)?,
             (ErrorKind::Connect, _) => write!(f, "cannot connect: {}", self.detail)?,
             (ErrorKind::Timeout, _) => write!(f, "timed out: {}", self.detail)?,
@@ -254,6 +256,23 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        301 | 302 | 307 | 308 => " Redirect",
+        400 => " Bad Request",
+        401 => " Unauthorized",
+        403 => " Forbidden",
+        404 => " Not Found",
+        405 => " Method Not Allowed",
+        409 => " Conflict",
+        500 => " Internal Server Error",
+        502 => " Bad Gateway",
+        503 => " Service Unavailable",
+        504 => " Gateway Timeout",
+        _ => "",
+    }
+}
 
 /// Removes secrets from text that MAAS sent back. MAAS's 401 for a wrong
 /// secret echoes the *expected* signature, i.e. the real token secret.
