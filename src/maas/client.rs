@@ -1,6 +1,6 @@
 //! The blocking MAAS client: one `ureq` agent, one request flow, retries.
 //!
-//! Every operation goes through [`Client::call`]: build the URL and the
+//! Every operation goes through `Client::call`: build the URL and the
 //! urlencoded form, sign with a fresh OAuth nonce, send, classify the answer,
 //! and retry transient failures with backoff (honouring `Retry-After`).
 //!
