@@ -64,6 +64,17 @@ pub struct Context {
     pub options: Options,
 }
 
+/// Every event a reconcile records is also counted, so the notable actions
+/// (allocations, deploys, releases, power-ons, DNS writes) and failures show
+/// on `/metrics` by reason.
+pub(crate) fn count_action(kind: ports::Kind, reason: &str) {
+    crate::metrics::counter_inc(
+        "capmaas_actions_total",
+        "Notable actions and failures of the controllers, by object kind and event reason.",
+        &[("kind", kind.as_str()), ("reason", reason)],
+    );
+}
+
 impl Context {
     pub(crate) fn now_rfc3339(&self) -> String {
         crate::api::conditions::format_rfc3339(self.clock.now())

@@ -226,7 +226,8 @@ impl<'c> Reconciling<'c> {
     }
 
     /// `spec.controlPlaneEndpoint` = the DNS name and the Cluster's API
-    /// server port, unless someone already set an endpoint.
+    /// server port, unless someone already set an endpoint (here or on the
+    /// Cluster).
     fn ensure_endpoint(&mut self, cluster: &Cluster, dns_name: &str) -> Result<(), Error> {
         if self
             .mc
@@ -237,9 +238,19 @@ impl<'c> Reconciling<'c> {
         {
             return Ok(());
         }
-        let endpoint = mc_api::ApiEndpoint {
-            host: dns_name.to_string(),
-            port: cluster.api_server_port(),
+        // An endpoint the user gave the Cluster wins (Cluster API keeps the
+        // Cluster's own); otherwise ours: the DNS name.
+        let endpoint = match cluster
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .filter(|e| e.is_valid())
+        {
+            Some(user_set) => user_set.clone(),
+            None => mc_api::ApiEndpoint {
+                host: dns_name.to_string(),
+                port: cluster.api_server_port(),
+            },
         };
         let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": endpoint}});
         let (ns, name) = (&self.mc.metadata.namespace, &self.mc.metadata.name);
@@ -345,6 +356,7 @@ impl<'c> Reconciling<'c> {
             uid: meta.uid.clone(),
         };
         self.ctx.kube.event(&target, type_, reason, message);
+        super::count_action(Kind::MaasCluster, reason);
     }
 
     fn key(&self) -> String {

@@ -438,3 +438,27 @@ fn a_second_reconcile_writes_nothing() {
         vec![format!("dns_resources {}", dns_name(&w))]
     );
 }
+
+#[test]
+fn an_endpoint_set_on_the_cluster_is_adopted() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(CAPI_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "api.example.com", "port": 443})
+    });
+    reconcile(&w).unwrap();
+    let mc = w.maas_cluster(NS, "c1");
+    let endpoint = mc.spec.control_plane_endpoint.unwrap();
+    assert_eq!(
+        (endpoint.host.as_str(), endpoint.port),
+        ("api.example.com", 443)
+    );
+    // The DNS record is still managed under our own name.
+    assert!(mc
+        .status
+        .unwrap()
+        .network
+        .unwrap()
+        .dns_name
+        .starts_with("c1-"));
+}

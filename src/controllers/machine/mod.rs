@@ -254,6 +254,7 @@ impl<'c> Reconciling<'c> {
             uid: meta.uid.clone(),
         };
         self.ctx.kube.event(&target, type_, reason, message);
+        super::count_action(Kind::MaasMachine, reason);
     }
 
     fn key(&self) -> String {
