@@ -528,49 +528,19 @@ impl World {
     // ---- allocate --------------------------------------------------------
 
     pub fn allocate(&mut self, user: &User, params: &[(String, String)]) -> Outcome<usize> {
+        // AcquireNodeForm's fields; anything else but IGNORED is a 400.
+        #[rustfmt::skip]
         const CONSTRAINTS: &[&str] = &[
-            "name",
-            "system_id",
-            "arch",
-            "cpu_count",
-            "mem",
-            "tags",
-            "not_tags",
-            "zone",
-            "not_in_zone",
-            "pool",
-            "not_in_pool",
-            "storage",
-            "subnets",
-            "not_subnets",
-            "fabrics",
-            "not_fabrics",
-            "fabric_classes",
-            "not_fabric_classes",
-            "vlans",
-            "not_vlans",
-            "link_speed",
-            "interfaces",
-            "devices",
-            "cpu_speed",
-            "owner",
-            "power_state",
-            "deployment_target",
-            "pod",
-            "not_pod",
-            "pod_type",
-            "not_pod_type",
+            "name", "system_id", "arch", "cpu_count", "mem", "tags", "not_tags", "zone",
+            "not_in_zone", "pool", "not_in_pool", "storage", "subnets", "not_subnets", "fabrics",
+            "not_fabrics", "fabric_classes", "not_fabric_classes", "vlans", "not_vlans",
+            "link_speed", "interfaces", "devices", "cpu_speed", "owner", "power_state",
+            "deployment_target", "pod", "not_pod", "pod_type", "not_pod_type",
         ];
+        #[rustfmt::skip]
         const IGNORED: &[&str] = &[
-            "op",
-            "agent_name",
-            "comment",
-            "bridge_all",
-            "bridge_type",
-            "bridge_stp",
-            "bridge_fd",
-            "dry_run",
-            "verbose",
+            "op", "agent_name", "comment", "bridge_all", "bridge_type", "bridge_stp", "bridge_fd",
+            "dry_run", "verbose",
         ];
         let mut bad: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (k, _) in params {
