@@ -26,8 +26,8 @@ const EVENTUALLY: Duration = Duration::from_secs(60);
 fn fast(namespace: &str, name: &str, identity: &str) -> LeaderConfig {
     let mut config = LeaderConfig::new(namespace, name);
     config.identity = identity.to_string();
-    config.lease_duration = Duration::from_secs(4);
-    config.renew_deadline = Duration::from_secs(3);
+    config.lease_duration = Duration::from_secs(6);
+    config.renew_deadline = Duration::from_secs(4);
     config.retry_period = Duration::from_millis(500);
     config
 }
@@ -177,12 +177,12 @@ fn two_processes_contend_for_one_lease() {
 
     // The second keeps trying for several lease durations without success.
     assert!(
-        !second.printed_within("LEADING", Duration::from_secs(12)),
+        !second.printed_within("LEADING", Duration::from_secs(15)),
         "two leaders at once"
     );
     let held = lease(&client, &ns, lease_name);
     assert_eq!(held["spec"]["holderIdentity"], "first");
-    assert_eq!(held["spec"]["leaseDurationSeconds"], 4);
+    assert_eq!(held["spec"]["leaseDurationSeconds"], 6);
     let transitions = held["spec"]["leaseTransitions"].as_i64().unwrap_or(0);
 
     // kill -9: the leader cannot release; the standby waits out the lease
@@ -193,8 +193,8 @@ fn two_processes_contend_for_one_lease() {
     second.expect("LEADING");
     let took = killed_at.elapsed();
     // A correctness bound, not a speed one: the takeover must come from the
-    // lease expiring (4 s) plus retries, not from anything slower.
-    assert!(took < Duration::from_secs(4 + 20), "takeover took {took:?}");
+    // lease expiring (6 s) plus retries, not from anything slower.
+    assert!(took < Duration::from_secs(6 + 20), "takeover took {took:?}");
     let taken = lease(&client, &ns, lease_name);
     assert_eq!(taken["spec"]["holderIdentity"], "second");
     assert_eq!(
