@@ -41,7 +41,21 @@
 //!   `.warning(..)`; never blocks, aggregates repeats, rate-limits per
 //!   object.
 //! - [`Shutdown`], [`listen_for_signals`], [`join_within`] (in `shutdown`):
-//!   SIGTERM/SIGINT → stop; see that module for the sequence `main` follows.
+//!   SIGTERM/SIGINT → stop.
+//!
+//! # Lifecycle in `main`
+//!
+//! ```text
+//! shutdown = Shutdown::new(); listen_for_signals(&shutdown)   // 2nd signal: exit 1 at once
+//! informers (handlers add keys to queues) → wait_until_synced on every store
+//! elector = LeaderElector::spawn(..)   (or LeaderGate::always_open())
+//! workers = run_workers(.., elector.gate()); spawn_resync(..)
+//! select { shutdown fired → graceful | elector.lost() → exit non-zero }
+//! queue.shutdown() → join_within(workers, deadline) → events.flush(..) → elector.release()
+//! ```
+//!
+//! Informer threads are not joined: they stop at their next event or when
+//! their watch times out, and hold nothing that needs flushing.
 //!
 //! # Metrics (through [`crate::metrics`])
 //!
