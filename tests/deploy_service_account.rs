@@ -202,13 +202,11 @@ fn manager_reconciles_as_its_service_account_without_a_403() {
     ]);
     let bootstrap = support::capi::bootstrap_secret(&ns, "cp-0-bootstrap", "prod-cluster");
     cp.kubectl_stdin(&["apply", "-f", "-"], &bootstrap.to_string());
-    let machine = format!(
-        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata:\n  name: cp-0\n  labels:\n    \
+    let machine = "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata:\n  name: cp-0\n  labels:\n    \
          cluster.x-k8s.io/cluster-name: prod-cluster\n    cluster.x-k8s.io/control-plane: \"\"\nspec:\n  \
          clusterName: prod-cluster\n  bootstrap:\n    dataSecretName: cp-0-bootstrap\n  infrastructureRef:\n    \
-         apiGroup: infrastructure.cluster.x-k8s.io\n    kind: MaasMachine\n    name: cp-0\n"
-    );
-    cp.kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &machine);
+         apiGroup: infrastructure.cluster.x-k8s.io\n    kind: MaasMachine\n    name: cp-0\n";
+    cp.kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], machine);
     let machine_uid = cp.kubectl(&[
         "get",
         "-n",
