@@ -79,8 +79,10 @@ impl Drop for Capmaas {
         if std::thread::panicking() {
             eprintln!("--- capmaas log tail ---\n{}", self.tail());
         }
-        if let Ok(path) = std::env::var("CAPMAAS_E2E_KEEP_LOG") {
-            let _ = std::fs::copy(&self.log, path);
+        // CAPMAAS_E2E_KEEP_LOG=DIR keeps each scenario's log there.
+        if let (Ok(dir), Some(name)) = (std::env::var("CAPMAAS_E2E_KEEP_LOG"), self.log.file_name())
+        {
+            let _ = std::fs::copy(&self.log, std::path::Path::new(&dir).join(name));
         }
     }
 }
@@ -242,8 +244,16 @@ fn owned_machines(sim: &MaasSim) -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn the_story() {
+/// Everything one scenario runs on: its namespace, simulator, node helper
+/// and capmaas process, plus a provisioned MaasCluster (returns its DNS name).
+struct Scenario {
+    story: Story,
+    sim: MaasSim,
+    capmaas: Capmaas,
+    _nodes: NodeHelper,
+}
+
+fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scenario, String) {
     let cp = support::control_plane();
     cp.kubectl(&[
         "apply",
@@ -259,13 +269,14 @@ fn the_story() {
     ]);
     let story = Story {
         cp,
-        ns: cp.new_namespace("story"),
+        ns: cp.new_namespace(prefix),
     };
     let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
     sim.set_timings(1.0, 0.5);
     let base = sim.base.clone();
-    let _nodes = NodeHelper::start(cp, move || sim_views(&base));
+    let nodes = NodeHelper::start(cp, move || sim_views(&base));
     let mut capmaas = Capmaas::start(cp, &sim, &story.ns);
+    before_cluster(&sim);
 
     // The Cluster, its MaasCluster (owned by it) and the workload kubeconfig.
     story.apply(&json!({
@@ -312,6 +323,27 @@ fn the_story() {
         CLUSTER,
         json!({"status": {"initialization": {"infrastructureProvisioned": true}}}),
     );
+    (
+        Scenario {
+            story,
+            sim,
+            capmaas,
+            _nodes: nodes,
+        },
+        fqdn,
+    )
+}
+
+#[test]
+fn the_story() {
+    let (scenario, fqdn) = start_scenario("story", |_| {});
+    let Scenario {
+        story,
+        sim,
+        mut capmaas,
+        _nodes,
+    } = scenario;
+    let cp = story.cp;
 
     // 3 control-plane and 5 worker machines.
     let cps = ["cp-a", "cp-b", "cp-c"];
@@ -491,4 +523,102 @@ fn the_story() {
     );
     story.delete("clusters.cluster.x-k8s.io", CLUSTER);
     capmaas.assert_running();
+}
+
+/// Answers MAAS gave but capmaas never received (MAAS acted, the connection
+/// broke) do not leak or double anything, and a MAAS outage does not touch
+/// the running cluster's DNS record.
+#[test]
+fn lost_answers_and_maas_outages_never_leak_or_wipe() {
+    let (scenario, fqdn) = start_scenario("crash", |sim| {
+        // The first DNS record creation is done by MAAS, its answer lost.
+        sim.set_fault(
+            json!({"method": "POST", "endpoint": "dnsresources/", "drop_after": true, "times": 1}),
+        );
+    });
+    let Scenario {
+        story,
+        sim,
+        mut capmaas,
+        _nodes,
+    } = scenario;
+    let records = |sim: &MaasSim| {
+        let state = sim.state();
+        state["dns_resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["fqdn"] == fqdn)
+            .count()
+    };
+    assert_eq!(records(&sim), 1, "one DNS record despite the lost answer");
+
+    // The same for the first allocation and the first deployment.
+    sim.set_fault(json!({"method": "POST", "endpoint": "machines/", "op": "allocate", "drop_after": true, "times": 1}));
+    sim.set_fault(json!({"method": "POST", "endpoint": "machines/{id}/", "op": "deploy", "drop_after": true, "times": 1}));
+    story.add_machine("cp-a", true, cp_spec());
+    story.add_machine("w-1", false, worker_spec());
+    support::eventually(180, "both machines ready", || {
+        capmaas.assert_running();
+        ["cp-a", "w-1"]
+            .iter()
+            .all(|n| {
+                story
+                    .maas_machine(n)
+                    .is_some_and(|m| m["status"]["ready"] == true)
+            })
+            .then_some(())
+    });
+    assert_eq!(
+        owned_machines(&sim).len(),
+        2,
+        "exactly one MAAS machine per MaasMachine"
+    );
+    assert_eq!(
+        sim.call_count("POST machines/ op=allocate"),
+        2,
+        "{:?}",
+        sim.calls()
+    );
+    let cp_ip = {
+        let mm = story.maas_machine("cp-a").unwrap();
+        let addresses = mm["status"]["addresses"].as_array().unwrap().clone();
+        addresses
+            .iter()
+            .find(|a| a["type"] == "ExternalIP")
+            .unwrap()["address"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    support::eventually(30, "the control plane in DNS", || {
+        dns_ips(&sim, &fqdn).filter(|(ips, _)| ips.len() == 1 && ips.contains(&cp_ip))
+    });
+
+    // MAAS down for a while: reconciles fail, nothing is written, the DNS
+    // record and the machines' status stay as they were.
+    sim.set_fault(json!({"status": 503, "retry_after": 1}));
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    capmaas.assert_running();
+    for name in ["cp-a", "w-1"] {
+        assert_eq!(
+            story.maas_machine(name).unwrap()["status"]["ready"],
+            true,
+            "{name}"
+        );
+    }
+    sim.clear_faults();
+    let (ips, _) = dns_ips(&sim, &fqdn).unwrap();
+    assert_eq!(ips, BTreeSet::from([cp_ip]));
+
+    // Teardown leaves nothing behind.
+    for name in ["cp-a", "w-1"] {
+        story.remove_machine(name);
+    }
+    story.delete("maasclusters", CLUSTER);
+    support::eventually(120, "cluster torn down", || {
+        capmaas.assert_running();
+        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
+        (left == 0 && owned_machines(&sim).is_empty() && records(&sim) == 0).then_some(())
+    });
 }

@@ -30,6 +30,14 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// MAAS could not be reached or was busy: nothing was learned, so no
+    /// condition should change because of it.
+    pub fn is_maas_unavailable(&self) -> bool {
+        matches!(self, Error::Maas(e) if e.failure == super::ports::MaasFailure::Unavailable)
+    }
+}
+
 impl From<MaasError> for Error {
     fn from(e: MaasError) -> Error {
         Error::Maas(e)

@@ -113,7 +113,13 @@ impl<'c> Reconciling<'c> {
         let record =
             match dns::ensure_record(self, &dns_name, desired_ips.as_deref().unwrap_or(&[])) {
                 Ok(record) => record,
+                Err(e) if e.is_maas_unavailable() => return Err(e),
                 Err(e) => {
+                    self.event(
+                        EventType::Warning,
+                        mc_api::LOAD_BALANCER_FAILED,
+                        &e.to_string(),
+                    );
                     self.set(Desired::false_(
                         mc_api::LOAD_BALANCER_READY,
                         mc_api::LOAD_BALANCER_FAILED,

@@ -27,6 +27,9 @@ pub(super) fn find_or_allocate(
                     return Ok(stop);
                 }
             }
+            // A MAAS outage changes nothing we know about the machine: keep
+            // the status as it is (no flapping to Unknown) and retry.
+            Err(e) if e.failure == MaasFailure::Unavailable => return Err(e.into()),
             Err(e) => {
                 r.set(crate::api::Desired::unknown(
                     mm_api::MACHINE_DEPLOYED,

@@ -742,3 +742,25 @@ fn control_plane_label_on_the_machine_alone_counts() {
     assert_eq!(ready.status, Status::False);
     assert!(ready.message.contains("DNSAttached"), "{}", ready.message);
 }
+
+#[test]
+fn a_maas_outage_changes_no_status() {
+    let w = World::new(1);
+    deploying_worker(&w);
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+    w.kube.clear_writes();
+    w.maas.fail_once(
+        "machine",
+        MaasFailure::Unavailable,
+        "503 no connections available",
+    );
+    assert!(reconcile(&w, "m1").is_err());
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+    w.maas.fail_once("machine", MaasFailure::Forbidden, "403");
+    assert!(reconcile(&w, "m1").is_err());
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_NOT_FOUND
+    );
+}
