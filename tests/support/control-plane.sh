@@ -3,7 +3,8 @@
 # on free loopback ports, for tests and for the local lab.
 #
 #   control-plane.sh start DIR   certificates, etcd, kube-apiserver, admin
-#                                kubeconfig (DIR/kubeconfig), Cluster API CRDs;
+#                                kubeconfig (DIR/kubeconfig), Cluster API CRDs
+#                                and this project's crds/;
 #                                returns once /readyz answers and every CRD is
 #                                Established; DIR/env holds the addresses
 #   control-plane.sh stop DIR    stops both processes (idempotent)
@@ -141,6 +142,10 @@ EOF
   for d in $(capi_crd_dirs); do
     $kubectl apply --server-side -f "$d" >/dev/null
   done
+  # Our own CRDs too, so tests never race each other installing them.
+  if compgen -G "$root/crds/*.yaml" >/dev/null; then
+    $kubectl apply --server-side -f "$root/crds" >/dev/null
+  fi
   $kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
   log "ready at https://127.0.0.1:$api_port (kubeconfig $dir/kubeconfig)"
 }
