@@ -255,18 +255,7 @@ struct Scenario {
 
 fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scenario, String) {
     let cp = support::control_plane();
-    cp.kubectl(&[
-        "apply",
-        "-f",
-        support::path_str(&support::repo_root().join("crds")),
-    ]);
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ]);
+    install_crds(cp);
     let story = Story {
         cp,
         ns: cp.new_namespace(prefix),
@@ -620,5 +609,24 @@ fn lost_answers_and_maas_outages_never_leak_or_wipe() {
         capmaas.assert_running();
         let left = story.list("maasmachines").len() + story.list("maasclusters").len();
         (left == 0 && owned_machines(&sim).is_empty() && records(&sim) == 0).then_some(())
+    });
+}
+
+/// Our CRDs, installed once per test binary (tests run in parallel).
+fn install_crds(cp: &support::ControlPlane) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        cp.kubectl(&[
+            "apply",
+            "-f",
+            support::path_str(&support::repo_root().join("crds")),
+        ]);
+        cp.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ]);
     });
 }
