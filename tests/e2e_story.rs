@@ -630,3 +630,63 @@ fn install_crds(cp: &support::ControlPlane) {
         ]);
     });
 }
+
+/// SIGTERM: the workers stop, the Lease is handed back, the exit is clean.
+#[test]
+fn sigterm_releases_the_lease_and_exits_cleanly() {
+    let cp = support::control_plane();
+    install_crds(cp);
+    let ns = cp.new_namespace("lease");
+    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    let log = cp.dir.join(format!("capmaas-{ns}.log"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .arg(format!("--namespace={ns}"))
+        .arg("--leader-elect")
+        .arg(format!("--leader-election-namespace={ns}"))
+        .arg("--metrics-bind-address=0")
+        .arg("--health-probe-bind-address=0")
+        .env_remove("KUBECONFIG")
+        .env("MAAS_ENDPOINT", &sim.url)
+        .env("MAAS_API_KEY", &sim.api_key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let lease = || -> Option<Value> {
+        let out = cp
+            .try_kubectl(
+                &[
+                    "get",
+                    "lease",
+                    "capmaas-leader-election",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "json",
+                ],
+                "",
+            )
+            .ok()?;
+        serde_json::from_str(&out).ok()
+    };
+    support::eventually(60, "the Lease held", || {
+        let holder = lease()?["spec"]["holderIdentity"].as_str()?.to_string();
+        (!holder.is_empty()).then_some(())
+    });
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = support::eventually(60, "capmaas exits", || child.try_wait().unwrap());
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(exit.success(), "{exit}; log:\n{text}");
+    let holder = lease().unwrap()["spec"]["holderIdentity"].clone();
+    assert!(
+        holder.is_null() || holder == "",
+        "Lease still held: {holder}"
+    );
+}
