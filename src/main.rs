@@ -332,9 +332,13 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
 
     let health = Arc::new(Health::new());
+    // Every route is served on every address, so one address serves both.
+    let metrics_address = config
+        .metrics_bind_address
+        .filter(|m| Some(*m) != config.health_probe_bind_address);
     for (what, addr) in [
         ("health probes", config.health_probe_bind_address),
-        ("metrics", config.metrics_bind_address),
+        ("metrics", metrics_address),
     ] {
         if let Some(addr) = addr {
             let (bound, _thread) =

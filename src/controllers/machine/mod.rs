@@ -253,6 +253,10 @@ impl<'c> Reconciling<'c> {
             name: meta.name.clone(),
             uid: meta.uid.clone(),
         };
+        match type_ {
+            EventType::Normal => log::info!("{}: {reason}: {message}", self.key()),
+            EventType::Warning => log::warn!("{}: {reason}: {message}", self.key()),
+        }
         self.ctx.kube.event(&target, type_, reason, message);
         super::count_action(Kind::MaasMachine, reason);
     }
