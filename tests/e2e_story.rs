@@ -260,7 +260,14 @@ fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scena
         cp,
         ns: cp.new_namespace(prefix),
     };
-    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    // Nodes are cluster-scoped and named after MAAS hostnames: scenarios
+    // running side by side get hostnames of their own.
+    let mut inventory = support::maas_sim::story_inventory();
+    for machine in inventory["machines"].as_array_mut().unwrap() {
+        let hostname = machine["hostname"].as_str().unwrap().to_string();
+        machine["hostname"] = json!(format!("{prefix}-{hostname}"));
+    }
+    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), Some(&inventory));
     sim.set_timings(1.0, 0.5);
     let base = sim.base.clone();
     let nodes = NodeHelper::start(cp, move || sim_views(&base));
