@@ -1,0 +1,604 @@
+//! Benchmarks: measured numbers for BENCHMARKS.md, printed, never asserted.
+//!
+//!     cargo test --release --test bench -- --ignored --nocapture
+//!
+//! (`--release` builds the release `capmaas`, the one measured.) Each
+//! benchmark runs alone (a lock serialises them) on this binary's real
+//! control plane, with maas-sim and `capmaas` as child processes.
+//!
+//! - `memory_idle_and_with_1000_machines`: VmRSS/VmHWM of capmaas idle, then
+//!   with N (default 1,000; `BENCH_MACHINES`) Machines and MaasMachines of a
+//!   paused Cluster cached and reconciled.
+//! - `story_time_maas_calls_and_idle_writes`: the README story with the real
+//!   Cluster API core and the simulator's deploy time at 0 s
+//!   (`BENCH_DEPLOY_SECONDS`): time until every machine is Ready, MAAS calls
+//!   per machine over its life (the simulator's request counts), and the
+//!   Kubernetes writes capmaas makes in a steady period (`BENCH_IDLE_SECONDS`,
+//!   default 90, with `--sync-period=30s` so that resyncs happen in it).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use capmaas::kube::{resources, ListParams};
+use capmaas::maas::{MachineFilter, MachineStatus};
+use serde_json::json;
+use support::maas_sim::MaasSim;
+use support::story::{
+    self, capmaas_bin, install_crds, maas_sim_bin, metric_sum, Capmaas, LabOptions, Snapshot,
+    StoryLab, CLUSTER,
+};
+
+/// One benchmark at a time: they share 2 cores and one control plane.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn sh(command: &str) -> String {
+    Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The capmaas binary measured: `BENCH_CAPMAAS_BIN` (e.g. the static musl
+/// build of deploy/build-static.sh), else this build's.
+fn bench_bin() -> std::path::PathBuf {
+    std::env::var_os("BENCH_CAPMAAS_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(capmaas_bin)
+}
+
+/// What BENCHMARKS.md records about the machine.
+fn print_machine() {
+    println!("machine: nproc {}", sh("nproc"));
+    println!(
+        "machine: CPU {}",
+        sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'")
+    );
+    println!("machine: free -h\n{}", sh("free -h"));
+    println!(
+        "machine: capmaas binary {} ({} test build; {} bytes); MALLOC_ARENA_MAX={}",
+        bench_bin().display(),
+        if cfg!(debug_assertions) {
+            "DEBUG: use --release for numbers"
+        } else {
+            "release"
+        },
+        std::fs::metadata(bench_bin()).map(|m| m.len()).unwrap_or(0),
+        std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "unset".into())
+    );
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// Samples that changed between two `/metrics` scrapes, for the report.
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str) -> f64 {
+    metric_sum(after, name, &[]) - metric_sum(before, name, &[])
+}
+
+/// capmaas's Kubernetes writes (every method but GET) between two scrapes,
+/// by method.
+fn kube_writes(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    let mut writes = BTreeMap::new();
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        let label = format!("method=\"{method}\"");
+        let n = metric_sum(after, "rest_client_requests_total", &[&label])
+            - metric_sum(before, "rest_client_requests_total", &[&label]);
+        if n > 0.0 {
+            writes.insert(method.to_string(), n);
+        }
+    }
+    writes
+}
+
+fn sum_writes(writes: &BTreeMap<String, f64>) -> u64 {
+    writes.values().sum::<f64>().round() as u64
+}
+
+/// Simulator request counts (cumulative) → per-key difference.
+fn calls_between(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+/// Substrings of capmaas's MAAS operation names that write.
+const WRITE_OPERATIONS: [&str; 9] = [
+    "allocate",
+    "deploy",
+    "release",
+    "update",
+    "create",
+    "delete",
+    "set_",
+    "power_on",
+    "power_off",
+];
+
+fn is_write_call(key: &str) -> bool {
+    !key.starts_with("GET ")
+}
+
+fn print_calls(what: &str, calls: &BTreeMap<String, u64>, machines: usize) {
+    let total: u64 = calls.values().sum();
+    let writes: u64 = calls
+        .iter()
+        .filter(|(k, _)| is_write_call(k))
+        .map(|(_, v)| v)
+        .sum();
+    println!(
+        "MAAS calls {what}: {total} ({writes} writes, {} reads) = {:.1} per machine ({:.1} writes)",
+        total - writes,
+        total as f64 / machines as f64,
+        writes as f64 / machines as f64
+    );
+    for (k, v) in calls {
+        println!("    {v:>5}  {k}");
+    }
+}
+
+/// capmaas's own MAAS requests (`maas_api_requests_total`) between two
+/// scrapes, by operation. Unlike the simulator's counts, these exclude the
+/// node helper's and the benchmark's own polling of the simulator.
+fn maas_requests(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, u64> {
+    let mut by_op = BTreeMap::new();
+    for (key, value) in after {
+        let Some(labels) = key.strip_prefix("maas_api_requests_total{") else {
+            continue;
+        };
+        let op = labels
+            .split("operation=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or("?")
+            .to_string();
+        let n = value - before.get(key).copied().unwrap_or(0.0);
+        if n > 0.0 {
+            *by_op.entry(op).or_insert(0) += n.round() as u64;
+        }
+    }
+    by_op
+}
+
+fn print_requests(what: &str, by_op: &BTreeMap<String, u64>, machines: usize) {
+    let total: u64 = by_op.values().sum();
+    println!(
+        "capmaas MAAS requests {what}: {total} = {:.1} per machine",
+        total as f64 / machines as f64
+    );
+    for (op, n) in by_op {
+        println!("    {n:>5}  {op}");
+    }
+}
+
+/// Mean of a histogram between two scrapes, per `controller` label value.
+fn mean_reconcile_ms(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    controller: &str,
+) -> Option<(f64, f64)> {
+    let label = format!("controller=\"{controller}\"");
+    let sum = metric_sum(
+        after,
+        "controller_runtime_reconcile_time_seconds_sum",
+        &[&label],
+    ) - metric_sum(
+        before,
+        "controller_runtime_reconcile_time_seconds_sum",
+        &[&label],
+    );
+    let count = metric_sum(
+        after,
+        "controller_runtime_reconcile_time_seconds_count",
+        &[&label],
+    ) - metric_sum(
+        before,
+        "controller_runtime_reconcile_time_seconds_count",
+        &[&label],
+    );
+    (count > 0.0).then(|| (count, sum / count * 1000.0))
+}
+
+#[test]
+#[ignore = "benchmark: cargo test --release --test bench -- --ignored --nocapture"]
+fn memory_idle_and_with_1000_machines() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    print_machine();
+    let machines: usize = env_or("BENCH_MACHINES", 1000);
+    let cp = support::control_plane();
+    install_crds(cp);
+    let sim = MaasSim::start(maas_sim_bin(), None);
+    let dir = support::tempdir("bench-memory").unwrap();
+    let mut capmaas = Capmaas::start(
+        &bench_bin(),
+        &cp.kubeconfig,
+        &sim,
+        dir.join("capmaas.log"),
+        &[],
+    );
+    capmaas.wait_ready(60);
+    std::thread::sleep(Duration::from_secs(5));
+    let idle = capmaas.memory();
+    println!("memory idle (caches synced, no objects): {idle}");
+
+    // A paused Cluster with N Machines and their MaasMachines (owned, labelled,
+    // and annotated paused too): capmaas caches and reconciles them, and
+    // leaves MAAS alone.
+    let kube = story::kube_client(cp);
+    let ns = cp.new_namespace("bench-memory");
+    let nsr = Some(ns.as_str());
+    kube.create(
+        &resources::CLUSTERS,
+        nsr,
+        &json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": CLUSTER, "namespace": ns},
+            "spec": {"paused": true, "infrastructureRef": {"apiGroup": story::INFRA_GROUP, "kind": "MaasCluster", "name": CLUSTER}},
+        }),
+    )
+    .unwrap();
+    kube.create(&resources::MAAS_CLUSTERS, nsr, &{
+        let mut mc = story::maas_cluster(&ns);
+        mc["metadata"]["annotations"] = json!({"cluster.x-k8s.io/paused": ""});
+        mc["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
+        mc
+    })
+    .unwrap();
+    let metrics_before = capmaas.metrics();
+    let calls_before = sim.calls();
+    let started = Instant::now();
+    // Machines first (measured alone), then their MaasMachines.
+    let mut uids = Vec::with_capacity(machines);
+    for i in 0..machines {
+        let name = format!("{CLUSTER}-w-{i:04}");
+        let [_, mut m] = story::control_plane_machine(&ns, &name);
+        m["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
+        m["metadata"]["annotations"] = json!({"cluster.x-k8s.io/paused": ""});
+        m["spec"]["providerID"] = json!(format!("maas:///zone-a/b{i:05}"));
+        let m = kube.create(&resources::MACHINES, nsr, &m).unwrap();
+        uids.push(m["metadata"]["uid"].clone());
+    }
+    println!(
+        "created {machines} Machines in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    let machines_only = capmaas.memory();
+    println!("memory with {machines} Machines cached: {machines_only}");
+    for (i, uid) in uids.iter().enumerate() {
+        let name = format!("{CLUSTER}-w-{i:04}");
+        let [mut mm, _] = story::control_plane_machine(&ns, &name);
+        mm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
+        mm["metadata"]["annotations"] = json!({"cluster.x-k8s.io/paused": ""});
+        mm["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
+            "uid": uid, "controller": true, "blockOwnerDeletion": true,
+        }]);
+        mm["spec"]["systemID"] = json!(format!("b{i:05}"));
+        mm["spec"]["providerID"] = json!(format!("maas:///zone-a/b{i:05}"));
+        kube.create(&resources::MAAS_MACHINES, nsr, &mm).unwrap();
+    }
+    println!(
+        "created {machines} Machines + {machines} MaasMachines in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Settled: every MaasMachine reports Paused, and the reconcile counter
+    // has stopped moving for 5 s.
+    let reconciles = |m: &BTreeMap<String, f64>| {
+        metric_sum(
+            m,
+            "controller_runtime_reconcile_total",
+            &["controller=\"maasmachine\""],
+        )
+    };
+    let mut last = (reconciles(&capmaas.metrics()), Instant::now());
+    loop {
+        capmaas.assert_running();
+        let now = reconciles(&capmaas.metrics());
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(5) {
+            let paused = kube
+                .list(&resources::MAAS_MACHINES, nsr, &ListParams::default())
+                .unwrap()
+                .items
+                .iter()
+                .filter(|mm| {
+                    mm["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Paused" && c["status"] == "True")
+                    })
+                })
+                .count();
+            if paused >= machines {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "only {paused} of {machines} MaasMachines report Paused; log {}",
+                capmaas.log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    let loaded = capmaas.memory();
+    let metrics_after = capmaas.metrics();
+    let writes = kube_writes(&metrics_before, &metrics_after);
+    println!(
+        "memory with {machines} Machines + {machines} MaasMachines cached and reconciled: {loaded}"
+    );
+    println!(
+        "  settled {:.1}s after the first create; {} maasmachine reconciles; Kubernetes writes {:?}; MAAS calls {:?}",
+        last.1.duration_since(started).as_secs_f64(),
+        reconciles(&metrics_after) - reconciles(&metrics_before),
+        writes,
+        calls_between(&calls_before, &sim.calls())
+    );
+    println!(
+        "RESULT memory: idle VmRSS {} (VmHWM {}); with {machines} Machines VmRSS {}; with {machines}+{machines} objects VmRSS {} (VmHWM {})",
+        mib(idle.rss_kib),
+        mib(idle.hwm_kib),
+        mib(machines_only.rss_kib),
+        mib(loaded.rss_kib),
+        mib(loaded.hwm_kib)
+    );
+
+    // Leave the control plane clean for the next benchmark: stop capmaas,
+    // drop any finalizer it added, delete everything.
+    drop(capmaas);
+    for r in [&resources::MAAS_MACHINES, &resources::MAAS_CLUSTERS] {
+        for obj in kube.list(r, nsr, &ListParams::default()).unwrap().items {
+            if obj["metadata"]["finalizers"].is_array() {
+                let name = obj["metadata"]["name"].as_str().unwrap();
+                kube.patch_merge(r, nsr, name, &json!({"metadata": {"finalizers": null}}))
+                    .unwrap();
+            }
+        }
+    }
+    cp.kubectl(&[
+        "delete",
+        "maasmachines,machines,maasclusters,clusters",
+        "--all",
+        "-n",
+        &ns,
+        "--wait=false",
+    ]);
+}
+
+/// When the story reached each milestone, from the start of `apply`.
+#[derive(Default, Debug)]
+struct Milestones {
+    first_maas_machine_ready: Option<f64>,
+    all_maas_machines_ready: Option<f64>,
+}
+
+#[test]
+#[ignore = "benchmark: cargo test --release --test bench -- --ignored --nocapture"]
+fn story_time_maas_calls_and_idle_writes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    print_machine();
+    let deploy_seconds: f64 = env_or("BENCH_DEPLOY_SECONDS", 0.0);
+    let idle_seconds: u64 = env_or("BENCH_IDLE_SECONDS", 90);
+    let mut options = LabOptions::new(support::tempdir("bench-story").unwrap());
+    options.deploy_seconds = deploy_seconds;
+    options.release_seconds = 0.0;
+    options.capmaas_args = vec!["--sync-period=30s".into()];
+    options.capmaas_bin = Some(bench_bin());
+    let mut lab = StoryLab::start(options);
+    let total = story::CP_MACHINES.len() + story::WORKERS;
+    std::thread::sleep(Duration::from_secs(2));
+
+    // --- Provisioning.
+    let calls_start = lab.sim.calls();
+    let metrics_start = lab.capmaas.metrics();
+    let started = Instant::now();
+    lab.apply_story();
+    let mut milestones = Milestones::default();
+    let snapshot = lab.wait_all_ready(600, Duration::from_millis(200), |s: &Snapshot| {
+        let t = started.elapsed().as_secs_f64();
+        if s.ready_count() > 0 && milestones.first_maas_machine_ready.is_none() {
+            milestones.first_maas_machine_ready = Some(t);
+        }
+        if s.ready_count() == total && milestones.all_maas_machines_ready.is_none() {
+            milestones.all_maas_machines_ready = Some(t);
+        }
+    });
+    let ready_after = started.elapsed().as_secs_f64();
+    let calls_ready = lab.sim.calls();
+    let metrics_ready = lab.capmaas.metrics();
+    println!("{}", snapshot.table());
+    println!(
+        "RESULT story: {total} machines (deploy {deploy_seconds}s in the simulator): first MaasMachine ready {:.1}s, all MaasMachines ready {:.1}s, every Machine Running with its Node {ready_after:.1}s after apply; nudges {}",
+        milestones.first_maas_machine_ready.unwrap_or(f64::NAN),
+        milestones.all_maas_machines_ready.unwrap_or(f64::NAN),
+        lab.nudges
+    );
+    for controller in ["maascluster", "maasmachine"] {
+        if let Some((count, mean)) = mean_reconcile_ms(&metrics_start, &metrics_ready, controller) {
+            println!("  {controller}: {count} reconciles while provisioning, mean {mean:.1} ms");
+        }
+    }
+    let provisioning_writes = kube_writes(&metrics_start, &metrics_ready);
+    println!(
+        "  Kubernetes writes by capmaas while provisioning: {} {provisioning_writes:?}",
+        sum_writes(&provisioning_writes)
+    );
+    print_requests(
+        "while provisioning",
+        &maas_requests(&metrics_start, &metrics_ready),
+        total,
+    );
+    print_calls(
+        "while provisioning (simulator, all clients)",
+        &calls_between(&calls_start, &calls_ready),
+        total,
+    );
+
+    // --- Steady state: nothing changes; resyncs every 30 s.
+    let versions = |lab: &StoryLab| -> BTreeMap<String, String> {
+        let mut v = BTreeMap::new();
+        for (r, ns) in [
+            (&resources::MAAS_MACHINES, Some(lab.ns.as_str())),
+            (&resources::MAAS_CLUSTERS, Some(lab.ns.as_str())),
+            (&resources::MACHINES, Some(lab.ns.as_str())),
+            (&resources::NODES, None),
+        ] {
+            for o in lab.kube.list(r, ns, &ListParams::default()).unwrap().items {
+                v.insert(
+                    format!("{}/{}", r.plural, o["metadata"]["name"].as_str().unwrap()),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                );
+            }
+        }
+        v
+    };
+    // Let the last status writes of provisioning land first.
+    std::thread::sleep(Duration::from_secs(5));
+    let calls_idle_start = lab.sim.calls();
+    let metrics_idle_start = lab.capmaas.metrics();
+    let versions_before = versions(&lab);
+    std::thread::sleep(Duration::from_secs(idle_seconds));
+    lab.check_processes();
+    let versions_after = versions(&lab);
+    let metrics_idle_end = lab.capmaas.metrics();
+    let calls_idle_end = lab.sim.calls();
+    let changed: Vec<&String> = versions_after
+        .iter()
+        .filter(|(k, v)| versions_before.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .collect();
+    let idle_writes = kube_writes(&metrics_idle_start, &metrics_idle_end);
+    let idle_reconciles = delta(
+        &metrics_idle_start,
+        &metrics_idle_end,
+        "controller_runtime_reconcile_total",
+    )
+    .round() as u64;
+    println!(
+        "RESULT idle {idle_seconds}s (--sync-period=30s): {idle_reconciles} reconciles, {} Kubernetes writes by capmaas {idle_writes:?}, {} of {} objects (MaasMachines, MaasCluster, Machines, Nodes) changed resourceVersion {changed:?}",
+        sum_writes(&idle_writes),
+        changed.len(),
+        versions_after.len()
+    );
+    print_requests(
+        &format!("while idle for {idle_seconds}s"),
+        &maas_requests(&metrics_idle_start, &metrics_idle_end),
+        total,
+    );
+    print_calls(
+        &format!("while idle for {idle_seconds}s (simulator, all clients)"),
+        &calls_between(&calls_idle_start, &calls_idle_end),
+        total,
+    );
+
+    // --- Deletion: the Cluster goes, every machine is released.
+    let delete_started = Instant::now();
+    lab.cp.kubectl(&[
+        "delete",
+        "clusters.v1beta2.cluster.x-k8s.io",
+        CLUSTER,
+        "-n",
+        &lab.ns,
+        "--wait=false",
+    ]);
+    let maas = lab.sim.client();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        lab.check_processes();
+        let cluster_gone = lab
+            .kube
+            .get(&resources::CLUSTERS, Some(&lab.ns), CLUSTER)
+            .is_err_and(|e| e.is_not_found());
+        let owned = maas
+            .machines(&MachineFilter::default())
+            .unwrap()
+            .iter()
+            .filter(|m| m.owner.is_some() || m.status != MachineStatus::Ready)
+            .count();
+        if cluster_gone && owned == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Cluster deletion not done after 300s ({owned} machines still owned)\n{}",
+            lab.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let calls_end = lab.sim.calls();
+    let metrics_end = lab.capmaas.metrics();
+    println!(
+        "RESULT deletion: Cluster gone and every machine released {:.1}s after delete",
+        delete_started.elapsed().as_secs_f64()
+    );
+    let deletion_writes = kube_writes(&metrics_idle_end, &metrics_end);
+    println!(
+        "  Kubernetes writes by capmaas while deleting: {} {deletion_writes:?}",
+        sum_writes(&deletion_writes)
+    );
+    print_requests(
+        "while deleting",
+        &maas_requests(&metrics_idle_end, &metrics_end),
+        total,
+    );
+    print_calls(
+        "while deleting (simulator, all clients)",
+        &calls_between(&calls_idle_end, &calls_end),
+        total,
+    );
+    let life = maas_requests(&metrics_start, &metrics_end);
+    print_requests(
+        "over the whole life (provision, idle, delete)",
+        &life,
+        total,
+    );
+    let life_total: u64 = life.values().sum();
+    let life_writes: u64 = life
+        .iter()
+        .filter(|(op, _)| WRITE_OPERATIONS.iter().any(|w| op.contains(w)))
+        .map(|(_, v)| v)
+        .sum();
+    // Only capmaas writes to the simulator, so its write counts need no
+    // filtering.
+    let sim_life = calls_between(&calls_start, &calls_end);
+    let sim_writes: u64 = sim_life
+        .iter()
+        .filter(|(k, _)| is_write_call(k))
+        .map(|(_, v)| v)
+        .sum();
+    println!(
+        "RESULT MAAS requests by capmaas per machine over its life: {:.1} ({:.1} writes by operation name; the simulator saw {sim_writes} writes = {:.1} per machine), incl. the MaasCluster's DNS calls",
+        life_total as f64 / total as f64,
+        life_writes as f64 / total as f64,
+        sim_writes as f64 / total as f64,
+    );
+}
