@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use capmaas::maas::{self, MachineFilter, MachineStatus};
 use serde_json::{json, Value};
 use support::capi::{self, CapiManager, CAPI_API_VERSION};
+use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
 use support::ControlPlane;
 
@@ -48,35 +49,6 @@ const MAAS_MACHINE_TEMPLATES: &str = "maasmachinetemplates.v1beta1.infrastructur
 /// object, and the simulator takes its configured deploy time per machine.
 const PROVISION_SECONDS: u64 = 300;
 
-/// The MAAS simulator, in this process (it serves until the test binary
-/// exits), with the built-in story inventory: 4 control-plane and 6 worker
-/// machines in two zones.
-struct Sim {
-    endpoint: String,
-    api_key: String,
-    _server: capmaas::sim::Server,
-}
-
-impl Sim {
-    fn start() -> Sim {
-        let mut inventory = capmaas::sim::Inventory::default_story();
-        inventory.settings.deploy_seconds = 5.0;
-        let api_key = inventory
-            .api_keys
-            .iter()
-            .find(|k| k.is_superuser)
-            .expect("an admin key")
-            .key
-            .clone();
-        let server = capmaas::sim::start("127.0.0.1:0", inventory).expect("starting maas-sim");
-        Sim {
-            endpoint: server.base_url(),
-            api_key,
-            _server: server,
-        }
-    }
-}
-
 /// `capmaas` as a child process, killed on drop.
 struct Capmaas {
     child: Child,
@@ -84,14 +56,14 @@ struct Capmaas {
 }
 
 impl Capmaas {
-    fn start(cp: &ControlPlane, sim: &Sim) -> Capmaas {
+    fn start(cp: &ControlPlane, sim: &MaasSim) -> Capmaas {
         let log = cp.dir.join("capmaas.log");
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
             .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
             .arg("--metrics-bind-address=0")
             .arg("--health-probe-bind-address=127.0.0.1:0")
-            .env("MAAS_ENDPOINT", &sim.endpoint)
+            .env("MAAS_ENDPOINT", &sim.url)
             .env("MAAS_API_KEY", &sim.api_key)
             .env(
                 "RUST_LOG",
@@ -185,36 +157,102 @@ impl Story {
 
     /// Polls `check` once a second; on timeout panics with the state of the
     /// namespace and both controllers' log tails.
-    fn wait<T>(
+    fn wait<T>(&mut self, seconds: u64, what: &str, check: impl FnMut(&Story) -> Option<T>) -> T {
+        match self.try_wait(seconds, what, check) {
+            Some(v) => v,
+            None => panic!(
+                "timed out after {seconds}s waiting for {what}\n{}",
+                self.diagnostics()
+            ),
+        }
+    }
+
+    /// As [`Story::wait`], but `None` on timeout.
+    fn try_wait<T>(
         &mut self,
         seconds: u64,
         what: &str,
         mut check: impl FnMut(&Story) -> Option<T>,
-    ) -> T {
+    ) -> Option<T> {
         let started = Instant::now();
         let deadline = started + Duration::from_secs(seconds);
         loop {
             self.check_processes();
             if let Some(v) = check(self) {
                 println!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
-                return v;
+                return Some(v);
             }
             if Instant::now() > deadline {
-                let state = self.cp.try_kubectl(
-                    &["get", "clusters,machines,maasclusters,maasmachines,machinesets,machinedeployments", "-n", &self.ns, "-o", "wide"],
-                    "",
-                );
-                panic!(
-                    "timed out after {seconds}s waiting for {what}\n--- objects:\n{}\n--- cluster-api manager ({}):\n{}\n--- capmaas ({}):\n{}",
-                    state.unwrap_or_else(|e| e),
-                    self.capi.log.display(),
-                    self.capi.log_tail(30),
-                    self.capmaas.log.display(),
-                    tail(&self.capmaas.log, 30)
-                );
+                println!("[{:>6.1}s] NOT: {what}", started.elapsed().as_secs_f64());
+                return None;
             }
             std::thread::sleep(Duration::from_secs(1));
         }
+    }
+
+    /// The objects, their not-True conditions and both controllers' log tails.
+    fn diagnostics(&self) -> String {
+        let state = self.cp.try_kubectl(
+            &[
+                "get",
+                "clusters,machines,maasclusters,maasmachines,machinesets,machinedeployments",
+                "-n",
+                &self.ns,
+                "-o",
+                "wide",
+            ],
+            "",
+        );
+        format!(
+            "--- objects:\n{}\n--- not-True conditions:\n{}\n--- cluster-api manager ({}):\n{}\n--- capmaas ({}):\n{}",
+            state.unwrap_or_else(|e| e),
+            self.unhappy_conditions(),
+            self.capi.log.display(),
+            self.capi.log_tail(30),
+            self.capmaas.log.display(),
+            tail(&self.capmaas.log, 30)
+        )
+    }
+
+    /// Every condition of the story's objects that is not True (Paused and
+    /// the negative polarity ones aside), plus the API server DNS record.
+    fn unhappy_conditions(&self) -> String {
+        let mut out = String::new();
+        for resource in [CLUSTERS, MACHINES, MAAS_CLUSTERS, MAAS_MACHINES] {
+            for obj in self.list(resource, None) {
+                for c in obj["status"]["conditions"].as_array().into_iter().flatten() {
+                    let negative = [
+                        "Paused",
+                        "Deleting",
+                        "Updating",
+                        "RollingOut",
+                        "ScalingUp",
+                        "ScalingDown",
+                        "Remediating",
+                    ];
+                    if c["status"] != "True" && !negative.iter().any(|n| c["type"] == *n) {
+                        out.push_str(&format!(
+                            "{} {}: {} {} {} {}\n",
+                            obj["kind"].as_str().unwrap_or_default(),
+                            name(&obj),
+                            c["type"],
+                            c["status"],
+                            c["reason"],
+                            c["message"]
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(mc) = self.get(MAAS_CLUSTERS, CLUSTER) {
+            if let Some(host) = mc["spec"]["controlPlaneEndpoint"]["host"].as_str() {
+                out.push_str(&format!(
+                    "DNS record {host}: {:?}\n",
+                    self.maas.dns_resources(host)
+                ));
+            }
+        }
+        out
     }
 
     fn maas_machines(&self) -> Vec<maas::Machine> {
@@ -309,32 +347,22 @@ fn machine_deployment(ns: &str, replicas: usize) -> Value {
 }
 
 #[test]
-#[ignore = "until src/main.rs wires the controllers (capmaas exits 2 today)"]
 fn readme_story_with_real_cluster_api_core() {
     let test_started = Instant::now();
     let cp = support::control_plane();
-    let crds = support::repo_root().join("crds");
-    cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ]);
-
+    // support::control_plane() installs this project's CRDs too.
     let capi = CapiManager::start(cp);
     println!(
         "cluster-api manager {} up, log {}",
         capi.version,
         capi.log.display()
     );
-    let sim = Sim::start();
-    let maas = maas::Client::new(maas::ClientConfig::new(
-        sim.endpoint.clone(),
-        maas::ApiKey::parse(&sim.api_key).unwrap(),
-    ))
-    .unwrap();
+    let sim = MaasSim::start_with_args(
+        env!("CARGO_BIN_EXE_maas-sim"),
+        None,
+        &["--deploy-seconds", "5"],
+    );
+    let maas = sim.client();
     let capmaas = Capmaas::start(cp, &sim);
     println!("capmaas up, log {}", capmaas.log.display());
     let helper_maas = maas.clone();
@@ -391,7 +419,7 @@ fn readme_story_with_real_cluster_api_core() {
 
     // --- Provisioning: every Machine Running with a Node.
     let total = CP_MACHINES.len() + WORKERS;
-    let machines = story.wait(
+    story.wait(
         PROVISION_SECONDS,
         "every Machine Running with a nodeRef",
         |s| {
@@ -402,9 +430,27 @@ fn readme_story_with_real_cluster_api_core() {
                     m["status"]["phase"] == "Running" && m["status"]["nodeRef"]["name"].is_string()
                 })
                 .count();
-            (machines.len() == total && running == total).then_some(machines)
+            (machines.len() == total && running == total).then_some(())
         },
     );
+    // Ready mirrors the MaasMachine's Ready (InfrastructureReady) and the
+    // Node's health (NodeHealthy).
+    // A Machine that never gets Ready is recorded, and the story goes on, so
+    // one run reports every finding.
+    let mut violations: Vec<String> = Vec::new();
+    let all_ready = story.try_wait(60, "every Machine Ready", |s| {
+        s.list(MACHINES, None)
+            .iter()
+            .all(|m| condition_is(m, "Ready", "True"))
+            .then_some(())
+    });
+    if all_ready.is_none() {
+        violations.push(format!(
+            "Machines not Ready after 60s:\n{}",
+            story.unhappy_conditions()
+        ));
+    }
+    let machines = story.list(MACHINES, None);
 
     // The Cluster took over what capmaas published.
     let cluster = story.wait(
@@ -467,6 +513,7 @@ fn readme_story_with_real_cluster_api_core() {
         "one deployed MAAS machine per Machine"
     );
     let mut system_ids: BTreeMap<String, String> = BTreeMap::new(); // Machine name → system_id
+    let mut hostnames: BTreeMap<String, String> = BTreeMap::new(); // Machine name → Node name
     for machine in &machines {
         let mname = name(machine).to_string();
         let mm = story
@@ -490,6 +537,18 @@ fn readme_story_with_real_cluster_api_core() {
         let node: Value =
             serde_json::from_str(&cp.kubectl(&["get", "node", node_name, "-o", "json"])).unwrap();
         assert_eq!(node["spec"]["providerID"], provider_id, "{node:#}");
+        // Cluster API claimed the Node: its annotations, and the
+        // uninitialized taint the node helper registered with is gone.
+        assert_eq!(
+            node["metadata"]["annotations"]["cluster.x-k8s.io/machine"], mname,
+            "{node:#}"
+        );
+        assert!(
+            !node["spec"]["taints"].as_array().is_some_and(|t| t
+                .iter()
+                .any(|t| t["key"] == "node.cluster.x-k8s.io/uninitialized")),
+            "{node:#}"
+        );
         assert_eq!(
             label(&mm, "cluster.x-k8s.io/cluster-name"),
             Some(CLUSTER),
@@ -513,8 +572,17 @@ fn readme_story_with_real_cluster_api_core() {
                 mm["metadata"]["annotations"]["cluster.x-k8s.io/cloned-from-name"], MD,
                 "{mm:#}"
             );
+            assert!(label(&mm, "cluster.x-k8s.io/set-name").is_some(), "{mm:#}");
         }
         assert!(condition_is(machine, "NodeHealthy", "True"), "{machine:#}");
+        let bootstrap =
+            condition(machine, "BootstrapConfigReady").unwrap_or_else(|| panic!("{machine:#}"));
+        assert_eq!(
+            (&bootstrap["status"], &bootstrap["reason"]),
+            (&json!("True"), &json!("DataSecretProvided")),
+            "dataSecretName without a bootstrap provider"
+        );
+        hostnames.insert(mname.clone(), host.hostname.clone());
         system_ids.insert(mname, system_id);
     }
     let workers: Vec<&Value> = machines
@@ -578,9 +646,30 @@ fn readme_story_with_real_cluster_api_core() {
     });
     let md = story.get(MACHINE_DEPLOYMENTS, MD).unwrap();
     assert_eq!(md["spec"]["replicas"], WORKERS_AFTER_SCALE_DOWN);
+    // Cluster API drains and deletes the Nodes of scaled-down Machines itself
+    // (after their MaasMachines are gone); the others stay.
+    let node_exists = |n: &String| cp.try_kubectl(&["get", "node", n.as_str()], "").is_ok();
+    story.wait(
+        60,
+        "the scaled-down workers' Nodes deleted by Cluster API",
+        |_| {
+            removed
+                .iter()
+                .all(|m| !node_exists(&hostnames[m]))
+                .then_some(())
+        },
+    );
+    assert!(remaining.iter().all(|m| node_exists(&hostnames[m])));
 
     // --- Paused: with Cluster spec.paused, capmaas leaves MaasMachines
-    // alone, even one being deleted: no release, finalizer kept.
+    // alone, even one being deleted: no release, finalizer kept. (This is
+    // what `clusterctl move` relies on: it pauses the Cluster, then deletes
+    // the source objects; a provider acting on them would release machines
+    // that now belong to the target cluster.) Deleting a provisioned
+    // MaasMachine behind Cluster API's back puts its Machine into a failure
+    // state ("Machine infrastructure reference has been deleted after
+    // provisioning was completed"), so this runs last, before the Cluster
+    // goes.
     story.patch_merge(CLUSTERS, CLUSTER, &json!({"spec": {"paused": true}}));
     story.wait(60, "every MaasMachine reporting Paused", |s| {
         s.list(MAAS_MACHINES, None)
@@ -664,6 +753,18 @@ fn readme_story_with_real_cluster_api_core() {
         .filter(|n| cp.try_kubectl(&["get", "node", n.as_str()], "").is_ok())
         .cloned()
         .collect();
+    // During Cluster deletion Cluster API skips Node deletion for every
+    // Machine (its workload cluster is going away): exactly the Nodes of the
+    // control plane and of the workers that survived the scale-down are left.
+    let expected_left: Vec<String> = CP_MACHINES
+        .iter()
+        .map(|m| m.to_string())
+        .chain(remaining.iter().cloned())
+        .map(|m| hostnames[&m].clone())
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .collect();
+    assert_eq!(left_nodes, expected_left);
     println!("Nodes left for the GC that is not there: {left_nodes:?}");
     for node in &left_nodes {
         cp.kubectl(&["delete", "node", node]);
@@ -681,5 +782,10 @@ fn readme_story_with_real_cluster_api_core() {
     println!(
         "conformance story done in {:.1}s",
         test_started.elapsed().as_secs_f64()
+    );
+    assert!(
+        violations.is_empty(),
+        "contract violations:\n{}",
+        violations.join("\n")
     );
 }

@@ -33,11 +33,6 @@ fn infra_ref(kind: &str, name: &str) -> Value {
 #[test]
 fn real_manager_defaults_validates_converts_and_reconciles() {
     let cp = support::control_plane();
-    cp.kubectl(&[
-        "apply",
-        "-f",
-        support::path_str(&support::repo_root().join("crds")),
-    ]);
     let mut capi = CapiManager::start(cp);
     println!(
         "cluster-api manager {} up, log {}",
