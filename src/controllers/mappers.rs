@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use super::adapters::Caches;
-use crate::api::capi::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL};
+use crate::api::capi::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, GROUP, MACHINE_KIND};
 use crate::kube::meta;
 use crate::runtime::{Event, ObjectKey};
 
@@ -123,16 +123,34 @@ pub fn on_maas_machine(event: &Event, caches: Option<&Caches>) -> Keys {
     if own {
         keys.maas_machines.extend(key_of(obj));
     }
-    let is_control_plane = meta::label(obj, CONTROL_PLANE_LABEL).is_some();
-    if let (true, true, Some(caches)) = (cluster_side, is_control_plane, caches) {
-        let cluster = meta::namespace(obj).zip(meta::label(obj, CLUSTER_NAME_LABEL));
-        if let Some((ns, cluster)) = cluster {
-            let cluster = caches.clusters.get(&ObjectKey::new(ns, cluster));
-            keys.maas_clusters
-                .extend(cluster.as_deref().and_then(infra_cluster_of));
-        }
+    let Some(caches) = caches.filter(|_| cluster_side) else {
+        return keys;
+    };
+    if !is_control_plane(obj, caches) {
+        return keys;
+    }
+    if let Some((ns, cluster)) = meta::namespace(obj).zip(meta::label(obj, CLUSTER_NAME_LABEL)) {
+        let cluster = caches.clusters.get(&ObjectKey::new(ns, cluster));
+        keys.maas_clusters
+            .extend(cluster.as_deref().and_then(infra_cluster_of));
     }
     keys
+}
+
+/// The MaasMachine or its owner Machine carries the control-plane label
+/// (only the Machine does when no control-plane provider stamps it).
+fn is_control_plane(maas_machine: &Value, caches: &Caches) -> bool {
+    if meta::label(maas_machine, CONTROL_PLANE_LABEL).is_some() {
+        return true;
+    }
+    let Some(ns) = meta::namespace(maas_machine) else {
+        return false;
+    };
+    meta::owner_references(maas_machine)
+        .iter()
+        .filter(|o| o.kind == MACHINE_KIND && o.group() == GROUP)
+        .filter_map(|o| caches.machines.get(&ObjectKey::new(ns, &o.name)))
+        .any(|machine| meta::label(&machine, CONTROL_PLANE_LABEL).is_some())
 }
 
 /// Cluster: its MaasCluster and MaasMachines when pause, infrastructure
@@ -269,6 +287,81 @@ mod tests {
         assert_eq!(
             on_cluster(&modified(cluster(false, true), churn), None),
             Keys::default()
+        );
+    }
+}
+
+#[cfg(test)]
+mod realistic {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::Store;
+
+    #[test]
+    fn control_plane_status_change_enqueues_its_maas_cluster() {
+        let caches = Caches {
+            clusters: Store::new(),
+            machines: Store::new(),
+            maas_clusters: Store::new(),
+            maas_machines: Store::new(),
+        };
+        let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns", "generation": 2},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "c1"}}});
+        caches
+            .clusters
+            .upsert(ObjectKey::new("ns", "c1"), Arc::new(cluster));
+        let mm = |state: &str| {
+            json!({"metadata": {"name": "c1-cp-0", "namespace": "ns", "generation": 1,
+                                "labels": {"cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/cluster-name": "c1"}},
+                   "status": {"machineState": state}})
+        };
+        let event = Event::Modified {
+            old: Arc::new(mm("Deploying")),
+            new: Arc::new(mm("Deployed")),
+        };
+        let keys = on_maas_machine(&event, Some(&caches));
+        assert_eq!(keys.maas_clusters, vec![ObjectKey::new("ns", "c1")]);
+    }
+
+    #[test]
+    fn a_control_plane_label_on_the_owner_machine_counts() {
+        let caches = Caches {
+            clusters: Store::new(),
+            machines: Store::new(),
+            maas_clusters: Store::new(),
+            maas_machines: Store::new(),
+        };
+        let cluster = json!({"metadata": {"name": "c1", "namespace": "ns"},
+            "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}});
+        caches
+            .clusters
+            .upsert(ObjectKey::new("ns", "c1"), Arc::new(cluster));
+        let mm = |state: &str| {
+            json!({"metadata": {"name": "m1", "namespace": "ns",
+                                "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
+                                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1", "uid": "u"}]},
+                   "status": {"machineState": state}})
+        };
+        let event = Event::Modified {
+            old: Arc::new(mm("Deploying")),
+            new: Arc::new(mm("Deployed")),
+        };
+        assert_eq!(
+            on_maas_machine(&event, Some(&caches)),
+            Keys::default(),
+            "a worker"
+        );
+        let machine = json!({"metadata": {"name": "m1", "namespace": "ns", "labels": {"cluster.x-k8s.io/control-plane": ""}}});
+        caches
+            .machines
+            .upsert(ObjectKey::new("ns", "m1"), Arc::new(machine));
+        assert_eq!(
+            on_maas_machine(&event, Some(&caches)).maas_clusters,
+            vec![ObjectKey::new("ns", "mc1")]
         );
     }
 }

@@ -16,7 +16,7 @@
 use serde_json::json;
 
 use super::Reconciling;
-use crate::api::capi::{Cluster, CONTROL_PLANE_LABEL};
+use crate::api::capi::Cluster;
 use crate::api::{MaasCluster, MaasMachine};
 use crate::controllers::ports::{EventType, Kind};
 use crate::controllers::Error;
@@ -119,11 +119,12 @@ pub(super) fn ensure_record(
 /// running control-plane machine that is not being deleted. `None` means
 /// "leave the record as it is": no such machine runs, but control-plane
 /// machines that are not being deleted exist (rebooting, powered off).
-pub(super) fn desired_ips(machines: &[MaasMachine]) -> Option<Vec<String>> {
-    let control_plane: Vec<&MaasMachine> = machines
-        .iter()
-        .filter(|m| m.metadata.has_label(CONTROL_PLANE_LABEL))
-        .collect();
+pub(super) fn desired_ips(
+    machines: &[MaasMachine],
+    is_control_plane: impl Fn(&MaasMachine) -> bool,
+) -> Option<Vec<String>> {
+    let control_plane: Vec<&MaasMachine> =
+        machines.iter().filter(|m| is_control_plane(m)).collect();
     let mut ips: Vec<String> = control_plane
         .iter()
         .filter(|m| !m.metadata.is_being_deleted() && is_running(m))

@@ -19,7 +19,7 @@ use super::{finalizer, status, Context, Error, Next};
 use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Desired};
 use crate::api::maas_cluster::{self as mc_api, FINALIZER};
-use crate::api::{FailureDomain, Initialization, MaasCluster, MaasClusterStatus};
+use crate::api::{FailureDomain, Initialization, MaasCluster, MaasClusterStatus, MaasMachine};
 
 /// While the cluster's MaasMachines are still being deleted.
 const DELETE_WAIT: Duration = Duration::from_secs(10);
@@ -109,7 +109,7 @@ impl<'c> Reconciling<'c> {
             .ctx
             .kube
             .maas_machines_of_cluster(&self.mc.metadata.namespace, &cluster.metadata.name);
-        let desired_ips = dns::desired_ips(&machines);
+        let desired_ips = dns::desired_ips(&machines, |m| self.is_control_plane(m));
         let record =
             match dns::ensure_record(self, &dns_name, desired_ips.as_deref().unwrap_or(&[])) {
                 Ok(record) => record,
@@ -179,6 +179,17 @@ impl<'c> Reconciling<'c> {
             self.old_status = Some(self.status.clone());
         }
         Ok(())
+    }
+
+    /// Labelled `cluster.x-k8s.io/control-plane`, or owned by a Machine that
+    /// is: without a control-plane provider stamping it, only the Machine
+    /// may carry the label.
+    fn is_control_plane(&self, m: &MaasMachine) -> bool {
+        m.metadata.has_label(capi::CONTROL_PLANE_LABEL)
+            || m.metadata
+                .owner(capi::GROUP, capi::MACHINE_KIND)
+                .and_then(|o| self.ctx.kube.machine(&m.metadata.namespace, &o.name))
+                .is_some_and(|machine| machine.is_control_plane())
     }
 
     fn paused_because(&self, cluster: Option<&Cluster>) -> Option<String> {

@@ -488,3 +488,16 @@ fn a_maas_outage_changes_no_status_and_a_refusal_is_reported() {
         .event_reasons()
         .contains(&mc_api::LOAD_BALANCER_FAILED.to_string()));
 }
+
+#[test]
+fn a_control_plane_label_on_the_machine_alone_puts_it_in_dns() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    // Cluster API keeps only cluster-name on the MaasMachine; the Machine has the label.
+    w.edit(MAAS_MACHINE, NS, "cp1", |v| {
+        v["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"})
+    });
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+}
