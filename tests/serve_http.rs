@@ -165,3 +165,43 @@ fn wait_until(mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+#[test]
+fn a_client_trickling_its_request_is_cut_off() {
+    let (addr, _health) = start();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    // Well under MAX_REQUEST_BYTES, but spread over far more than the
+    // server's deadline for a request head: the server must give up first.
+    let trickle = b"GET /healthz HTTP/1.1\r\nX-Slow: "
+        .iter()
+        .chain(std::iter::repeat(&b'a'));
+    let total = serve::IO_TIMEOUT.as_millis() as usize / 50 * 4;
+    let mut cut_off = false;
+    for &byte in trickle.take(total) {
+        if stream.write_all(&[byte]).is_err() {
+            cut_off = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !cut_off {
+        // Writes into a closed socket can still succeed once; a short read
+        // tells: end of stream or reset = closed, timeout = still open.
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        cut_off = match stream.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+    }
+    assert!(
+        cut_off,
+        "the server kept reading a request head for 4x its deadline"
+    );
+}

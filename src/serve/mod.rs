@@ -27,8 +27,8 @@
 //! Why not a crate: three fixed GET routes with tiny bodies need no routing,
 //! keep-alive, chunking or TLS, and the probes must not depend on an async
 //! runtime. What the server does guard against is a client that holds a
-//! connection open or sends an endless request: sockets have read and write
-//! timeouts, a request head is capped at [`MAX_REQUEST_BYTES`], and at most
+//! connection open or sends an endless request: the request head must arrive
+//! within [`IO_TIMEOUT`], writes time out, the head is capped at [`MAX_REQUEST_BYTES`], and at most
 //! [`MAX_CONNECTIONS`] connections are served at once (others are closed at
 //! once), so a stuck client cannot starve the kubelet's probes.
 
@@ -37,13 +37,15 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Largest request head (request line + headers) read; bigger requests get 431.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// Connections served concurrently; the rest are dropped unanswered.
 pub const MAX_CONNECTIONS: usize = 16;
-/// Read and write timeout of each connection.
+/// Time a client has to send its whole request head (a deadline, not a
+/// per-read timeout, so a client trickling bytes cannot hold a slot), and
+/// the write timeout of the response.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long, and how much, to read from a client after responding (see `linger`).
@@ -198,9 +200,12 @@ impl Drop for InFlight {
 }
 
 fn handle(mut stream: TcpStream, health: &Health) -> io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let response = match read_head(&mut stream)? {
+    let mut reader = DeadlineReader {
+        stream: &stream,
+        deadline: Instant::now() + IO_TIMEOUT,
+    };
+    let response = match read_head(&mut reader)? {
         Head::TooLarge => Response::text(431, "request header too large\n"),
         Head::Complete(head) => match parse_request_line(&head) {
             Some((method, path)) => route(method, path, health),
@@ -210,6 +215,27 @@ fn handle(mut stream: TcpStream, health: &Health) -> io::Result<()> {
     stream.write_all(&response.to_bytes())?;
     stream.flush()?;
     linger(stream)
+}
+
+/// Reads from a socket until a fixed deadline.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request head not received in time",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buf)
+    }
 }
 
 /// Closes like a careful HTTP server: closing a socket with unread input makes
