@@ -465,3 +465,56 @@ fn section(out: &str, header: &str) -> BTreeSet<String> {
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
+
+/// deploy/clusterctl/clusterctl.yaml as shipped: its `providers:` entry finds
+/// a repository laid out by `generate.sh --repo $HOME/capmaas-repo v0.1.0`,
+/// its `images:` entry moves the manager image, and its variables are enough
+/// to render a cluster.
+#[test]
+fn example_clusterctl_yaml_works_as_documented() {
+    let ctl = clusterctl();
+    let home = support::tempdir("capmaas-example-home").unwrap();
+    let status = Command::new(support::repo_root().join("deploy/clusterctl/generate.sh"))
+        .args([
+            "--repo",
+            support::path_str(&home.join("capmaas-repo")),
+            VERSION,
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let example = Clusterctl {
+        bin: ctl.bin.clone(),
+        home,
+        config: support::repo_root().join("deploy/clusterctl/clusterctl.yaml"),
+    };
+    let provider = example
+        .run(
+            &["generate", "provider", "--infrastructure", "maas:v0.1.0"],
+            &[],
+        )
+        .unwrap();
+    assert!(
+        provider.contains("image: registry.example/capmaas:0.1.0"),
+        "{provider}"
+    );
+    assert!(provider.contains("MAAS_ENDPOINT: http://maas.example:5240/MAAS"));
+    let cluster = example
+        .run(
+            &[
+                "generate",
+                "cluster",
+                "prod-cluster",
+                "-n",
+                "default",
+                "--infrastructure",
+                "maas:v0.1.0",
+                "--kubernetes-version",
+                "v1.26.4",
+            ],
+            &[],
+        )
+        .unwrap();
+    assert!(cluster.contains("kind: KubeadmControlPlane"), "{cluster}");
+}
