@@ -348,6 +348,32 @@ fn memory_idle_and_with_1000_machines() {
     }
     std::thread::sleep(Duration::from_secs(5));
     let loaded = capmaas.memory();
+    // What the cache holds per object, as compact JSON without managedFields
+    // (the informer strips them).
+    for r in [&resources::MACHINES, &resources::MAAS_MACHINES] {
+        let items = kube.list(r, nsr, &ListParams::default()).unwrap().items;
+        let bytes: usize = items
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                if let Some(meta) = o["metadata"].as_object_mut() {
+                    meta.remove("managedFields");
+                }
+                o.to_string().len()
+            })
+            .sum();
+        println!(
+            "  {} {}: mean {} bytes of JSON each",
+            items.len(),
+            r.plural,
+            bytes / items.len().max(1)
+        );
+    }
+    println!(
+        "  RSS per cached object: Machines {:.1} KiB each, MaasMachines {:.1} KiB each",
+        (machines_only.rss_kib as f64 - idle.rss_kib as f64) / machines as f64,
+        (loaded.rss_kib as f64 - machines_only.rss_kib as f64) / machines as f64
+    );
     let metrics_after = capmaas.metrics();
     let writes = kube_writes(&metrics_before, &metrics_after);
     println!(
@@ -503,6 +529,19 @@ fn story_time_maas_calls_and_idle_writes() {
         "controller_runtime_reconcile_total",
     )
     .round() as u64;
+    for controller in ["maascluster", "maasmachine"] {
+        let label = format!("controller=\"{controller}\"");
+        let n = metric_sum(
+            &metrics_idle_end,
+            "controller_runtime_reconcile_total",
+            &[&label],
+        ) - metric_sum(
+            &metrics_idle_start,
+            "controller_runtime_reconcile_total",
+            &[&label],
+        );
+        println!("  idle: {n} {controller} reconciles");
+    }
     println!(
         "RESULT idle {idle_seconds}s (--sync-period=30s): {idle_reconciles} reconciles, {} Kubernetes writes by capmaas {idle_writes:?}, {} of {} objects (MaasMachines, MaasCluster, Machines, Nodes) changed resourceVersion {changed:?}",
         sum_writes(&idle_writes),
