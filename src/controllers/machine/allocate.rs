@@ -225,10 +225,15 @@ fn release_duplicate(r: &Reconciling, host: &Host) {
 /// Is the image of this MaasMachine among MAAS's boot resources? If not,
 /// says so on `MachineDeployed` with the closest existing names.
 pub(super) fn image_available(r: &mut Reconciling) -> Result<bool, Error> {
+    // Checked once per reconcile (before allocating, then before deploying).
+    if r.image_found {
+        return Ok(true);
+    }
     let wanted = r.mm.spec.image.clone();
     let resources = r.ctx.maas.boot_resources()?;
     let check = check_image(&wanted, &resources);
     if check.exists {
+        r.image_found = true;
         return Ok(true);
     }
     let message = if check.closest.is_empty() {

@@ -108,6 +108,8 @@ pub(crate) struct Reconciling<'c> {
     done_with_object: bool,
     /// Labelled `cluster.x-k8s.io/control-plane` (the MaasMachine or its Machine).
     is_control_plane: bool,
+    /// MAAS has the image (already asked during this reconcile).
+    image_found: bool,
 }
 
 impl<'c> Reconciling<'c> {
@@ -123,6 +125,7 @@ impl<'c> Reconciling<'c> {
             summarize: true,
             done_with_object: false,
             is_control_plane: false,
+            image_found: false,
         }
     }
 

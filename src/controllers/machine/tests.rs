@@ -764,3 +764,16 @@ fn a_maas_outage_changes_no_status() {
         mm_api::MACHINE_NOT_FOUND
     );
 }
+
+#[test]
+fn the_image_is_looked_up_once_per_reconcile() {
+    let w = World::new(1);
+    deploying_worker(&w);
+    let lookups = w
+        .maas
+        .calls()
+        .iter()
+        .filter(|c| *c == "boot_resources")
+        .count();
+    assert_eq!(lookups, 1, "{:?}", w.maas.calls());
+}
