@@ -147,6 +147,7 @@ EOF
     $kubectl apply --server-side -f "$root/crds" >/dev/null
   fi
   $kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+  trap - ERR
   log "ready at https://127.0.0.1:$api_port (kubeconfig $dir/kubeconfig)"
 }
 
@@ -170,11 +171,12 @@ stop_on_eof() {
   stop "$1"
 }
 
-case ${1:-} in
-  start) start "$2" ;;
-  stop) stop "$2" ;;
-  stop-on-eof) stop_on_eof "$2" ;;
-  cert)
+case ${1:-}:${2:+dir} in
+  start:dir) start "$2" ;;
+  stop:dir) stop "$2" ;;
+  stop-on-eof:dir) stop_on_eof "$2" ;;
+  cert:dir)
+    [[ $# -ge 4 ]] || { echo "usage: $0 cert DIR NAME IP..." >&2; exit 2; }
     dir=$2 name=$3; shift 3
     sans="DNS:localhost"
     for ip in "$@"; do sans="$sans,IP:$ip"; done
