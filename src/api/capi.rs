@@ -1,11 +1,13 @@
 //! The few Cluster API (cluster.x-k8s.io) fields the controllers read.
 //! Read-only projections: unknown fields are dropped because these objects
-//! are never written back.
+//! are never written back. [`project_cluster`] and [`project_machine`] cut
+//! the cached objects down to the same fields.
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::maas_cluster::ApiEndpoint;
-use super::meta::ObjectMeta;
+use super::meta::{project, ObjectMeta, METADATA_READ};
 
 pub const GROUP: &str = "cluster.x-k8s.io";
 pub const CLUSTER_KIND: &str = "Cluster";
@@ -22,6 +24,42 @@ pub const DEFAULT_API_SERVER_PORT: i64 = 6443;
 /// The workload kubeconfig Secret of a cluster (key `value`).
 pub fn kubeconfig_secret_name(cluster: &str) -> String {
     format!("{cluster}-kubeconfig")
+}
+
+/// What the controllers ([`Cluster`]) and the event mappers read of a
+/// Cluster, beyond [`METADATA_READ`].
+const CLUSTER_READ: [&str; 8] = [
+    "/apiVersion",
+    "/kind",
+    "/spec/paused",
+    "/spec/controlPlaneEndpoint",
+    "/spec/clusterNetwork/apiServerPort",
+    "/spec/infrastructureRef",
+    "/status/initialization",
+    "/status/infrastructureReady",
+];
+
+/// What the controllers ([`Machine`]) and the event mappers read of a
+/// Machine, beyond [`METADATA_READ`]. No status field is read.
+const MACHINE_READ: [&str; 6] = [
+    "/apiVersion",
+    "/kind",
+    "/spec/clusterName",
+    "/spec/bootstrap/dataSecretName",
+    "/spec/failureDomain",
+    "/spec/infrastructureRef",
+];
+
+/// The informer transform for Clusters: keeps only what is read (the
+/// cache's memory is per cached object).
+pub fn project_cluster(obj: &mut Value) {
+    project(obj, &[&METADATA_READ[..], &CLUSTER_READ[..]].concat());
+}
+
+/// The informer transform for Machines: keeps only what is read; Cluster
+/// API's large Machine status (conditions, nodeInfo, addresses) goes.
+pub fn project_machine(obj: &mut Value) {
+    project(obj, &[&METADATA_READ[..], &MACHINE_READ[..]].concat());
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -170,6 +208,91 @@ mod tests {
                 .unwrap();
         assert!(old.infrastructure_provisioned());
         assert_eq!(old.api_server_port(), 6443);
+    }
+
+    #[test]
+    fn cluster_projection_keeps_what_is_read() {
+        let mut obj = serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                         "generation": 2, "labels": {"l": "v"},
+                         "annotations": {"cluster.x-k8s.io/paused": ""},
+                         "finalizers": ["cluster.cluster.x-k8s.io"],
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"paused": true,
+                     "clusterNetwork": {"apiServerPort": 7443, "pods": {"cidrBlocks": ["10.0.0.0/8"]}},
+                     "controlPlaneEndpoint": {"host": "h", "port": 6443},
+                     "controlPlaneRef": {"kind": "KubeadmControlPlane", "name": "cp"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "mc"},
+                     "topology": {"class": "x"}},
+            "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+                       "infrastructureReady": true, "phase": "Provisioned",
+                       "conditions": [{"type": "Available", "status": "True"}]}
+        });
+        let mut before: Cluster = serde_json::from_value(obj.clone()).unwrap();
+        before.metadata.extra.clear(); // creationTimestamp & co., read by nobody
+        project_cluster(&mut obj);
+        assert_eq!(
+            obj,
+            serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                             "generation": 2, "labels": {"l": "v"},
+                             "annotations": {"cluster.x-k8s.io/paused": ""},
+                             "finalizers": ["cluster.cluster.x-k8s.io"]},
+                "spec": {"paused": true, "clusterNetwork": {"apiServerPort": 7443},
+                         "controlPlaneEndpoint": {"host": "h", "port": 6443},
+                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "mc"}},
+                "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+                           "infrastructureReady": true}
+            })
+        );
+        let after: Cluster = serde_json::from_value(obj).unwrap();
+        assert_eq!(
+            format!("{before:?}"),
+            format!("{after:?}"),
+            "the typed view is unchanged"
+        );
+    }
+
+    #[test]
+    fn machine_projection_keeps_what_is_read() {
+        let mut obj = serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u2", "resourceVersion": "9", "generation": 1,
+                         "labels": {"cluster.x-k8s.io/control-plane": ""},
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "s", "uid": "u3"}],
+                         "deletionTimestamp": "2026-01-02T00:00:00Z",
+                         "managedFields": [{"manager": "x"}], "generateName": "m-"},
+            "spec": {"clusterName": "c", "version": "v1.31.0",
+                     "bootstrap": {"dataSecretName": "m-boot", "configRef": {"kind": "KubeadmConfig", "name": "m"}},
+                     "failureDomain": "z1",
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": "mm"},
+                     "providerID": "maas:///z1/abc"},
+            "status": {"phase": "Running", "nodeRef": {"name": "n"},
+                       "nodeInfo": {"kernelVersion": "6.8"}, "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}
+        });
+        let mut before: Machine = serde_json::from_value(obj.clone()).unwrap();
+        before.metadata.extra.clear(); // creationTimestamp & co., read by nobody
+        project_machine(&mut obj);
+        assert_eq!(
+            obj,
+            serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "m", "namespace": "ns", "uid": "u2", "resourceVersion": "9", "generation": 1,
+                             "labels": {"cluster.x-k8s.io/control-plane": ""},
+                             "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "s", "uid": "u3"}],
+                             "deletionTimestamp": "2026-01-02T00:00:00Z"},
+                "spec": {"clusterName": "c", "bootstrap": {"dataSecretName": "m-boot"}, "failureDomain": "z1",
+                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": "mm"}}
+            })
+        );
+        let after: Machine = serde_json::from_value(obj).unwrap();
+        assert_eq!(
+            format!("{before:?}"),
+            format!("{after:?}"),
+            "the typed view is unchanged"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::conditions::Condition;
-use super::meta::ObjectMeta;
+use super::meta::{project, ObjectMeta, METADATA_READ};
 
 pub const KIND: &str = "MaasCluster";
 pub const FINALIZER: &str = "maascluster.infrastructure.cluster.x-k8s.io";
@@ -19,6 +19,23 @@ pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
 pub const API_SERVER_NOT_READY: &str = "APIServerNotReady";
 pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 pub const DELETING: &str = "Deleting";
+
+/// The informer transform for MaasClusters: `spec` and `status` stay whole
+/// (the reconciler reads nearly all of them, and keeps unknown fields in
+/// `extra`), `metadata` is cut to [`METADATA_READ`]. Safe because the
+/// controllers write MaasClusters only with merge patches of named fields or of
+/// the difference between two views of this projection, so a field left out
+/// here is never sent, hence never dropped on the server.
+pub fn project_maas_cluster(obj: &mut Value) {
+    project(
+        obj,
+        &[
+            &METADATA_READ[..],
+            &["/apiVersion", "/kind", "/spec", "/status"],
+        ]
+        .concat(),
+    );
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasCluster {
@@ -158,6 +175,33 @@ mod tests {
         let c: MaasCluster = serde_json::from_value(input.clone()).unwrap();
         assert_eq!(c.dns_name(), Some("c-abcdef.maas"));
         assert_eq!(serde_json::to_value(&c).unwrap(), input);
+    }
+
+    #[test]
+    fn projection_keeps_spec_status_and_the_metadata_read() {
+        let mut obj = serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": "5", "generation": 1,
+                         "labels": {"cluster.x-k8s.io/cluster-name": "c"}, "finalizers": [FINALIZER],
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                                              "name": "c", "uid": "cu"}],
+                         "deletionTimestamp": "2026-01-02T00:00:00Z",
+                         "creationTimestamp": "2026-01-01T00:00:00Z", "selfLink": "/x"},
+            "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false}},
+            "status": {"ready": true, "network": {"dnsName": "c-abcdef.maas"},
+                       "failureDomains": {"z1": {"controlPlane": true}}}
+        });
+        let mut expected = obj.clone();
+        for dropped in ["creationTimestamp", "selfLink"] {
+            expected["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove(dropped);
+        }
+        project_maas_cluster(&mut obj);
+        assert_eq!(obj, expected);
+        let c: MaasCluster = serde_json::from_value(obj).unwrap();
+        assert!(c.metadata.is_being_deleted() && c.dns_name() == Some("c-abcdef.maas"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::conditions::Condition;
 use super::maas_cluster::Initialization;
-use super::meta::ObjectMeta;
+use super::meta::{project, ObjectMeta, METADATA_READ};
 
 pub const KIND: &str = "MaasMachine";
 pub const FINALIZER: &str = "maasmachine.infrastructure.cluster.x-k8s.io";
@@ -35,6 +35,23 @@ pub const NODE_PROVIDER_ID_MISMATCH: &str = "NodeProviderIDMismatch";
 
 /// `failureReason` value (Cluster API `MachineStatusError`).
 pub const UPDATE_MACHINE_ERROR: &str = "UpdateMachineError";
+
+/// The informer transform for MaasMachines: `spec` and `status` stay whole
+/// (the reconciler reads nearly all of them, and keeps unknown fields in
+/// `extra`), `metadata` is cut to [`METADATA_READ`]. Safe because the
+/// controllers write MaasMachines only with merge patches of named fields or of
+/// the difference between two views of this projection, so a field left out
+/// here is never sent, hence never dropped on the server.
+pub fn project_maas_machine(obj: &mut Value) {
+    project(
+        obj,
+        &[
+            &METADATA_READ[..],
+            &["/apiVersion", "/kind", "/spec", "/status"],
+        ]
+        .concat(),
+    );
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasMachine {
@@ -218,6 +235,36 @@ mod tests {
         assert_eq!(m.system_id(), Some("abc123"));
         assert!(m.is_provisioned());
         assert_eq!(serde_json::to_value(&m).unwrap(), input);
+    }
+
+    #[test]
+    fn projection_keeps_spec_status_and_the_metadata_read() {
+        let mut obj = serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": "5", "generation": 3,
+                         "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+                         "annotations": {"cluster.x-k8s.io/cloned-from-name": "t"},
+                         "finalizers": [FINALIZER],
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                                              "name": "m", "uid": "mu", "controller": true}],
+                         "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": "m-",
+                         "managedFields": [{"manager": "capmaas"}]},
+            "spec": {"image": "ubuntu/jammy", "systemID": "abc", "lxd": {"enabled": false}},
+            "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "reason": "R",
+                                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                       "somethingNew": 1}
+        });
+        let mut expected = obj.clone();
+        for dropped in ["creationTimestamp", "generateName", "managedFields"] {
+            expected["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove(dropped);
+        }
+        project_maas_machine(&mut obj);
+        assert_eq!(obj, expected);
+        let m: MaasMachine = serde_json::from_value(obj).unwrap();
+        assert!(m.metadata.extra.is_empty() && m.metadata.has_finalizer(FINALIZER));
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //!
 //! Every struct keeps the fields it does not name in `extra`, so an object
 //! read from the cache and written back whole never loses a field.
+//!
+//! [`project`] and [`METADATA_READ`] cut a watched object down to what the
+//! controllers read before it is cached (each kind's list sits beside its
+//! type). Projecting is safe because no cached object is ever written back
+//! whole: every write is a merge patch of named fields or of the difference
+//! between two values decoded from the same projected object.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +39,49 @@ pub struct ObjectMeta {
     pub owner_references: Vec<OwnerReference>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The `metadata` fields the controllers and the event mappers read:
+/// identity, the fields that gate a reconcile, and the ones guarded writes
+/// send back (`resourceVersion`). Dropped: `creationTimestamp`,
+/// `generateName`, `managedFields` and anything else.
+pub const METADATA_READ: [&str; 10] = [
+    "/metadata/name",
+    "/metadata/namespace",
+    "/metadata/uid",
+    "/metadata/resourceVersion",
+    "/metadata/generation",
+    "/metadata/deletionTimestamp",
+    "/metadata/labels",
+    "/metadata/annotations",
+    "/metadata/finalizers",
+    "/metadata/ownerReferences",
+];
+
+/// Keeps only the values at `pointers` (JSON pointers such as
+/// `/spec/bootstrap/dataSecretName`) and the objects leading to them;
+/// everything else in `obj` goes. Values are moved, not copied. No pointer
+/// may be a prefix of another.
+pub fn project(obj: &mut Value, pointers: &[&str]) {
+    let mut kept = Value::Object(Map::new());
+    for pointer in pointers {
+        let Some(value) = obj.pointer_mut(pointer).map(Value::take) else {
+            continue;
+        };
+        let mut at = &mut kept;
+        let mut segments = pointer.split('/').skip(1).peekable();
+        while let Some(segment) = segments.next() {
+            let Value::Object(map) = at else { break };
+            if segments.peek().is_none() {
+                map.insert(segment.to_string(), value);
+                break;
+            }
+            at = map
+                .entry(segment)
+                .or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    *obj = kept;
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -111,6 +160,32 @@ mod tests {
         );
         assert_eq!(meta.owner("cluster.x-k8s.io", "Cluster").unwrap().name, "c");
         assert!(meta.owner("cluster.x-k8s.io", "MachineSet").is_none());
+    }
+
+    #[test]
+    fn project_keeps_the_pointers_and_the_path_to_them() {
+        let mut obj = serde_json::json!({
+            "kind": "K",
+            "metadata": {"name": "m", "creationTimestamp": "t", "labels": {"a": "b"}},
+            "spec": {"a": {"b": 1, "c": 2}, "d": [1, 2]},
+            "status": {"big": "x"}
+        });
+        project(
+            &mut obj,
+            &[
+                "/kind",
+                "/metadata/name",
+                "/metadata/labels",
+                "/spec/a/b",
+                "/spec/d",
+                "/missing/x",
+            ],
+        );
+        assert_eq!(
+            obj,
+            serde_json::json!({"kind": "K", "metadata": {"name": "m", "labels": {"a": "b"}},
+                               "spec": {"a": {"b": 1}, "d": [1, 2]}})
+        );
     }
 
     #[test]
