@@ -15,6 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use capmaas::api::{capi, maas_cluster, maas_machine};
 use capmaas::controllers::adapters::{self, Caches};
 use capmaas::controllers::api_poller::ApiPoller;
 use capmaas::controllers::{self, mappers, ports::SystemClock, Context, Next, Options};
@@ -25,6 +26,7 @@ use capmaas::runtime::{
     Leadership, ObjectKey, Shutdown, WorkQueue,
 };
 use capmaas::serve::{self, Health};
+use serde_json::Value;
 
 const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical MAAS
 
@@ -54,7 +56,8 @@ FLAGS:
                                            else the kubeconfig's, else default)
     --metrics-bind-address ADDR            /metrics (default: 127.0.0.1:8080; \"0\" disables)
     --health-probe-bind-address ADDR       /healthz, /readyz (default: :8081; \"0\" disables)
-    --maas-ca-file PATH                    extra CA certificate(s) (PEM) for MAAS (default: none)
+    --maas-ca-file PATH                    verify MAAS with the CA certificate(s) (PEM) in this
+                                           file instead of the public roots (default: public roots)
     --no-swap-update[=BOOL]                do not set swap_size=0 before deploy; needed with a
                                            non-admin MAAS key (default: false)
     --release-erase[=BOOL]                 erase disks when releasing machines (default: false)
@@ -286,13 +289,57 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    init_logging();
     match run(&config) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("capmaas: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Log targets whose TRACE records carry raw HTTP requests, Authorization
+/// headers included (the MAAS OAuth signature, Kubernetes bearer tokens).
+/// Their DEBUG records list only non-sensitive headers.
+const SECRET_BEARING_TARGETS: [&str; 2] = ["ureq", "ureq_proto"];
+
+/// Whether a record may be written at all, whatever RUST_LOG asks:
+/// `ureq` and `ureq_proto` are capped at DEBUG.
+fn may_log(target: &str, level: log::Level) -> bool {
+    level < log::Level::Trace
+        || !SECRET_BEARING_TARGETS.iter().any(|crate_name| {
+            target
+                .strip_prefix(crate_name)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+}
+
+/// env_logger (RUST_LOG, default info) behind the [`may_log`] cap.
+struct CappedLogger(env_logger::Logger);
+
+impl log::Log for CappedLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        may_log(metadata.target(), metadata.level()) && self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if may_log(record.target(), record.level()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
+}
+
+fn init_logging() {
+    let logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
+    let max_level = logger.filter();
+    if log::set_boxed_logger(Box::new(CappedLogger(logger))).is_ok() {
+        log::set_max_level(max_level);
     }
 }
 
@@ -359,27 +406,42 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     let informer_config = |resource| {
         let mut c = InformerConfig::new(resource).namespace(config.namespace.clone());
         if let Some(filter) = &config.watch_filter {
-            c = c.label_selector(format!(
-                "{}={filter}",
-                capmaas::api::capi::WATCH_FILTER_LABEL
-            ));
+            c = c.label_selector(format!("{}={filter}", capi::WATCH_FILTER_LABEL));
         }
         c
     };
-    let spawn = |resource: kube::Resource, map: Box<Mapper>| {
+    // Each kind is cached cut down to what the controllers and mappers read
+    // (the projections sit beside the types that read them).
+    let spawn = |resource: kube::Resource, project: fn(&mut Value), map: Box<Mapper>| {
         let (cq, mq, caches) = (cluster_queue.clone(), machine_queue.clone(), caches.clone());
         Informer::spawn(
             kube.clone(),
-            informer_config(resource),
+            informer_config(resource).transform(project),
             move |event: &Event| enqueue(map(event, caches.get()), &cq, &mq),
             shutdown.clone(),
         )
         .map_err(|e| format!("{} informer: {e}", resource.plural))
     };
-    let clusters = spawn(resources::CLUSTERS, Box::new(mappers::on_cluster))?;
-    let machines = spawn(resources::MACHINES, Box::new(|e, _| mappers::on_machine(e)))?;
-    let maas_clusters = spawn(resources::MAAS_CLUSTERS, Box::new(mappers::on_maas_cluster))?;
-    let maas_machines = spawn(resources::MAAS_MACHINES, Box::new(mappers::on_maas_machine))?;
+    let clusters = spawn(
+        resources::CLUSTERS,
+        capi::project_cluster,
+        Box::new(mappers::on_cluster),
+    )?;
+    let machines = spawn(
+        resources::MACHINES,
+        capi::project_machine,
+        Box::new(|e, _| mappers::on_machine(e)),
+    )?;
+    let maas_clusters = spawn(
+        resources::MAAS_CLUSTERS,
+        maas_cluster::project_maas_cluster,
+        Box::new(mappers::on_maas_cluster),
+    )?;
+    let maas_machines = spawn(
+        resources::MAAS_MACHINES,
+        maas_machine::project_maas_machine,
+        Box::new(mappers::on_maas_machine),
+    )?;
     let stores = Caches {
         clusters: clusters.store(),
         machines: machines.store(),
@@ -648,6 +710,35 @@ mod tests {
             let err = parse(&args).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn http_client_traces_never_reach_the_log() {
+        use log::Level::{Debug, Info, Trace};
+        for target in ["ureq", "ureq::run", "ureq_proto", "ureq_proto::util"] {
+            assert!(
+                !may_log(target, Trace),
+                "{target} TRACE carries Authorization"
+            );
+            assert!(may_log(target, Debug) && may_log(target, Info), "{target}");
+        }
+        for target in [
+            "capmaas::kube::client",
+            "rustls::client",
+            "ureqx",
+            "my_ureq",
+        ] {
+            assert!(may_log(target, Trace), "{target} is not capped");
+        }
+        let logger = CappedLogger(env_logger::Builder::new().parse_filters("trace").build());
+        let at = |target, level| {
+            log::Log::enabled(
+                &logger,
+                &log::Metadata::builder().target(target).level(level).build(),
+            )
+        };
+        assert!(!at("ureq_proto::util", Trace), "RUST_LOG=trace is capped");
+        assert!(at("ureq_proto::util", Debug) && at("capmaas", Trace));
     }
 
     #[test]
