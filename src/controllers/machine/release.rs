@@ -16,7 +16,14 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         return Ok(Next::Done);
     }
 
-    if r.is_control_plane {
+    // A cluster that is being deleted removes the whole record once its
+    // machines are gone; waiting for it to detach us first would deadlock
+    // (it waits for us, we wait for it).
+    let record_stays = owners
+        .maas_cluster
+        .as_ref()
+        .is_some_and(|c| !c.metadata.is_being_deleted());
+    if r.is_control_plane && record_stays {
         let ips = external_ips(r);
         if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, false)? {
             return Ok(next);

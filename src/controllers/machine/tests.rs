@@ -585,6 +585,43 @@ fn deleting_control_plane_machine_waits_to_leave_dns() {
 }
 
 #[test]
+fn deleting_control_plane_machine_of_a_deleting_cluster_does_not_wait_for_dns() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "cp1", true);
+    w.edit(
+        MAAS_CLUSTER,
+        NS,
+        "c1",
+        |v| v["status"] = json!({"ready": true, "network": {"dnsName": "c1-abcdef.maas"}}),
+    );
+    reconcile(&w, "cp1").unwrap();
+    w.maas.finish_deployments();
+    reconcile(&w, "cp1").unwrap();
+    let ip = w
+        .maas_machine(NS, "cp1")
+        .status()
+        .addresses
+        .iter()
+        .find(|a| a.type_ == "ExternalIP")
+        .unwrap()
+        .address
+        .clone();
+    w.maas.add_dns("c1-abcdef.maas", &[ip.as_str()]);
+    reconcile(&w, "cp1").unwrap();
+    assert!(w.maas_machine(NS, "cp1").status().dns_attached);
+
+    // Cluster and machine deleted together: the MaasCluster waits for its
+    // machines and deletes the record afterwards, so the machine must not
+    // wait to leave the record.
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    w.delete(MAAS_MACHINE, NS, "cp1");
+    assert_eq!(reconcile(&w, "cp1").unwrap(), Next::Done);
+    assert_eq!(w.maas.releases.lock().unwrap().len(), 1);
+    assert!(w.kube.get(MAAS_MACHINE, NS, "cp1").is_none());
+}
+
+#[test]
 fn paused_by_cluster_or_annotation_does_nothing_but_say_so() {
     let w = World::new(1);
     w.cluster(NS, "c1");
