@@ -11,6 +11,13 @@ use super::meta::{project, ObjectMeta, METADATA_READ};
 
 pub const KIND: &str = "MaasMachine";
 pub const FINALIZER: &str = "maasmachine.infrastructure.cluster.x-k8s.io";
+/// Set on a MaasMachine together with its `spec.systemID` when capmaas
+/// allocated the MAAS machine, to the `agent_name` the allocation carries.
+/// On delete it says that MAAS's list by `agent_name`, not the recorded
+/// system ID, tells which machines are still ours: a machine released before
+/// a crash may since belong to someone else. Objects written by the Go
+/// provider lack it and keep its behaviour (the recorded machine is released).
+pub const AGENT_NAME_ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/agent-name";
 
 /// Condition types and reasons, byte-identical to the Go provider.
 pub const MACHINE_DEPLOYED: &str = "MachineDeployed";

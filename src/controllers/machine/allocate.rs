@@ -176,14 +176,19 @@ fn allocate_request(r: &Reconciling, machine: &Machine, agent_name: String) -> A
 fn record_allocation(r: &mut Reconciling, host: &Host) -> Result<(), Error> {
     let provider_id = provider_id(&host.zone, &host.system_id);
     let zone = (!host.zone.is_empty()).then(|| host.zone.clone());
+    let agent_name = r.agent_name();
     let spec = &r.mm.spec;
     if spec.provider_id.as_deref() == Some(provider_id.as_str())
         && spec.system_id.as_deref() == Some(host.system_id.as_str())
         && (zone.is_none() || spec.failure_domain == zone)
+        && r.mm.metadata.annotations.get(mm_api::AGENT_NAME_ANNOTATION) == Some(&agent_name)
     {
         return Ok(());
     }
-    let mut patch = json!({"spec": {"providerID": provider_id, "systemID": host.system_id}});
+    let mut patch = json!({
+        "metadata": {"annotations": {mm_api::AGENT_NAME_ANNOTATION: agent_name}},
+        "spec": {"providerID": provider_id, "systemID": host.system_id},
+    });
     if let Some(zone) = &zone {
         patch["spec"]["failureDomain"] = json!(zone);
     }
@@ -193,6 +198,9 @@ fn record_allocation(r: &mut Reconciling, host: &Host) -> Result<(), Error> {
         &r.mm.metadata.name,
         &patch,
     )?;
+    r.mm.metadata
+        .annotations
+        .insert(mm_api::AGENT_NAME_ANNOTATION.into(), agent_name);
     r.mm.spec.provider_id = Some(provider_id);
     r.mm.spec.system_id = Some(host.system_id.clone());
     if zone.is_some() {

@@ -30,14 +30,7 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         }
     }
 
-    // Our recorded machine, plus any allocation whose answer we never saw.
-    let mut system_ids: Vec<String> = r.mm.system_id().map(str::to_string).into_iter().collect();
-    for host in r.ctx.maas.machines_by_agent_name(&r.agent_name())? {
-        if !system_ids.contains(&host.system_id) {
-            system_ids.push(host.system_id);
-        }
-    }
-    for system_id in &system_ids {
+    for system_id in &machines_to_release(r)? {
         release(r, system_id)?;
     }
 
@@ -63,6 +56,47 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
     )?;
     r.done_with_object = true;
     Ok(Next::Done)
+}
+
+/// Every MAAS machine carrying our identity, including an allocation whose
+/// answer we never saw. The recorded machine counts on its own only for
+/// objects allocated by the Go provider, which marked nothing: for ours, a
+/// recorded machine MAAS no longer lists under our identity was released
+/// already (the answer lost in a crash) and may now be someone else's.
+fn machines_to_release(r: &Reconciling) -> Result<Vec<String>, Error> {
+    let mut system_ids: Vec<String> = r
+        .ctx
+        .maas
+        .machines_by_agent_name(&r.agent_name())?
+        .into_iter()
+        .map(|host| host.system_id)
+        .collect();
+    let allocated_by_us =
+        r.mm.metadata
+            .annotations
+            .contains_key(mm_api::AGENT_NAME_ANNOTATION);
+    if let Some(recorded) = r.mm.system_id() {
+        if system_ids.iter().any(|id| id == recorded) {
+            // Listed under our identity: released above.
+        } else if allocated_by_us {
+            match r.ctx.maas.machine(recorded) {
+                Err(e) if e.is_not_found() => r.event(
+                    EventType::Warning,
+                    "NoMachineFound",
+                    &format!("MAAS machine {recorded:?} no longer exists"),
+                ),
+                Err(e) => return Err(e.into()),
+                Ok(_) => r.event(
+                    EventType::Normal,
+                    "MachineNoLongerOurs",
+                    &format!("MAAS machine {recorded:?} was released already; left alone"),
+                ),
+            }
+        } else {
+            system_ids.push(recorded.to_string());
+        }
+    }
+    Ok(system_ids)
 }
 
 fn release(r: &mut Reconciling, system_id: &str) -> Result<(), Error> {

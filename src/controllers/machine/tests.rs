@@ -511,6 +511,60 @@ fn delete_with_the_machine_gone_from_maas_does_not_block() {
 }
 
 #[test]
+fn allocation_marks_the_object_with_our_identity() {
+    let w = World::new(1);
+    deploying_worker(&w);
+    let mm = w.maas_machine(NS, "m1");
+    let marker = mm.metadata.annotations.get(mm_api::AGENT_NAME_ANNOTATION);
+    assert_eq!(
+        marker.map(String::as_str),
+        Some(format!("capmaas/{NS}/m1/{}", mm.metadata.uid).as_str())
+    );
+}
+
+#[test]
+fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    // Released before a crash (the answer lost, the finalizer still on),
+    // then allocated by someone else.
+    w.maas
+        .agent_names
+        .lock()
+        .unwrap()
+        .insert(id.clone(), "someone-else".into());
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert!(w.maas.releases.lock().unwrap().is_empty(), "left alone");
+    assert_eq!(w.maas.allocated(), vec![id]);
+    assert!(
+        w.kube.get(MAAS_MACHINE, NS, "m1").is_none(),
+        "finalizer removed"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachineNoLongerOurs".to_string()));
+}
+
+#[test]
+fn delete_of_an_object_allocated_by_the_go_provider_releases_its_recorded_machine() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    // The Go provider marked neither the object nor the MAAS machine.
+    w.maas.agent_names.lock().unwrap().remove(&id);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"] = json!({})
+    });
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    let releases = w.maas.releases.lock().unwrap().clone();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].0, id);
+    assert!(w.maas.allocated().is_empty());
+}
+
+#[test]
 fn delete_after_a_lost_allocate_answer_releases_that_machine() {
     let w = World::new(2);
     w.cluster(NS, "c1");
