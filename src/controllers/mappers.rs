@@ -311,9 +311,7 @@ mod realistic {
         let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c1", "namespace": "ns", "generation": 2},
             "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "c1"}}});
-        caches
-            .clusters
-            .upsert(ObjectKey::new("ns", "c1"), Arc::new(cluster));
+        caches.clusters.upsert(ObjectKey::new("ns", "c1"), &cluster);
         let mm = |state: &str| {
             json!({"metadata": {"name": "c1-cp-0", "namespace": "ns", "generation": 1,
                                 "labels": {"cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/cluster-name": "c1"}},
@@ -337,9 +335,7 @@ mod realistic {
         };
         let cluster = json!({"metadata": {"name": "c1", "namespace": "ns"},
             "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}});
-        caches
-            .clusters
-            .upsert(ObjectKey::new("ns", "c1"), Arc::new(cluster));
+        caches.clusters.upsert(ObjectKey::new("ns", "c1"), &cluster);
         let mm = |state: &str| {
             json!({"metadata": {"name": "m1", "namespace": "ns",
                                 "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
@@ -356,9 +352,7 @@ mod realistic {
             "a worker"
         );
         let machine = json!({"metadata": {"name": "m1", "namespace": "ns", "labels": {"cluster.x-k8s.io/control-plane": ""}}});
-        caches
-            .machines
-            .upsert(ObjectKey::new("ns", "m1"), Arc::new(machine));
+        caches.machines.upsert(ObjectKey::new("ns", "m1"), &machine);
         assert_eq!(
             on_maas_machine(&event, Some(&caches)).maas_clusters,
             vec![ObjectKey::new("ns", "mc1")]

@@ -1,13 +1,18 @@
 //! The shared cache of one watched kind, filled by its informer.
 //!
-//! Reconcilers read from here instead of the API server. Objects are held as
-//! `Arc<Value>`: a reader clones a pointer, never a document, and an object
-//! replaced by a newer version is freed when its last reader drops it.
+//! Reconcilers read from here instead of the API server.
+//!
+//! Objects are held as compact JSON text and decoded on every read: a
+//! `serde_json::Value` costs about 6× its JSON (one B-tree node, ~600 bytes,
+//! for every JSON object, however small), the text about 1×, and memory is
+//! the budget here (BENCHMARKS.md "Memory"), while a read costs microseconds
+//! per object. Each reader gets its own `Arc<Value>`; nothing it does
+//! changes the cache.
 //!
 //! To keep memory near the budget, objects are stored with
 //! `metadata.managedFields` and the `kubectl.kubernetes.io/last-applied-configuration`
 //! annotation removed: both are often larger than the rest of the object and
-//! no controller reads them.
+//! no controller reads them. Informer transforms cut them further.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +36,7 @@ pub struct Store {
 
 #[derive(Default)]
 struct Inner {
-    objects: RwLock<HashMap<ObjectKey, Arc<Value>>>,
+    objects: RwLock<HashMap<ObjectKey, Encoded>>,
     synced: AtomicBool,
     /// Paired with `synced_signal` so waiters sleep instead of polling.
     synced_lock: Mutex<()>,
@@ -46,30 +51,40 @@ impl Store {
 
     /// The cached object, if any.
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Value>> {
-        self.read().get(key).cloned()
+        let text = self.read().get(key)?.clone();
+        decode(key, &text)
     }
 
     /// Every cached object, in no particular order.
     pub fn list(&self) -> Vec<Arc<Value>> {
-        self.read().values().cloned().collect()
+        self.decode_where(|_| true)
     }
 
     /// The cached objects of one namespace.
     pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<Value>> {
-        self.read()
-            .iter()
-            .filter(|(key, _)| key.namespace == namespace)
-            .map(|(_, obj)| obj.clone())
-            .collect()
+        self.decode_where(|key| key.namespace == namespace)
     }
 
     /// The cached objects for which `predicate` holds, e.g. all Machines
     /// labelled with one cluster name.
     pub fn find(&self, predicate: impl Fn(&Value) -> bool) -> Vec<Arc<Value>> {
-        self.read()
-            .values()
-            .filter(|obj| predicate(obj))
-            .cloned()
+        let mut found = self.decode_where(|_| true);
+        found.retain(|obj| predicate(obj));
+        found
+    }
+
+    /// Decodes the objects whose key matches, outside the lock (the texts
+    /// are shared, so copying them out is a pointer each).
+    fn decode_where(&self, matches: impl Fn(&ObjectKey) -> bool) -> Vec<Arc<Value>> {
+        let texts: Vec<(ObjectKey, Encoded)> = self
+            .read()
+            .iter()
+            .filter(|(key, _)| matches(key))
+            .map(|(key, text)| (key.clone(), text.clone()))
+            .collect();
+        texts
+            .iter()
+            .filter_map(|(key, text)| decode(key, text))
             .collect()
     }
 
@@ -120,22 +135,36 @@ impl Store {
     }
 
     /// Inserts or replaces one object; returns the previous version.
-    pub(crate) fn upsert(&self, key: ObjectKey, obj: Arc<Value>) -> Option<Arc<Value>> {
-        self.write().insert(key, obj)
+    pub(crate) fn upsert(&self, key: ObjectKey, obj: &Value) -> Option<Arc<Value>> {
+        let text = encode(obj);
+        let old = self.write().insert(key.clone(), text)?;
+        decode(&key, &old)
     }
 
     /// Removes one object; returns what was cached.
     pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<Value>> {
-        self.write().remove(key)
+        let old = self.write().remove(key)?;
+        decode(key, &old)
     }
 
-    /// Replaces the whole content after a (re)list; returns the old content
-    /// so the caller can tell what was added, changed and deleted.
-    pub(crate) fn replace(
+    /// Replaces the whole content after a (re)list; returns the objects that
+    /// were cached but are not in `objects` (deleted while not watched).
+    pub(crate) fn replace<'a>(
         &self,
-        objects: HashMap<ObjectKey, Arc<Value>>,
-    ) -> HashMap<ObjectKey, Arc<Value>> {
-        std::mem::replace(&mut *self.write(), objects)
+        objects: impl IntoIterator<Item = (ObjectKey, &'a Value)>,
+    ) -> Vec<Arc<Value>> {
+        let fresh: HashMap<ObjectKey, Encoded> = objects
+            .into_iter()
+            .map(|(key, obj)| (key, encode(obj)))
+            .collect();
+        let mut old = std::mem::replace(&mut *self.write(), fresh);
+        {
+            let current = self.read();
+            old.retain(|key, _| !current.contains_key(key));
+        }
+        old.iter()
+            .filter_map(|(key, text)| decode(key, text))
+            .collect()
     }
 
     pub(crate) fn mark_synced(&self) {
@@ -148,7 +177,7 @@ impl Store {
         self.inner.synced_signal.notify_all();
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<ObjectKey, Arc<Value>>> {
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<ObjectKey, Encoded>> {
         // Writers replace whole entries, so a poisoned map is still
         // consistent.
         self.inner
@@ -157,11 +186,34 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<ObjectKey, Arc<Value>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<ObjectKey, Encoded>> {
         self.inner
             .objects
             .write()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One cached object: its compact JSON, shared so that readers copy it out
+/// of the lock for the price of a pointer.
+type Encoded = Arc<str>;
+
+fn encode(obj: &Value) -> Encoded {
+    // Serializing a `Value` cannot fail: its keys are strings.
+    Arc::from(obj.to_string())
+}
+
+/// The object back from its text. Cannot fail in practice: the text was
+/// written by serde_json from a value that serde_json had parsed with the
+/// same nesting limit, inside a larger list or watch document. Should it
+/// ever fail, the object reads as absent, and the error says why.
+fn decode(key: &ObjectKey, text: &str) -> Option<Arc<Value>> {
+    match serde_json::from_str(text) {
+        Ok(obj) => Some(Arc::new(obj)),
+        Err(e) => {
+            log::error!("cache: cannot decode {key}: {e}");
+            None
+        }
     }
 }
 
@@ -205,19 +257,38 @@ mod tests {
         let store = Store::new();
         assert!(!store.is_synced());
         assert!(!store.wait_until_synced(Duration::from_millis(10)));
-        store.upsert(ObjectKey::new("a", "x"), Arc::new(json!({"n": 1})));
-        store.upsert(ObjectKey::new("b", "y"), Arc::new(json!({"n": 2})));
+        store.upsert(ObjectKey::new("a", "x"), &json!({"n": 1}));
+        store.upsert(ObjectKey::new("b", "y"), &json!({"n": 2}));
         assert_eq!(store.len(), 2);
-        assert_eq!(store.list_namespace("a").len(), 1);
-        assert_eq!(store.find(|o| o["n"] == 2).len(), 1);
+        assert_eq!(*store.list_namespace("a")[0], json!({"n": 1}));
+        assert_eq!(*store.find(|o| o["n"] == 2)[0], json!({"n": 2}));
         let waiter = {
             let store = store.clone();
             std::thread::spawn(move || store.wait_until_synced(Duration::from_secs(60)))
         };
         store.mark_synced();
         assert!(waiter.join().unwrap());
-        let old = store.replace(HashMap::new());
-        assert_eq!(old.len(), 2);
+        let y = json!({"n": 3});
+        let gone = store.replace([(ObjectKey::new("b", "y"), &y)]);
+        assert_eq!(gone, vec![Arc::new(json!({"n": 1}))], "only what is gone");
+        assert_eq!(store.keys(), vec![ObjectKey::new("b", "y")]);
+        let gone = store.replace([]);
+        assert_eq!(gone.len(), 1);
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn objects_come_back_as_they_went_in() {
+        let store = Store::new();
+        let key = ObjectKey::new("ns", "m");
+        let obj = json!({"metadata": {"name": "m", "namespace": "ns", "labels": {"a": ""}},
+                         "spec": {"n": 1, "f": 1.5, "big": u64::MAX, "neg": -3, "s": "é\"\n",
+                                  "list": [null, true, {"x": []}]}});
+        assert_eq!(store.upsert(key.clone(), &obj), None);
+        assert_eq!(*store.get(&key).unwrap(), obj);
+        let newer = json!({"metadata": {"name": "m", "namespace": "ns"}});
+        assert_eq!(*store.upsert(key.clone(), &newer).unwrap(), obj);
+        assert_eq!(*store.remove(&key).unwrap(), newer);
+        assert_eq!(store.get(&key), None);
     }
 }

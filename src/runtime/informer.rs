@@ -449,12 +449,10 @@ impl Machine {
                 Some(_) => {}
             }
         }
-        let old = self.store.replace(fresh);
-        for (key, obj) in old {
-            if self.store.get(&key).is_none() {
-                events.push(Event::Deleted(obj));
-            }
-        }
+        let gone = self
+            .store
+            .replace(fresh.iter().map(|(key, obj)| (key.clone(), &**obj)));
+        events.extend(gone.into_iter().map(Event::Deleted));
         self.store.mark_synced();
         for event in &events {
             self.notify(event);
@@ -482,7 +480,7 @@ impl Machine {
                 None => return,
             }
         } else {
-            match self.store.upsert(key, obj.clone()) {
+            match self.store.upsert(key, &obj) {
                 None => Event::Added(obj),
                 Some(old) if resource_version(&old) == resource_version(&obj) => return,
                 Some(old) => Event::Modified { old, new: obj },

@@ -5,7 +5,7 @@
 //! CRDs. The data flow, one thread per box:
 //!
 //! ```text
-//! Informer (per kind) ──► Store (ns/name → Arc<Value>) ──► handler(&Event) ──► WorkQueue
+//! Informer (per kind) ──► Store (ns/name → JSON text)  ──► handler(&Event) ──► WorkQueue
 //!   list → watch → resume / 410 → relist                    (controllers map          │
 //!                                                            events to keys)          ▼
 //!                  LeaderElector ──► LeaderGate ──────────────────────────► run_workers(reconcile)
@@ -23,7 +23,8 @@
 //!   `Arc<Value>` objects; the handler runs on the watch thread after the
 //!   store has applied the change. This is where controllers map events to
 //!   keys (a Machine → its MaasMachine, ...).
-//! - [`Store`] (in `cache`): `get`, `list`, `list_namespace`, `find`, `keys`,
+//! - [`Store`] (in `cache`, objects kept as compact JSON, decoded per read):
+//!   `get`, `list`, `list_namespace`, `find`, `keys`,
 //!   `is_synced`, `wait_until_synced`.
 //! - [`WorkQueue`] (in `queue`): client-go semantics. `add`, `add_after`,
 //!   `add_rate_limited`, `forget`, `num_requeues`, `get` (blocks; `None`

@@ -304,8 +304,8 @@ mod tests {
     #[test]
     fn resync_requeues_every_cached_key() {
         let store = Store::new();
-        store.upsert(ObjectKey::new("a", "x"), Arc::new(serde_json::json!({})));
-        store.upsert(ObjectKey::new("b", "y"), Arc::new(serde_json::json!({})));
+        store.upsert(ObjectKey::new("a", "x"), &serde_json::json!({}));
+        store.upsert(ObjectKey::new("b", "y"), &serde_json::json!({}));
         let queue = WorkQueue::new("test-resync");
         let shutdown = Shutdown::new();
         let handle = spawn_resync(
