@@ -24,6 +24,11 @@
 //! and for deleting the cluster: nothing allocated, the record gone, every
 //! finalizer removed.
 //!
+//! Two deterministic crash scenarios beside it: the MaasCluster and its
+//! control-plane machines deleted together while capmaas is down, and a
+//! release whose answer was lost before a crash, the machine taken by
+//! someone else before the restart (it must not be released again).
+//!
 //! The kill points come from a seeded generator; the seed is printed, and
 //! `CAPMAAS_CRASH_SEED=<seed>` replays a run.
 
@@ -753,12 +758,11 @@ fn kill_9_at_random_points_never_leaks_or_doubles_a_machine() {
 
 /// A MaasCluster deleted while its control-plane MaasMachines are still
 /// being deleted (capmaas down when both deletions arrive, e.g. restarted
-/// by a crash or an upgrade, or a user deleting the MaasCluster by hand):
-/// the machines wait for the cluster to take their addresses out of the
-/// DNS record, the cluster in deletion waits for the machines to go and
-/// never touches the record again. Nothing is ever released.
+/// by a crash or an upgrade, or a user deleting the MaasCluster by hand).
+/// Once a deadlock: the machines waited for the cluster to take their
+/// addresses out of the DNS record, the cluster in deletion waited for the
+/// machines to go and never touched the record again (fixed in fc0be17).
 #[test]
-#[ignore = "bug: a MaasCluster being deleted never detaches deleting control-plane machines from DNS; both wait on each other forever (src/controllers/cluster/mod.rs delete, src/controllers/machine/dns.rs check_attachment)"]
 fn cluster_and_control_plane_deleted_together_while_capmaas_is_down() {
     let (mut crash, _nodes) = setup("dnsdl");
     crash.add_machine("cp-a", true);
@@ -780,4 +784,62 @@ fn cluster_and_control_plane_deleted_together_while_capmaas_is_down() {
             + crash.list(&resources::MAAS_CLUSTERS).len();
         (left == 0 && crash.owned_hosts() == 0 && crash.dns_records().is_empty()).then_some(())
     });
+}
+
+/// capmaas released a machine (MAAS did it, the answer was lost) and died
+/// before removing the finalizer. While it was down, another MAAS user (or
+/// another capmaas, for another cluster, with the same MAAS account) took
+/// the freed machine. Restarted, capmaas must not release the recorded
+/// system ID again: the machine is no longer ours.
+#[test]
+fn a_release_repeated_after_a_crash_never_frees_a_machine_someone_else_took() {
+    let (mut crash, _nodes) = setup("steal");
+    crash.sim.set_timings(1.0, 0.2);
+    crash.add_machine("w-1", false);
+    crash.start_capmaas();
+    crash.wait_ready(&["w-1"], 120);
+    let system_id =
+        string(&crash.get(&resources::MAAS_MACHINES, "w-1").unwrap()["spec"]["systemID"]);
+
+    // Every release is carried out by MAAS, its answer lost: the finalizer
+    // stays while the machine goes back to the pool.
+    crash.sim.set_fault(json!({"method": "POST", "endpoint": "machines/{id}/", "op": "release", "drop_after": true}));
+    crash.remove_machine("w-1");
+    support::eventually(60, "the machine released in MAAS", || {
+        crash.assert_running();
+        let m = crash.sim.machine_state(&system_id);
+        (m["status_name"] == "Ready").then_some(())
+    });
+    assert!(
+        crash.get(&resources::MAAS_MACHINES, "w-1").is_some(),
+        "the finalizer went although no release was acknowledged"
+    );
+    crash.kill_capmaas();
+    crash.sim.clear_faults();
+
+    // Someone else takes the machine meanwhile.
+    let taken = crash
+        .sim
+        .client()
+        .allocate(&capmaas::maas::AllocateRequest {
+            system_id: Some(system_id.clone()),
+            agent_name: Some("another-tenant".into()),
+            ..Default::default()
+        })
+        .expect("allocating the free machine");
+    assert_eq!(taken.system_id, system_id);
+
+    crash.start_capmaas();
+    support::eventually(90, "w-1 gone", || {
+        crash.assert_running();
+        crash
+            .get(&resources::MAAS_MACHINES, "w-1")
+            .is_none()
+            .then_some(())
+    });
+    let m = crash.sim.machine_state(&system_id);
+    assert!(
+        m["agent_name"] == "another-tenant" && !m["owner"].is_null(),
+        "capmaas released a machine another user had allocated: {m}"
+    );
 }
