@@ -6,6 +6,12 @@
 //! releasing, removing finalizers), the `capmaas` binary, and this test
 //! playing Cluster API's part.
 //!
+//! Every MAAS write is slowed down (half a second), so that kills often land
+//! while one is in flight: MAAS acts, capmaas never hears of it, and the
+//! next process must find the allocation by its agent_name. Some runs elect
+//! a leader first (a short Lease), so that the Lease of a killed leader is
+//! taken over as in a deployment.
+//!
 //! At every kill, with the process dead (so MAAS and the API server cannot
 //! move under the check), the invariants hold:
 //! - every MAAS machine carrying an agent_name names an existing MaasMachine
@@ -51,6 +57,13 @@ const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 const IMAGE: &str = "custom/u-2204-0-k-1264-0";
 const CONTROL_PLANE: [&str; 3] = ["cp-a", "cp-b", "cp-c"];
 const WORKERS: [&str; 5] = ["w-1", "w-2", "w-3", "w-4", "w-5"];
+
+/// Every MAAS write (allocate, deploy, release, DNS record changes) takes
+/// this long before MAAS acts on it, so that kills often land while one is
+/// in flight: MAAS then acts, and capmaas never hears of it.
+const MAAS_WRITE_LATENCY_MS: u64 = 500;
+/// Long enough for every request in flight at a kill to be handled.
+const IN_FLIGHT: Duration = Duration::from_millis(900);
 
 /// xorshift64*: enough randomness for kill points, reproducible by seed.
 struct Rng(u64);
@@ -237,19 +250,48 @@ impl Crash {
     }
 
     fn start_capmaas(&mut self) {
+        self.start_capmaas_with(false);
+    }
+
+    /// With `leader_elect`, as deploy/manager.yaml runs it (a short Lease,
+    /// so that a killed leader's is taken over quickly).
+    fn start_capmaas_with(&mut self, leader_elect: bool) {
         assert!(self.capmaas.is_none());
         self.runs += 1;
         let log = self.logs.join(format!("capmaas-{:02}.log", self.runs));
+        let mut args = vec![
+            format!("--namespace={}", self.ns),
+            "--sync-period=5s".to_string(),
+        ];
+        if leader_elect {
+            args.extend([
+                "--leader-elect".to_string(),
+                format!("--leader-election-namespace={}", self.ns),
+                "--leader-elect-lease-duration=2s".to_string(),
+                "--leader-elect-renew-deadline=1500ms".to_string(),
+                "--leader-elect-retry-period=500ms".to_string(),
+            ]);
+        }
         self.capmaas = Some(Capmaas::start(
             &support::story::capmaas_bin(),
             &self.cp.kubeconfig,
             &self.sim,
             log,
-            &[
-                format!("--namespace={}", self.ns),
-                "--sync-period=5s".to_string(),
-            ],
+            &args,
         ));
+    }
+
+    /// The Lease's holder, if any.
+    fn lease_holder(&self) -> Option<String> {
+        let lease = self
+            .kube
+            .get(
+                &resources::LEASES,
+                Some(&self.ns),
+                "capmaas-leader-election",
+            )
+            .ok()?;
+        Some(string(&lease["spec"]["holderIdentity"])).filter(|h| !h.is_empty())
     }
 
     /// SIGKILL (and reap) the running capmaas; it must not have exited on
@@ -269,10 +311,27 @@ impl Crash {
     /// Starts capmaas, lets it work a random 0.2–3 s, kills it with
     /// SIGKILL and checks the invariants with the process dead.
     fn kill_once(&mut self, when: &str, rng: &mut Rng) {
-        self.start_capmaas();
+        self.kill_once_with(when, false, rng);
+    }
+
+    /// With `leader_elect`, the random time counts from when the new
+    /// process took the Lease over from the killed one.
+    fn kill_once_with(&mut self, when: &str, leader_elect: bool, rng: &mut Rng) {
+        let previous = self.lease_holder();
+        self.start_capmaas_with(leader_elect);
+        if leader_elect {
+            let holder = support::eventually(60, "the Lease taken over", || {
+                self.assert_running();
+                self.lease_holder().filter(|h| Some(h) != previous.as_ref())
+            });
+            println!("crash: {holder} leads (was {previous:?})");
+        }
         let after = rng.millis(200, 3000);
         std::thread::sleep(after);
         self.kill_capmaas();
+        // A MAAS write in flight at the kill still lands (MAAS acts on a
+        // request whose client is gone); a real restart takes longer.
+        std::thread::sleep(IN_FLIGHT);
         self.check_invariants(&format!("{when}, killed after {after:?}"));
         self.play_cluster_api();
     }
@@ -529,6 +588,35 @@ impl Crash {
             .count()
     }
 
+    /// See [`MAAS_WRITE_LATENCY_MS`].
+    fn slow_maas_writes(&self) {
+        for (method, endpoint, op) in [
+            ("POST", "machines/", Some("allocate")),
+            ("POST", "machines/{id}/", Some("deploy")),
+            ("POST", "machines/{id}/", Some("release")),
+            ("POST", "dnsresources/", None),
+            ("PUT", "dnsresources/{id}/", None),
+            ("DELETE", "dnsresources/{id}/", None),
+        ] {
+            let mut fault = json!({"method": method, "endpoint": endpoint, "latency_ms": MAAS_WRITE_LATENCY_MS});
+            if let Some(op) = op {
+                fault["op"] = json!(op);
+            }
+            self.sim.set_fault(fault);
+        }
+    }
+
+    /// Log lines of every capmaas run so far that contain `needle`.
+    fn log_count(&self, needle: &str) -> usize {
+        (1..=self.runs)
+            .map(|run| {
+                let log = self.logs.join(format!("capmaas-{run:02}.log"));
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                text.lines().filter(|l| l.contains(needle)).count()
+            })
+            .sum()
+    }
+
     fn last_log_tail(&self) -> String {
         let log = self.logs.join(format!("capmaas-{:02}.log", self.runs));
         support::story::tail(&log, 60)
@@ -643,6 +731,7 @@ fn kill_9_at_random_points_never_leaks_or_doubles_a_machine() {
         crash.add_machine(name, true);
     }
     crash.check_invariants("before the first start");
+    crash.slow_maas_writes();
 
     // Provisioning, killed again and again; the workers arrive one by one
     // between kills, so that allocations and deployments overlap the kills
@@ -652,7 +741,13 @@ fn kill_9_at_random_points_never_leaks_or_doubles_a_machine() {
         if i % 2 == 1 && i / 2 < WORKERS.len() {
             crash.add_machine(WORKERS[i / 2], false);
         }
-        crash.kill_once(&format!("provisioning, kill {}/{KILLS}", i + 1), &mut rng);
+        // Some runs elect a leader first, as deployed.
+        let leader_elect = i % 4 == 2;
+        crash.kill_once_with(
+            &format!("provisioning, kill {}/{KILLS}", i + 1),
+            leader_elect,
+            &mut rng,
+        );
     }
     crash.start_capmaas();
     let all: Vec<&str> = CONTROL_PLANE
@@ -694,7 +789,7 @@ fn kill_9_at_random_points_never_leaks_or_doubles_a_machine() {
     crash.remove_machine("w-5");
     crash.check_invariants("scale-down requested");
     for i in 1..=4 {
-        crash.kill_once(&format!("scale-down, kill {i}/4"), &mut rng);
+        crash.kill_once_with(&format!("scale-down, kill {i}/4"), i % 2 == 1, &mut rng);
     }
     crash.start_capmaas();
     support::eventually(90, "w-4 and w-5 gone and released", || {
@@ -729,6 +824,9 @@ fn kill_9_at_random_points_never_leaks_or_doubles_a_machine() {
     crash.check_invariants("deletion requested");
     for i in 1..=6 {
         crash.kill_once(&format!("deletion, kill {i}/6"), &mut rng);
+        if crash.maas_cluster_deleted && crash.list(&resources::MAAS_CLUSTERS).is_empty() {
+            break;
+        }
     }
     crash.start_capmaas();
     support::eventually(120, "the cluster torn down", || {
@@ -751,8 +849,11 @@ fn kill_9_at_random_points_never_leaks_or_doubles_a_machine() {
     crash.delete("clusters.cluster.x-k8s.io", CLUSTER);
     crash.kill_capmaas();
     println!(
-        "crash: {} capmaas runs, {} observations, seed {seed}",
-        crash.runs, crash.seen.observations
+        "crash: {} capmaas runs, {} observations, {} allocations found again by agent_name after a kill, {} allocate calls for 8 MaasMachines, seed {seed}",
+        crash.runs,
+        crash.seen.observations,
+        crash.log_count("already allocated to it"),
+        crash.sim.call_count("POST machines/ op=allocate"),
     );
 }
 
