@@ -63,7 +63,7 @@ const WORKERS: [&str; 5] = ["w-1", "w-2", "w-3", "w-4", "w-5"];
 /// in flight: MAAS then acts, and capmaas never hears of it.
 const MAAS_WRITE_LATENCY_MS: u64 = 500;
 /// Long enough for every request in flight at a kill to be handled.
-const IN_FLIGHT: Duration = Duration::from_millis(900);
+const IN_FLIGHT: Duration = Duration::from_millis(1200);
 
 /// xorshift64*: enough randomness for kill points, reproducible by seed.
 struct Rng(u64);
