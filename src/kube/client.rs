@@ -234,6 +234,25 @@ impl Client {
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ObjectList, Error> {
+        let (items, resource_version) = self.list_map(r, ns, p, Some)?;
+        Ok(ObjectList {
+            items,
+            resource_version,
+        })
+    }
+
+    /// [`list`](Client::list), with each object passed through `f` as its
+    /// page arrives (`None` drops it): a large list then never exists whole
+    /// as `Value`s, only as what `f` keeps (informers keep compact JSON).
+    /// A restart after an expired continue token discards what `f` returned
+    /// so far, so the result is still one snapshot.
+    pub fn list_map<T>(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        p: &ListParams,
+        mut f: impl FnMut(Value) -> Option<T>,
+    ) -> Result<(Vec<T>, String), Error> {
         let path = r.path(ns, None, None);
         let mut restarts = 0;
         'restart: loop {
@@ -256,18 +275,18 @@ impl Client {
                     }
                     result => result?,
                 };
-                items.extend(page.items.unwrap_or_default().into_iter().map(|mut item| {
-                    fill_type(&mut item, r);
-                    item
-                }));
+                items.extend(
+                    page.items
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|mut item| {
+                            fill_type(&mut item, r);
+                            f(item)
+                        }),
+                );
                 match page.metadata.continue_token {
                     Some(token) if !token.is_empty() => continue_token = Some(token),
-                    _ => {
-                        return Ok(ObjectList {
-                            items,
-                            resource_version: page.metadata.resource_version,
-                        })
-                    }
+                    _ => return Ok((items, page.metadata.resource_version)),
                 }
             }
         }

@@ -55,6 +55,11 @@ impl Store {
         decode(key, &text)
     }
 
+    /// The cached object's text, for comparing without decoding.
+    pub(crate) fn get_encoded(&self, key: &ObjectKey) -> Option<Encoded> {
+        self.read().get(key).cloned()
+    }
+
     /// Every cached object, in no particular order.
     pub fn list(&self) -> Vec<Arc<Value>> {
         self.decode_where(|_| true)
@@ -149,15 +154,8 @@ impl Store {
 
     /// Replaces the whole content after a (re)list; returns the objects that
     /// were cached but are not in `objects` (deleted while not watched).
-    pub(crate) fn replace<'a>(
-        &self,
-        objects: impl IntoIterator<Item = (ObjectKey, &'a Value)>,
-    ) -> Vec<Arc<Value>> {
-        let fresh: HashMap<ObjectKey, Encoded> = objects
-            .into_iter()
-            .map(|(key, obj)| (key, encode(obj)))
-            .collect();
-        let mut old = std::mem::replace(&mut *self.write(), fresh);
+    pub(crate) fn replace(&self, objects: HashMap<ObjectKey, Encoded>) -> Vec<Arc<Value>> {
+        let mut old = std::mem::replace(&mut *self.write(), objects);
         {
             let current = self.read();
             old.retain(|key, _| !current.contains_key(key));
@@ -196,9 +194,9 @@ impl Store {
 
 /// One cached object: its compact JSON, shared so that readers copy it out
 /// of the lock for the price of a pointer.
-type Encoded = Arc<str>;
+pub(crate) type Encoded = Arc<str>;
 
-fn encode(obj: &Value) -> Encoded {
+pub(crate) fn encode(obj: &Value) -> Encoded {
     // Serializing a `Value` cannot fail: its keys are strings.
     Arc::from(obj.to_string())
 }
@@ -207,7 +205,7 @@ fn encode(obj: &Value) -> Encoded {
 /// written by serde_json from a value that serde_json had parsed with the
 /// same nesting limit, inside a larger list or watch document. Should it
 /// ever fail, the object reads as absent, and the error says why.
-fn decode(key: &ObjectKey, text: &str) -> Option<Arc<Value>> {
+pub(crate) fn decode(key: &ObjectKey, text: &str) -> Option<Arc<Value>> {
     match serde_json::from_str(text) {
         Ok(obj) => Some(Arc::new(obj)),
         Err(e) => {
@@ -268,11 +266,11 @@ mod tests {
         };
         store.mark_synced();
         assert!(waiter.join().unwrap());
-        let y = json!({"n": 3});
-        let gone = store.replace([(ObjectKey::new("b", "y"), &y)]);
+        let y = HashMap::from([(ObjectKey::new("b", "y"), encode(&json!({"n": 3})))]);
+        let gone = store.replace(y);
         assert_eq!(gone, vec![Arc::new(json!({"n": 1}))], "only what is gone");
         assert_eq!(store.keys(), vec![ObjectKey::new("b", "y")]);
-        let gone = store.replace([]);
+        let gone = store.replace(HashMap::new());
         assert_eq!(gone.len(), 1);
         assert!(store.is_empty());
     }

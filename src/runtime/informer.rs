@@ -34,7 +34,6 @@
 //! The store is updated before the handler is called, so a reconcile
 //! triggered by an event always reads at least that version.
 
-use std::collections::HashMap;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
@@ -43,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::cache::{slim, Store};
+use super::cache::{decode, encode, slim, Encoded, Store};
 use super::{random_between, ObjectKey, Shutdown};
 use crate::kube::{self, Client, Resource, WatchEvent};
 use crate::metrics;
@@ -234,10 +233,15 @@ impl Informer {
 
 type EventStream = Box<dyn Iterator<Item = Result<WatchEvent, kube::Error>> + Send>;
 
+/// One listed object as it will be cached.
+type Listed = (ObjectKey, Encoded);
+type ListResult = Result<(Vec<Listed>, String), kube::Error>;
+
 /// Where objects come from: the API server, or a fake in unit tests.
 trait Source: Send {
-    /// A complete, paged list: the objects and the list's resourceVersion.
-    fn list(&mut self) -> Result<(Vec<Value>, String), kube::Error>;
+    /// A complete, paged list: the objects, each passed through `prepare`
+    /// as it arrives, and the list's resourceVersion.
+    fn list(&mut self, prepare: &mut dyn FnMut(Value) -> Option<Listed>) -> ListResult;
     /// A watch of changes after `resource_version`, closed by the server
     /// after `timeout`.
     fn watch(
@@ -253,18 +257,18 @@ struct KubeSource {
 }
 
 impl Source for KubeSource {
-    fn list(&mut self) -> Result<(Vec<Value>, String), kube::Error> {
+    fn list(&mut self, prepare: &mut dyn FnMut(Value) -> Option<Listed>) -> ListResult {
         let params = kube::ListParams {
             label_selector: self.config.label_selector.clone(),
             field_selector: self.config.field_selector.clone(),
             limit: Some(self.config.page_size),
         };
-        let list = self.client.list(
+        self.client.list_map(
             &self.config.resource,
             self.config.namespace.as_deref(),
             &params,
-        )?;
-        Ok((list.items, list.resource_version))
+            prepare,
+        )
     }
 
     fn watch(
@@ -334,7 +338,7 @@ impl Machine {
 
     fn step(&mut self, state: State) -> State {
         match state {
-            State::Empty => match self.source.list() {
+            State::Empty => match self.source.list(&mut |obj| listed(self.transform, obj)) {
                 Ok((items, resource_version)) => {
                     self.count(
                         "informer_lists_total",
@@ -427,35 +431,39 @@ impl Machine {
     }
 
     /// Replaces the store with a fresh list and reports the difference.
-    fn apply_list(&mut self, items: Vec<Value>) {
-        let mut fresh = HashMap::with_capacity(items.len());
-        for obj in items {
-            let obj = self.prepare(obj);
-            if let Some(key) = ObjectKey::of(&obj) {
-                fresh.insert(key, Arc::new(obj));
-            }
-        }
-        let mut events = Vec::new();
-        for (key, new) in &fresh {
-            let old = self.store.get(key);
-            match old {
-                None => events.push(Event::Added(new.clone())),
-                Some(old) if resource_version(&old) != resource_version(new) => {
-                    events.push(Event::Modified {
-                        old,
-                        new: new.clone(),
-                    })
+    /// Objects are decoded one at a time as they are reported, so a large
+    /// list never exists whole as `Value`s.
+    fn apply_list(&mut self, items: Vec<Listed>) {
+        // Added (no old version) or modified (with the old version).
+        let mut changed: Vec<(ObjectKey, Option<Arc<Value>>)> = Vec::new();
+        for (key, text) in &items {
+            match self.store.get_encoded(key) {
+                None => changed.push((key.clone(), None)),
+                Some(old_text) if old_text != *text => {
+                    let old = decode(key, &old_text);
+                    let new = decode(key, text);
+                    if let (Some(old), Some(new)) = (old, new) {
+                        if resource_version(&old) != resource_version(&new) {
+                            changed.push((key.clone(), Some(old)));
+                        }
+                    }
                 }
                 Some(_) => {}
             }
         }
-        let gone = self
-            .store
-            .replace(fresh.iter().map(|(key, obj)| (key.clone(), &**obj)));
-        events.extend(gone.into_iter().map(Event::Deleted));
+        let gone = self.store.replace(items.into_iter().collect());
         self.store.mark_synced();
-        for event in &events {
-            self.notify(event);
+        for (key, old) in changed {
+            let Some(new) = self.store.get(&key) else {
+                continue;
+            };
+            self.notify(&match old {
+                None => Event::Added(new),
+                Some(old) => Event::Modified { old, new },
+            });
+        }
+        for obj in gone {
+            self.notify(&Event::Deleted(obj));
         }
     }
 
@@ -465,7 +473,7 @@ impl Machine {
             WatchEvent::Deleted(obj) => (obj, true),
             WatchEvent::Bookmark { .. } => return,
         };
-        let obj = Arc::new(self.prepare(obj));
+        let obj = Arc::new(prepare(self.transform, obj));
         let Some(key) = ObjectKey::of(&obj) else {
             log::warn!(
                 "informer for {}: event for an object without a name",
@@ -487,15 +495,6 @@ impl Machine {
             }
         };
         self.notify(&event);
-    }
-
-    /// The object as it is cached.
-    fn prepare(&self, obj: Value) -> Value {
-        let mut obj = slim(obj);
-        if let Some(transform) = self.transform {
-            transform(&mut obj);
-        }
-        obj
     }
 
     /// Calls the handler. A panicking handler is logged and survives (in
@@ -539,6 +538,23 @@ impl Machine {
         }
         self.shutdown.sleep(delay);
     }
+}
+
+/// The object as it is cached.
+fn prepare(transform: Option<fn(&mut Value)>, obj: Value) -> Value {
+    let mut obj = slim(obj);
+    if let Some(transform) = transform {
+        transform(&mut obj);
+    }
+    obj
+}
+
+/// A listed object prepared and encoded for the store; `None` without a
+/// name.
+fn listed(transform: Option<fn(&mut Value)>, obj: Value) -> Option<Listed> {
+    let obj = prepare(transform, obj);
+    let key = ObjectKey::of(&obj)?;
+    Some((key, encode(&obj)))
 }
 
 fn resource_version(obj: &Value) -> Option<&str> {
@@ -603,10 +619,13 @@ mod tests {
     }
 
     impl Source for FakeSource {
-        fn list(&mut self) -> Result<(Vec<Value>, String), kube::Error> {
+        fn list(&mut self, prepare: &mut dyn FnMut(Value) -> Option<Listed>) -> ListResult {
             self.calls.lock().unwrap().push("list".into());
             match self.script.recv() {
-                Ok(Script::List(items, rv)) => Ok((items, rv.to_string())),
+                Ok(Script::List(items, rv)) => Ok((
+                    items.into_iter().filter_map(prepare).collect(),
+                    rv.to_string(),
+                )),
                 Ok(Script::ListFails) => Err(transient()),
                 _ => Err(transient()),
             }
