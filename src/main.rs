@@ -69,6 +69,10 @@ FLAGS:
 DURATION is a number with a unit: 500ms, 15s, 10m, 2h, 1m30s.
 ";
 
+/// Objects per informer list page (client-go: 500). See BENCHMARKS.md
+/// "Memory" for the peak it saves.
+const LIST_PAGE_SIZE: u32 = 100;
+
 /// Every setting, from flags and the environment.
 #[derive(Debug)]
 struct Config {
@@ -405,6 +409,9 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     let caches: Arc<OnceLock<Caches>> = Arc::new(OnceLock::new());
     let informer_config = |resource| {
         let mut c = InformerConfig::new(resource).namespace(config.namespace.clone());
+        // A list page is held whole as `Value`s (~6x its JSON) while it is
+        // cut down and encoded: smaller pages, lower peak memory at start.
+        c.page_size = LIST_PAGE_SIZE;
         if let Some(filter) = &config.watch_filter {
             c = c.label_selector(format!("{}={filter}", capi::WATCH_FILTER_LABEL));
         }
