@@ -38,6 +38,13 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The Kubernetes object we wrote to no longer exists.
+    pub fn is_kube_not_found(&self) -> bool {
+        matches!(self, Error::Kube(e) if e.failure == super::ports::KubeFailure::NotFound)
+    }
+}
+
 impl From<MaasError> for Error {
     fn from(e: MaasError) -> Error {
         Error::Maas(e)

@@ -36,9 +36,15 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Err
     let Some(maas_machine) = ctx.kube.maas_machine(namespace, name) else {
         return Ok(Next::Done);
     };
+    let deleting = maas_machine.metadata.is_being_deleted();
     let mut r = Reconciling::new(ctx, maas_machine);
     let result = r.run();
-    r.finish(result)
+    match r.finish(result) {
+        // The cache still held the object after our finalizer went and the
+        // API server deleted it: that deletion is finished, not failed.
+        Err(e) if deleting && e.is_kube_not_found() => Ok(Next::Done),
+        other => other,
+    }
 }
 
 /// The objects a MaasMachine hangs off. Any may be missing: Cluster API

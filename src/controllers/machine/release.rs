@@ -86,10 +86,15 @@ fn machines_to_release(r: &Reconciling) -> Result<Vec<String>, Error> {
                     &format!("MAAS machine {recorded:?} no longer exists"),
                 ),
                 Err(e) => return Err(e.into()),
-                Ok(_) => r.event(
+                // Released already (the answer lost in a crash): nothing to do.
+                Ok(host) if host.owner.is_none() => {}
+                Ok(host) => r.event(
                     EventType::Normal,
                     "MachineNoLongerOurs",
-                    &format!("MAAS machine {recorded:?} was released already; left alone"),
+                    &format!(
+                        "MAAS machine {recorded:?} was released already and is now {:?}'s; left alone",
+                        host.owner.as_deref().unwrap_or_default()
+                    ),
                 ),
             }
         } else {

@@ -533,6 +533,7 @@ fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
         .lock()
         .unwrap()
         .insert(id.clone(), "someone-else".into());
+    w.maas.machines.lock().unwrap().get_mut(&id).unwrap().owner = Some("alice".into());
     w.delete(MAAS_MACHINE, NS, "m1");
     assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
     assert!(w.maas.releases.lock().unwrap().is_empty(), "left alone");
@@ -542,6 +543,28 @@ fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
         "finalizer removed"
     );
     assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachineNoLongerOurs".to_string()));
+}
+
+#[test]
+fn delete_after_a_crash_that_followed_the_release_just_removes_the_finalizer() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    // Released, the answer lost in a crash: the machine is free in MAAS.
+    w.maas.agent_names.lock().unwrap().remove(&id);
+    {
+        let mut machines = w.maas.machines.lock().unwrap();
+        let host = machines.get_mut(&id).unwrap();
+        host.status = MachineStatus::Ready;
+        host.owner = None;
+    }
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert!(w.maas.releases.lock().unwrap().is_empty());
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+    assert!(!w
         .kube
         .event_reasons()
         .contains(&"MachineNoLongerOurs".to_string()));
