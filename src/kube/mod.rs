@@ -27,6 +27,8 @@
 //! get(r, ns, name)                          -> Value
 //! list(r, ns, &ListParams)                  -> ObjectList { items, resource_version }
 //!                                              (all pages; 410 on continue => relist)
+//! list_map(r, ns, &ListParams, f)           -> (Vec<T>, resource_version), each item
+//!                                              through `f` as its page arrives
 //! watch(r, ns, &WatchParams)                -> WatchStream: Iterator<Item = Result<WatchEvent>>
 //! create(r, ns, &obj) / replace(r, ns, name, &obj)
 //! create_subresource(r, ns, name, "token", &obj)   e.g. TokenRequest
