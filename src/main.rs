@@ -528,6 +528,7 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         maas: Arc::new(adapters::Maas { client: maas }),
         workload,
         api_watch: Arc::new(poller.clone()),
+        machine_queue: Arc::new(machine_queue.clone()),
         clock: Arc::new(SystemClock),
         options: config.options.clone(),
     };

@@ -17,7 +17,7 @@ use crate::kube::{self, Resource};
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
 };
-use crate::runtime::{EventRecorder, ObjectKey, Store};
+use crate::runtime::{EventRecorder, ObjectKey, Store, WorkQueue};
 
 /// The informer stores the controllers read from.
 #[derive(Clone)]
@@ -172,6 +172,12 @@ impl KubeApi for Kube {
 
 pub struct Maas {
     pub client: maas::Client,
+}
+
+impl MachineQueue for WorkQueue {
+    fn reconcile_soon(&self, namespace: &str, name: &str) {
+        self.add(ObjectKey::new(namespace, name));
+    }
 }
 
 fn maas_error(e: maas::Error) -> MaasError {

@@ -647,6 +647,27 @@ impl ApiWatch for FakeApiWatch {
     }
 }
 
+/// Records the MaasMachines asked to be reconciled, in order.
+#[derive(Default)]
+pub struct FakeMachineQueue {
+    pub added: Mutex<Vec<(String, String)>>,
+}
+
+impl FakeMachineQueue {
+    /// The names asked for since the last call, sorted.
+    pub fn take_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.added).drain(..).map(|(_, n)| n).collect();
+        names.sort();
+        names
+    }
+}
+
+impl MachineQueue for FakeMachineQueue {
+    fn reconcile_soon(&self, namespace: &str, name: &str) {
+        lock(&self.added).push((namespace.into(), name.into()));
+    }
+}
+
 pub struct FakeClock(pub Mutex<u64>);
 
 impl FakeClock {
@@ -667,6 +688,7 @@ pub struct World {
     pub maas: Arc<FakeMaas>,
     pub workload: Arc<FakeWorkload>,
     pub api_watch: Arc<FakeApiWatch>,
+    pub machine_queue: Arc<FakeMachineQueue>,
     pub clock: Arc<FakeClock>,
     pub ctx: Context,
 }
@@ -681,12 +703,14 @@ impl World {
         let maas = Arc::new(FakeMaas::with_machines(machines));
         let workload = Arc::new(FakeWorkload::default());
         let api_watch = Arc::new(FakeApiWatch::default());
+        let machine_queue = Arc::new(FakeMachineQueue::default());
         let clock = Arc::new(FakeClock(Mutex::new(1_700_000_000)));
         let ctx = Context {
             kube: kube.clone(),
             maas: maas.clone(),
             workload: workload.clone(),
             api_watch: api_watch.clone(),
+            machine_queue: machine_queue.clone(),
             clock: clock.clone(),
             options,
         };
@@ -695,6 +719,7 @@ impl World {
             maas,
             workload,
             api_watch,
+            machine_queue,
             clock,
             ctx,
         }

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::Error;
-use ports::{ApiWatch, Clock, KubeApi, MaasApi, WorkloadApi};
+use ports::{ApiWatch, Clock, KubeApi, MaasApi, MachineQueue, WorkloadApi};
 
 /// What a reconcile asks for next (mapped onto the runtime's `Action`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,9 @@ pub struct Context {
     pub maas: Arc<dyn MaasApi>,
     pub workload: Arc<dyn WorkloadApi>,
     pub api_watch: Arc<dyn ApiWatch>,
+    /// Wakes MaasMachines waiting on the DNS record when it changes (their
+    /// own requeue stays as the safety net).
+    pub machine_queue: Arc<dyn MachineQueue>,
     pub clock: Arc<dyn Clock>,
     pub options: Options,
 }

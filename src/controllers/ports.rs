@@ -9,6 +9,8 @@
 //!   `<cluster>-kubeconfig` Secret: a liveness probe and Node providerIDs.
 //! - [`ApiWatch`]: the handle of the one thread that polls workload API
 //!   servers ([`super::api_poller`]).
+//! - [`MachineQueue`]: the MaasMachine work queue, for the MaasCluster
+//!   reconciler to wake machines waiting on the DNS record.
 //! - [`Clock`]: wall time, fixed in tests.
 
 use std::fmt;
@@ -246,6 +248,12 @@ pub trait ApiWatch: Send + Sync {
     fn take_online(&self, namespace: &str, maas_cluster: &str) -> bool;
     /// Stop polling (the MaasCluster is gone or being deleted).
     fn forget(&self, namespace: &str, maas_cluster: &str);
+}
+
+/// The MaasMachine work queue seen from the MaasCluster reconciler.
+pub trait MachineQueue: Send + Sync {
+    /// Reconcile this MaasMachine soon (deduplicated with pending work).
+    fn reconcile_soon(&self, namespace: &str, name: &str);
 }
 
 pub trait Clock: Send + Sync {

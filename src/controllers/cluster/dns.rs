@@ -159,20 +159,20 @@ fn is_running(m: &MaasMachine) -> bool {
 }
 
 /// Writes the desired addresses if they differ from MAAS's (which also
-/// repairs drift made by hand).
+/// repairs drift made by hand); true when it wrote.
 pub(super) fn update_attachments(
     r: &mut Reconciling,
     record: &DnsResource,
     desired: Option<Vec<String>>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let Some(desired) = desired else {
-        return Ok(());
+        return Ok(false);
     };
     let mut current = record.ip_addresses.clone();
     current.sort();
     current.dedup();
     if current == desired {
-        return Ok(());
+        return Ok(false);
     }
     r.ctx.maas.set_dns_resource_ips(record.id, &desired)?;
     let message = format!(
@@ -182,7 +182,7 @@ pub(super) fn update_attachments(
         current.join(", ")
     );
     r.event(EventType::Normal, "DNSRecordUpdated", &message);
-    Ok(())
+    Ok(true)
 }
 
 /// Deletes the cluster's record(s); a record already gone is fine.

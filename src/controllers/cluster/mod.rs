@@ -138,7 +138,17 @@ impl<'c> Reconciling<'c> {
         });
         self.status.ready = true;
 
-        dns::update_attachments(self, &record, desired_ips)?;
+        if dns::update_attachments(self, &record, desired_ips)? {
+            // The control-plane machines wait on the record (DNSAttached, or
+            // release once their address is out): wake them now instead of
+            // at their next DNS requeue.
+            for m in machines.iter().filter(|m| self.is_control_plane(m)) {
+                let meta = &m.metadata;
+                self.ctx
+                    .machine_queue
+                    .reconcile_soon(&meta.namespace, &meta.name);
+            }
+        }
         self.api_server_available(&cluster);
         Ok(Next::Done)
     }

@@ -331,6 +331,39 @@ fn deleting_control_plane_machines_leave_the_record() {
 }
 
 #[test]
+fn a_dns_change_wakes_the_control_plane_machines_and_nothing_else_does() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    machine(&w, "w1", false, "Deployed", true, "10.0.0.9");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+    w.machine_queue.take_names();
+
+    // Nothing changed: nobody is woken.
+    reconcile(&w).unwrap();
+    assert!(w.machine_queue.take_names().is_empty());
+
+    // cp1 is deleted: its address leaves the record and the control-plane
+    // machines (cp1 waiting to release among them) are woken, the worker not.
+    w.delete(MAAS_MACHINE, NS, "cp1");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+    assert_eq!(w.machine_queue.take_names(), vec!["cp1", "cp2"]);
+
+    reconcile(&w).unwrap();
+    assert!(w.machine_queue.take_names().is_empty());
+
+    // The record is left as it is while no control-plane machine runs
+    // (power blip): no write, no wake-up.
+    machine(&w, "cp2", true, "Deployed", false, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+    assert!(w.machine_queue.take_names().is_empty());
+}
+
+#[test]
 fn api_server_available_once_the_poller_saw_it() {
     let w = World::new(0);
     w.cluster(NS, "c1");

@@ -30,6 +30,8 @@ use crate::api::maas_machine::{self as mm_api, FINALIZER};
 use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus};
 
 /// How often to look at a CP machine's DNS attachment while it is pending.
+/// The MaasCluster reconciler wakes the control-plane machines when it
+/// changes the record; this requeue is the safety net.
 const DNS_PENDING_REQUEUE: Duration = Duration::from_secs(10);
 
 pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
