@@ -2,6 +2,7 @@
 //! the URL, attach the credential, send with a deadline, classify the
 //! status. The verbs only choose method, path, query and body, and decode.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,22 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 const WATCH_DEADLINE_MARGIN: Duration = Duration::from_secs(15);
 /// How often `list` restarts after its continue token expired mid-way.
 const MAX_LIST_RESTARTS: u32 = 3;
+/// Distinct API server warning texts remembered (to log each at WARN once).
+const MAX_WARNINGS_REMEMBERED: usize = 64;
+
+/// The API server warning texts already logged at WARN in this process.
+/// The same warning comes back on every request of a kind (e.g. our
+/// finalizer names, which must stay Go-compatible, on every finalizer add):
+/// once is news, repeats are noise.
+static WARNINGS_SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Is this the first time `text` is seen (and room is left to remember it)?
+fn first_sighting(seen: &mut BTreeSet<String>, text: &str) -> bool {
+    if seen.contains(text) || seen.len() >= MAX_WARNINGS_REMEMBERED {
+        return false;
+    }
+    seen.insert(text.to_string())
+}
 
 const JSON: &str = "application/json";
 const MERGE_PATCH: &str = "application/merge-patch+json";
@@ -617,11 +634,16 @@ impl Client {
         );
         let response = result?;
         for warning in response.headers().get_all("warning") {
-            log::warn!(
-                "{}: API server warning: {}",
-                req.what,
-                String::from_utf8_lossy(warning.as_bytes())
+            let text = String::from_utf8_lossy(warning.as_bytes());
+            let first = first_sighting(
+                &mut WARNINGS_SEEN.lock().unwrap_or_else(PoisonError::into_inner),
+                &text,
             );
+            if first {
+                log::warn!("{}: API server warning: {text}", req.what);
+            } else {
+                log::debug!("{}: API server warning (again): {text}", req.what);
+            }
         }
         Ok(response)
     }
@@ -875,6 +897,21 @@ mod tests {
 
     fn client_for(url: &str) -> Client {
         Client::new(Config::new(url, None).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn each_distinct_warning_is_news_once_and_the_memory_is_bounded() {
+        let mut seen = BTreeSet::new();
+        let finalizer = r#"299 - "metadata.finalizers: prefer a domain-qualified finalizer name""#;
+        assert!(first_sighting(&mut seen, finalizer));
+        assert!(!first_sighting(&mut seen, finalizer));
+        assert!(first_sighting(&mut seen, "299 - \"another\""));
+        for i in 0..100 {
+            first_sighting(&mut seen, &format!("299 - \"warning {i}\""));
+        }
+        assert_eq!(seen.len(), MAX_WARNINGS_REMEMBERED);
+        assert!(!first_sighting(&mut seen, "299 - \"one too many\""));
+        assert!(!first_sighting(&mut seen, finalizer));
     }
 
     #[test]
