@@ -507,10 +507,10 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         .unwrap_or_else(crossbeam_channel::never);
     let _leadership_reporter = report_leadership(gate.clone(), health.clone(), shutdown.clone());
 
-    let workload = Arc::new(adapters::Workload {
-        management: kube.clone(),
-        timeout: Duration::from_secs(5),
-    });
+    let workload = Arc::new(adapters::Workload::new(
+        kube.clone(),
+        Duration::from_secs(5),
+    ));
     let poller_queue = cluster_queue.clone();
     let (poller, _poller_thread) = ApiPoller::spawn(
         workload.clone(),

@@ -3,7 +3,10 @@
 //! [`Workload`] (workload clusters through their kubeconfig Secrets).
 //! No decisions are made here, only translations.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde::de::DeserializeOwned;
@@ -274,21 +277,45 @@ impl MaasApi for Maas {
 }
 
 /// Workload clusters, reached with the kubeconfig of Secret
-/// `<cluster>-kubeconfig` (key `value`), read afresh on every call.
+/// `<cluster>-kubeconfig` (key `value`). The Secret is read on every call
+/// (the control plane rotates its client certificate), but the client, with
+/// its open connections, is rebuilt only when the Secret's resourceVersion
+/// changed: no new TLS handshake per probe or Node lookup.
 pub struct Workload {
     /// The management cluster, for the Secret GET.
-    pub management: kube::Client,
+    management: kube::Client,
     /// Deadline of each request to a workload API server.
-    pub timeout: Duration,
+    timeout: Duration,
+    clients: Mutex<ClientCache<(String, String), kube::Client>>,
 }
 
+/// A workload client unused this long is dropped (the cluster is gone or
+/// nothing needs it now; rebuilding costs one handshake).
+const WORKLOAD_CLIENT_IDLE: Duration = Duration::from_secs(10 * 60);
+/// At most this many workload clients are kept.
+const MAX_WORKLOAD_CLIENTS: usize = 128;
+
 impl Workload {
+    pub fn new(management: kube::Client, timeout: Duration) -> Workload {
+        Workload {
+            management,
+            timeout,
+            clients: Mutex::new(ClientCache::new(WORKLOAD_CLIENT_IDLE, MAX_WORKLOAD_CLIENTS)),
+        }
+    }
+
     fn client(&self, namespace: &str, cluster: &str) -> Result<kube::Client, String> {
         let secret_name = capi::kubeconfig_secret_name(cluster);
         let secret = self
             .management
             .get(&SECRETS, Some(namespace), &secret_name)
             .map_err(|e| format!("Secret {namespace}/{secret_name}: {e}"))?;
+        let key = (namespace.to_string(), cluster.to_string());
+        let version = resource_version(&secret);
+        let cached = self.cache().get(&key, &version, Instant::now());
+        if let Some(client) = cached {
+            return Ok(client);
+        }
         let encoded = secret["data"]["value"]
             .as_str()
             .ok_or_else(|| format!("Secret {namespace}/{secret_name} has no key \"value\""))?;
@@ -300,8 +327,80 @@ impl Workload {
             .map_err(|e| format!("kubeconfig in Secret {namespace}/{secret_name}: {e}"))?;
         config.timeout = self.timeout;
         config.connect_timeout = config.connect_timeout.min(self.timeout);
-        kube::Client::new(config)
-            .map_err(|e| format!("workload client for {namespace}/{cluster}: {e}"))
+        let client = kube::Client::new(config)
+            .map_err(|e| format!("workload client for {namespace}/{cluster}: {e}"))?;
+        self.cache()
+            .put(key, version, client.clone(), Instant::now());
+        Ok(client)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, ClientCache<(String, String), kube::Client>> {
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Clients by key, each valid for the one Secret resourceVersion it was
+/// built from; entries idle for `idle` are forgotten, and the least recently
+/// used one makes room when `cap` is reached.
+struct ClientCache<K, C> {
+    entries: HashMap<K, CachedClient<C>>,
+    idle: Duration,
+    cap: usize,
+}
+
+struct CachedClient<C> {
+    resource_version: String,
+    client: C,
+    last_used: Instant,
+}
+
+impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
+    fn new(idle: Duration, cap: usize) -> Self {
+        ClientCache {
+            entries: HashMap::new(),
+            idle,
+            cap,
+        }
+    }
+
+    /// The client built from this resourceVersion, if any (an empty version,
+    /// which no stored Secret has, never matches).
+    fn get(&mut self, key: &K, resource_version: &str, now: Instant) -> Option<C> {
+        self.forget_idle(now);
+        let entry = self.entries.get_mut(key)?;
+        if resource_version.is_empty() || entry.resource_version != resource_version {
+            return None;
+        }
+        entry.last_used = now;
+        Some(entry.client.clone())
+    }
+
+    fn put(&mut self, key: K, resource_version: String, client: C, now: Instant) {
+        self.forget_idle(now);
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.cap {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(
+            key,
+            CachedClient {
+                resource_version,
+                client,
+                last_used: now,
+            },
+        );
+    }
+
+    fn forget_idle(&mut self, now: Instant) {
+        let idle = self.idle;
+        self.entries
+            .retain(|_, e| now.saturating_duration_since(e.last_used) < idle);
     }
 }
 
@@ -345,5 +444,44 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
             .map_err(|e| format!("setting providerID of Node {node_name}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_is_reused_until_the_secret_changes() {
+        let mut cache = ClientCache::new(Duration::from_secs(600), 8);
+        let t0 = Instant::now();
+        assert_eq!(cache.get(&"c1", "5", t0), None);
+        cache.put("c1", "5".to_string(), 1, t0);
+        assert_eq!(cache.get(&"c1", "5", t0), Some(1));
+        assert_eq!(cache.get(&"c2", "5", t0), None, "per cluster");
+        // The certificate was rotated: the old client is not handed out.
+        assert_eq!(cache.get(&"c1", "6", t0), None);
+        cache.put("c1", "6".to_string(), 2, t0);
+        assert_eq!(cache.get(&"c1", "6", t0), Some(2));
+        assert_eq!(cache.get(&"c1", "", t0), None);
+    }
+
+    #[test]
+    fn idle_clients_are_forgotten_and_the_size_is_capped() {
+        let mut cache = ClientCache::new(Duration::from_secs(600), 2);
+        let t0 = Instant::now();
+        let later = |secs| t0 + Duration::from_secs(secs);
+        cache.put("a", "1".to_string(), 1, t0);
+        cache.put("b", "1".to_string(), 2, later(1));
+        assert_eq!(cache.get(&"a", "1", later(2)), Some(1));
+        // Full: the least recently used (b) makes room.
+        cache.put("c", "1".to_string(), 3, later(3));
+        assert_eq!(cache.entries.len(), 2);
+        assert_eq!(cache.get(&"b", "1", later(4)), None);
+        assert_eq!(cache.get(&"a", "1", later(4)), Some(1));
+        assert_eq!(cache.get(&"c", "1", later(4)), Some(3));
+        // Unused for the idle time: gone.
+        assert_eq!(cache.get(&"a", "1", later(4 + 600)), None);
+        assert!(cache.entries.is_empty());
     }
 }
