@@ -36,8 +36,44 @@ pub(crate) fn write<S: Serialize>(
     Ok(true)
 }
 
+/// The outcome of a reconcile whose status write came last: the story's own
+/// error wins (the write error is only logged), then a failed write.
+pub(crate) fn settle<T>(
+    key: &str,
+    result: Result<T, Error>,
+    written: Result<(), Error>,
+) -> Result<T, Error> {
+    match (result, written) {
+        (Err(e), Err(write_err)) => {
+            log::warn!("{key}: status write failed after an error: {write_err}");
+            Err(e)
+        }
+        (Err(e), Ok(())) => Err(e),
+        (Ok(_), Err(write_err)) => Err(write_err),
+        (Ok(next), Ok(())) => Ok(next),
+    }
+}
+
 fn to_value<S: Serialize>(s: &S) -> Result<Value, Error> {
     // Cannot fail for our status types (string keys only); if it ever did,
     // writing nothing is the safe answer, never a null status.
     serde_json::to_value(s).map_err(|e| Error::Retry(format!("cannot serialize status: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(what: &str) -> Error {
+        Error::Retry(what.to_string())
+    }
+
+    #[test]
+    fn the_story_error_wins_then_the_write_error() {
+        let both = settle::<()>("ns/a", Err(err("story")), Err(err("write")));
+        assert_eq!(both.unwrap_err().to_string(), "will retry: story");
+        let write_only = settle("ns/a", Ok(1), Err(err("write")));
+        assert_eq!(write_only.unwrap_err().to_string(), "will retry: write");
+        assert_eq!(settle("ns/a", Ok(1), Ok(())).unwrap(), 1);
+    }
 }

@@ -163,18 +163,7 @@ impl<'c> Reconciling<'c> {
             conditions::set_ready_summary(&mut self.status.conditions, &of, generation, &self.now);
         }
         let written = self.write_status();
-        match (result, written) {
-            (Err(e), Err(write_err)) => {
-                log::warn!(
-                    "{}: status write failed after an error: {write_err}",
-                    self.key()
-                );
-                Err(e)
-            }
-            (Err(e), Ok(())) => Err(e),
-            (Ok(_), Err(write_err)) => Err(write_err),
-            (Ok(next), Ok(())) => Ok(next),
-        }
+        status::settle(&self.key(), result, written)
     }
 
     fn write_status(&mut self) -> Result<(), Error> {
