@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use support::capi::{self, CapiManager, CAPI_API_VERSION};
 use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
+use support::objects::{condition, condition_is, label, owner};
 use support::ControlPlane;
 
 const CLUSTER: &str = "c1";
@@ -262,30 +263,8 @@ impl Story {
     }
 }
 
-fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
-fn condition_is(obj: &Value, type_: &str, status: &str) -> bool {
-    condition(obj, type_).is_some_and(|c| c["status"] == status)
-}
-
 fn name(obj: &Value) -> &str {
     obj["metadata"]["name"].as_str().unwrap_or_default()
-}
-
-fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj["metadata"]["labels"][key].as_str()
-}
-
-fn owner<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["metadata"]["ownerReferences"]
-        .as_array()?
-        .iter()
-        .find(|o| o["kind"] == kind)
 }
 
 fn infra_ref(kind: &str, name: &str) -> Value {

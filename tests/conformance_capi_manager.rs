@@ -13,17 +13,11 @@ mod support;
 
 use serde_json::{json, Value};
 use support::capi::{self, CapiManager, CAPI_API_VERSION, MUTATING_CONFIG, VALIDATING_CONFIG};
+use support::objects::condition;
 
 fn get(cp: &support::ControlPlane, resource: &str, ns: &str, name: &str) -> Value {
     let out = cp.kubectl(&["get", resource, name, "-n", ns, "-o", "json"]);
     serde_json::from_str(&out).unwrap()
-}
-
-fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
 }
 
 fn infra_ref(kind: &str, name: &str) -> Value {

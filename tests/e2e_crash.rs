@@ -48,6 +48,7 @@ use capmaas::kube::{self, resources, ListParams};
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
+use support::objects::{self, string};
 use support::story::Capmaas;
 use support::ControlPlane;
 
@@ -120,10 +121,6 @@ struct Seen {
     observations: u32,
 }
 
-fn string(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_string()
-}
-
 fn agent_name(ns: &str, mm: &Value) -> String {
     format!(
         "capmaas/{ns}/{}/{}",
@@ -175,38 +172,25 @@ impl Crash {
     /// Cluster API's part for one machine: bootstrap Secret, Machine, and
     /// the MaasMachine it owns.
     fn add_machine(&self, name: &str, control_plane: bool) {
-        let mut labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
-        if control_plane {
-            labels["cluster.x-k8s.io/control-plane"] = json!("");
-        }
-        let bootstrap = format!("{name}-bootstrap");
+        let bootstrap = support::story::bootstrap_secret_name(name);
         self.apply(&support::capi::bootstrap_secret(
             &self.ns, &bootstrap, CLUSTER,
         ));
-        self.apply(&json!({
-            "apiVersion": CAPI, "kind": "Machine",
-            "metadata": {"name": name, "namespace": self.ns, "labels": labels},
-            "spec": {
-                "clusterName": CLUSTER,
-                "bootstrap": {"dataSecretName": bootstrap},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": name},
-            },
-        }));
+        self.apply(&objects::machine(&self.ns, CLUSTER, name, control_plane));
         let machine_uid = self.uid(&resources::MACHINES, name);
         let spec = if control_plane {
             json!({"image": IMAGE, "minCPU": 4, "minMemory": 8192, "resourcePool": "cp-pool"})
         } else {
             json!({"image": IMAGE, "minCPU": 8, "minMemory": 16384, "resourcePool": "worker-pool"})
         };
-        self.apply(&json!({
-            "apiVersion": INFRA, "kind": "MaasMachine",
-            "metadata": {
-                "name": name, "namespace": self.ns, "labels": labels,
-                "ownerReferences": [{"apiVersion": CAPI, "kind": "Machine", "name": name, "uid": machine_uid,
-                                      "controller": true, "blockOwnerDeletion": true}],
-            },
-            "spec": spec,
-        }));
+        self.apply(&objects::owned_maas_machine(
+            &self.ns,
+            CLUSTER,
+            name,
+            control_plane,
+            &machine_uid,
+            spec,
+        ));
     }
 
     fn remove_machine(&self, name: &str) {

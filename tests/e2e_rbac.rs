@@ -23,6 +23,7 @@ use capmaas::kube::{self, resources, ListParams};
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
+use support::objects::{self, string};
 use support::story::{free_port, http_get, metric_sum, parse_metrics};
 use support::ControlPlane;
 
@@ -34,10 +35,6 @@ const PREFIX: &str = "rbac";
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 const IMAGE: &str = "custom/u-2204-0-k-1264-0";
-
-fn string(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_string()
-}
 
 fn deploy_file(name: &str) -> String {
     let path = support::repo_root().join("deploy").join(name);
@@ -200,50 +197,30 @@ impl Story {
     }
 
     fn add_machine(&self, name: &str, control_plane: bool) {
-        let mut labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
-        if control_plane {
-            labels["cluster.x-k8s.io/control-plane"] = json!("");
-        }
-        let bootstrap = format!("{name}-bootstrap");
+        let bootstrap = support::story::bootstrap_secret_name(name);
         self.apply(&support::capi::bootstrap_secret(
             &self.ns, &bootstrap, CLUSTER,
         ));
-        self.apply(&json!({
-            "apiVersion": CAPI, "kind": "Machine",
-            "metadata": {"name": name, "namespace": self.ns, "labels": labels},
-            "spec": {
-                "clusterName": CLUSTER,
-                "bootstrap": {"dataSecretName": bootstrap},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": name},
-            },
-        }));
+        self.apply(&objects::machine(&self.ns, CLUSTER, name, control_plane));
         let machine_uid = string(&self.get(&resources::MACHINES, name).unwrap()["metadata"]["uid"]);
         let spec = if control_plane {
             json!({"image": IMAGE, "minCPU": 4, "minMemory": 8192, "resourcePool": "cp-pool"})
         } else {
             json!({"image": IMAGE, "minCPU": 8, "minMemory": 16384, "resourcePool": "worker-pool"})
         };
-        self.apply(&json!({
-            "apiVersion": INFRA, "kind": "MaasMachine",
-            "metadata": {
-                "name": name, "namespace": self.ns, "labels": labels,
-                "ownerReferences": [{"apiVersion": CAPI, "kind": "Machine", "name": name, "uid": machine_uid,
-                                      "controller": true, "blockOwnerDeletion": true}],
-            },
-            "spec": spec,
-        }));
+        self.apply(&objects::owned_maas_machine(
+            &self.ns,
+            CLUSTER,
+            name,
+            control_plane,
+            &machine_uid,
+            spec,
+        ));
     }
 
     fn remove_machine(&self, name: &str) {
         self.delete("maasmachines", name);
         self.delete("machines.cluster.x-k8s.io", name);
-    }
-
-    fn condition_true(obj: &Value, type_: &str) -> bool {
-        obj["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == type_ && c["status"] == "True")
-        })
     }
 }
 
@@ -403,7 +380,7 @@ fn the_story_as_the_deploy_service_account_without_a_403() {
             manager.assert_running();
             for name in &all {
                 let mm = story.get(&resources::MAAS_MACHINES, name)?;
-                (mm["status"]["ready"] == true && Story::condition_true(&mm, "Ready"))
+                (mm["status"]["ready"] == true && objects::condition_is(&mm, "Ready", "True"))
                     .then_some(())?;
                 let provider_id = mm["spec"]["providerID"].as_str()?;
                 let hostname = mm["status"]["hostname"].as_str()?;
@@ -451,7 +428,7 @@ fn the_story_as_the_deploy_service_account_without_a_403() {
     support::eventually(60, "APIServerAvailable", || {
         manager.assert_running();
         let mc = story.get(&resources::MAAS_CLUSTERS, CLUSTER)?;
-        Story::condition_true(&mc, "APIServerAvailable").then_some(())
+        objects::condition_is(&mc, "APIServerAvailable", "True").then_some(())
     });
 
     // Scale workers 5 → 2: three MAAS machines released.

@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
+use support::objects;
 use support::ControlPlane;
 
 const CLUSTER: &str = "story";
@@ -150,32 +151,22 @@ impl Story {
     /// What Cluster API does for one machine: the bootstrap Secret, the
     /// Machine, and the MaasMachine it owns (labels + owner reference).
     fn add_machine(&self, name: &str, control_plane: bool, spec: Value) {
-        let mut labels = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
-        if control_plane {
-            labels["cluster.x-k8s.io/control-plane"] = json!("");
-        }
-        let secret =
-            support::capi::bootstrap_secret(&self.ns, &format!("{name}-bootstrap"), CLUSTER);
+        let secret = support::capi::bootstrap_secret(
+            &self.ns,
+            &support::story::bootstrap_secret_name(name),
+            CLUSTER,
+        );
         self.apply(&secret);
-        self.apply(&json!({
-            "apiVersion": CAPI, "kind": "Machine",
-            "metadata": {"name": name, "namespace": self.ns, "labels": labels},
-            "spec": {
-                "clusterName": CLUSTER,
-                "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": name},
-            },
-        }));
+        self.apply(&objects::machine(&self.ns, CLUSTER, name, control_plane));
         let machine_uid = self.uid("machines.cluster.x-k8s.io", name);
-        self.apply(&json!({
-            "apiVersion": INFRA, "kind": "MaasMachine",
-            "metadata": {
-                "name": name, "namespace": self.ns, "labels": labels,
-                "ownerReferences": [{"apiVersion": CAPI, "kind": "Machine", "name": name, "uid": machine_uid,
-                                      "controller": true, "blockOwnerDeletion": true}],
-            },
-            "spec": spec,
-        }));
+        self.apply(&objects::owned_maas_machine(
+            &self.ns,
+            CLUSTER,
+            name,
+            control_plane,
+            &machine_uid,
+            spec,
+        ));
     }
 
     /// What Cluster API does when a Machine goes: delete it and its MaasMachine.
@@ -186,14 +177,6 @@ impl Story {
 
     fn maas_machine(&self, name: &str) -> Option<Value> {
         self.get("maasmachines", name)
-    }
-
-    fn condition(obj: &Value, type_: &str) -> Option<Value> {
-        obj["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == type_)
-            .cloned()
     }
 }
 
@@ -369,7 +352,7 @@ fn the_story() {
                 )
                 .ok()?;
                 (node["spec"]["providerID"] == provider_id).then_some(())?;
-                let ready = Story::condition(&mm, "Ready")?;
+                let ready = objects::condition(&mm, "Ready").cloned()?;
                 (ready["status"] == "True").then_some(())?;
             }
             Some(())
@@ -404,7 +387,7 @@ fn the_story() {
     assert_eq!(ttl, Some(10));
     support::eventually(60, "APIServerAvailable", || {
         let mc = story.get("maasclusters", CLUSTER)?;
-        (Story::condition(&mc, "APIServerAvailable")?["status"] == "True").then_some(())
+        (objects::condition(&mc, "APIServerAvailable").cloned()?["status"] == "True").then_some(())
     });
     assert_eq!(owned_machines(&sim).len(), 8);
 
@@ -453,7 +436,7 @@ fn the_story() {
     // machine that fits appears.
     story.add_machine("w-big", false, json!({"image": "ubuntu/jammy", "minCPU": 64, "minMemory": 16384, "resourcePool": "worker-pool"}));
     let message = support::eventually(60, "w-big reports no matching machine", || {
-        let c = Story::condition(&story.maas_machine("w-big")?, "MachineDeployed")?;
+        let c = objects::condition(&story.maas_machine("w-big")?, "MachineDeployed").cloned()?;
         (c["reason"] == "MachineDeployFailed")
             .then(|| c["message"].as_str().unwrap_or_default().to_string())
     });
@@ -476,7 +459,7 @@ fn the_story() {
         json!({"image": "u-2204-0-k-1265-0", "minCPU": 1, "minMemory": 1024}),
     );
     let message = support::eventually(60, "w-typo reports the image", || {
-        let c = Story::condition(&story.maas_machine("w-typo")?, "MachineDeployed")?;
+        let c = objects::condition(&story.maas_machine("w-typo")?, "MachineDeployed").cloned()?;
         (c["reason"] == "MachineDeployFailed")
             .then(|| c["message"].as_str().unwrap_or_default().to_string())
     });

@@ -16,6 +16,7 @@ use std::sync::{Mutex, OnceLock};
 pub mod capi;
 pub mod maas_sim;
 pub mod nodes;
+pub mod objects;
 pub mod story;
 
 pub struct ControlPlane {
