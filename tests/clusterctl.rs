@@ -93,25 +93,6 @@ impl Clusterctl {
     }
 }
 
-/// Our CRDs, installed once (Cluster API's come with the control plane).
-fn plane() -> &'static ControlPlane {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    let cp = support::control_plane();
-    INSTALLED.get_or_init(|| {
-        let crds = support::repo_root().join("crds");
-        cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
-        cp.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "-l",
-            "cluster.x-k8s.io/provider=infrastructure-maas",
-        ]);
-    });
-    cp
-}
-
 /// `kubectl apply --dry-run=server` of `yaml`; the objects as the API server
 /// would store them (defaulted, validated, pruned).
 fn dry_run(cp: &ControlPlane, yaml: &str) -> Vec<Value> {
@@ -145,7 +126,7 @@ fn kinds(objects: &[Value]) -> Vec<String> {
 #[test]
 fn generate_provider_renders_components_the_api_server_accepts() {
     let ctl = clusterctl();
-    let cp = plane();
+    let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-provider");
     let vars = [
         ("MAAS_ENDPOINT", "http://maas.example:5240/MAAS"),
@@ -264,7 +245,7 @@ fn generate_provider_renders_components_the_api_server_accepts() {
 #[test]
 fn generate_cluster_renders_the_story_cluster() {
     let ctl = clusterctl();
-    let cp = plane();
+    let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-story");
     let yaml = ctl
         .run(
@@ -414,7 +395,7 @@ fn template_variables_are_the_go_providers() {
 #[test]
 fn empty_pool_and_tag_mean_no_constraint() {
     let ctl = clusterctl();
-    let cp = plane();
+    let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-empty");
     let vars: Vec<(&str, &str)> = STORY_VARIABLES
         .iter()

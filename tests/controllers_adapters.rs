@@ -16,7 +16,6 @@ use serde_json::{json, Value};
 
 fn setup() -> (&'static support::ControlPlane, String, Kube, Shutdown) {
     let cp = support::control_plane();
-    install_crds(cp);
     let ns = cp.new_namespace("adapters");
     let client = kube::Client::new(kube::Config::infer(Some(&cp.kubeconfig)).unwrap()).unwrap();
     let shutdown = Shutdown::new();
@@ -169,23 +168,4 @@ fn maas_machines_of_a_cluster_come_from_the_cache_by_label() {
     });
     assert_eq!(names, ["a", "b"]);
     shutdown.trigger();
-}
-
-/// Our CRDs, installed once per test binary (tests run in parallel).
-fn install_crds(cp: &support::ControlPlane) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        cp.kubectl(&[
-            "apply",
-            "-f",
-            support::path_str(&support::repo_root().join("crds")),
-        ]);
-        cp.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ]);
-    });
 }

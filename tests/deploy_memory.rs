@@ -180,16 +180,6 @@ fn resident_memory_with_machines_cached() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
     let cp = support::control_plane();
-    let crds = support::repo_root().join("crds");
-    cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd",
-        "-l",
-        "cluster.x-k8s.io/provider=infrastructure-maas",
-    ]);
     let ns = cp.new_namespace("bench");
     let client =
         kube::Client::new(kube::Config::infer(Some(cp.kubeconfig.as_path())).unwrap()).unwrap();

@@ -98,16 +98,6 @@ fn get_json(cp: &ControlPlane, args: &[&str]) -> Option<Value> {
 #[test]
 fn manager_reconciles_as_its_service_account_without_a_403() {
     let cp = support::control_plane();
-    let crds = support::repo_root().join("crds");
-    cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd",
-        "-l",
-        "cluster.x-k8s.io/provider=infrastructure-maas",
-    ]);
     cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("namespace.yaml"));
     cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("rbac.yaml"));
 

@@ -643,7 +643,6 @@ fn sim_views(base: &str) -> Result<Vec<MachineView>, String> {
 /// the workload kubeconfig Secret; capmaas not started.
 fn setup(prefix: &str) -> (Crash, NodeHelper) {
     let cp = support::control_plane();
-    install_crds(cp);
     let ns = cp.new_namespace(prefix);
     let mut inventory = support::maas_sim::story_inventory();
     for machine in inventory["machines"].as_array_mut().unwrap() {
@@ -688,22 +687,6 @@ fn setup(prefix: &str) -> (Crash, NodeHelper) {
         "spec": {"dnsDomain": "k8s.maas"},
     }));
     (crash, nodes)
-}
-
-/// Our CRDs, installed once per test binary (tests run in parallel).
-fn install_crds(cp: &ControlPlane) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let crds = support::repo_root().join("crds");
-        cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
-        cp.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ]);
-    });
 }
 
 #[test]

@@ -267,15 +267,6 @@ fn dns_records(sim: &MaasSim) -> Vec<Value> {
 #[test]
 fn the_story_as_the_deploy_service_account_without_a_403() {
     let cp = support::control_plane();
-    let crds = support::repo_root().join("crds");
-    cp.kubectl(&["apply", "--server-side", "-f", support::path_str(&crds)]);
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ]);
     cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("namespace.yaml"));
     cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("rbac.yaml"));
     // The ServiceAccount may not touch Nodes of the management cluster:

@@ -238,7 +238,6 @@ struct Scenario {
 
 fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scenario, String) {
     let cp = support::control_plane();
-    install_crds(cp);
     let story = Story {
         cp,
         ns: cp.new_namespace(prefix),
@@ -602,30 +601,10 @@ fn lost_answers_and_maas_outages_never_leak_or_wipe() {
     });
 }
 
-/// Our CRDs, installed once per test binary (tests run in parallel).
-fn install_crds(cp: &support::ControlPlane) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        cp.kubectl(&[
-            "apply",
-            "-f",
-            support::path_str(&support::repo_root().join("crds")),
-        ]);
-        cp.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ]);
-    });
-}
-
 /// SIGTERM: the workers stop, the Lease is handed back, the exit is clean.
 #[test]
 fn sigterm_releases_the_lease_and_exits_cleanly() {
     let cp = support::control_plane();
-    install_crds(cp);
     let ns = cp.new_namespace("lease");
     let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
     let log = cp.dir.join(format!("capmaas-{ns}.log"));

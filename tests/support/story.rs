@@ -37,7 +37,7 @@ use serde_json::{json, Value};
 use super::capi::{self, CapiManager, CAPI_API_VERSION};
 use super::maas_sim::MaasSim;
 use super::nodes::{MachineView, NodeHelper};
-use super::{path_str, repo_root, ControlPlane};
+use super::ControlPlane;
 
 pub const CLUSTER: &str = "prod-cluster";
 pub const MD: &str = "prod-cluster-md-0";
@@ -661,19 +661,6 @@ pub fn maas_sim_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_maas-sim"))
 }
 
-/// Installs this repository's CRDs (crds/) and waits until Established.
-pub fn install_crds(cp: &ControlPlane) {
-    let crds = repo_root().join("crds");
-    cp.kubectl(&["apply", "--server-side", "-f", path_str(&crds)]);
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ]);
-}
-
 /// A client of the control plane for polling (cheaper than kubectl).
 pub fn kube_client(cp: &ControlPlane) -> kube::Client {
     let config =
@@ -706,7 +693,6 @@ impl StoryLab {
         let started = Instant::now();
         let step = |what: &str| println!("lab [{:>5.1}s] {what}", started.elapsed().as_secs_f64());
         let cp = super::control_plane();
-        install_crds(cp);
         step(&format!(
             "control plane up at {} (dir {})",
             cp.server,
