@@ -17,8 +17,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capmaas::maas::{self, MachineFilter, MachineStatus};
@@ -27,6 +25,7 @@ use support::capi::{self, CapiManager, CAPI_API_VERSION};
 use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
 use support::objects::{condition, condition_is, label, owner};
+use support::story::{tail, Capmaas};
 use support::ControlPlane;
 
 const CLUSTER: &str = "c1";
@@ -49,58 +48,6 @@ const MAAS_MACHINE_TEMPLATES: &str = "maasmachinetemplates.v1beta1.infrastructur
 /// Generous: Cluster API v1.13 rate-limits reconciles to one per second per
 /// object, and the simulator takes its configured deploy time per machine.
 const PROVISION_SECONDS: u64 = 300;
-
-/// `capmaas` as a child process, killed on drop.
-struct Capmaas {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Capmaas {
-    fn start(cp: &ControlPlane, sim: &MaasSim) -> Capmaas {
-        let log = cp.dir.join("capmaas.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
-            .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-            .arg("--metrics-bind-address=0")
-            .arg("--health-probe-bind-address=127.0.0.1:0")
-            .env("MAAS_ENDPOINT", &sim.url)
-            .env("MAAS_API_KEY", &sim.api_key)
-            .env(
-                "RUST_LOG",
-                std::env::var("CAPMAAS_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("spawning capmaas");
-        Capmaas { child, log }
-    }
-
-    fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "capmaas exited ({status}); log {}:\n{}",
-                self.log.display(),
-                tail(&self.log, 40)
-            );
-        }
-    }
-}
-
-impl Drop for Capmaas {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tail(path: &std::path::Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
 
 /// Everything a failing wait needs to say what was going on.
 struct Story {
@@ -342,7 +289,13 @@ fn readme_story_with_real_cluster_api_core() {
         &["--deploy-seconds", "5"],
     );
     let maas = sim.client();
-    let capmaas = Capmaas::start(cp, &sim);
+    let capmaas = Capmaas::start(
+        &support::story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join("capmaas.log"),
+        &[],
+    );
     println!("capmaas up, log {}", capmaas.log.display());
     let helper_maas = maas.clone();
     let nodes = NodeHelper::start(cp, move || {

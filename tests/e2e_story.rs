@@ -15,78 +15,19 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::nodes::{MachineView, NodeHelper};
 use support::objects;
+use support::story::Capmaas;
 use support::ControlPlane;
 
 const CLUSTER: &str = "story";
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 const IMAGE: &str = "custom/u-2204-0-k-1264-0";
-
-struct Capmaas {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Capmaas {
-    fn start(cp: &ControlPlane, sim: &MaasSim, ns: &str) -> Capmaas {
-        let log = cp.dir.join(format!("capmaas-{ns}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
-            .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-            .arg(format!("--namespace={ns}"))
-            .arg("--metrics-bind-address=0")
-            .arg("--health-probe-bind-address=127.0.0.1:0")
-            // Out-of-band power changes of deployed machines are noticed by
-            // the periodic resync; make it quick for the test.
-            .arg("--sync-period=2s")
-            .env_remove("KUBECONFIG")
-            .env("MAAS_ENDPOINT", &sim.url)
-            .env("MAAS_API_KEY", &sim.api_key)
-            .env(
-                "RUST_LOG",
-                std::env::var("CAPMAAS_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("spawning capmaas");
-        Capmaas { child, log }
-    }
-
-    fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("capmaas exited ({status}); log:\n{}", self.tail());
-        }
-    }
-
-    fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(60)..].join("\n")
-    }
-}
-
-impl Drop for Capmaas {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- capmaas log tail ---\n{}", self.tail());
-        }
-        // CAPMAAS_E2E_KEEP_LOG=DIR keeps each scenario's log there.
-        if let (Ok(dir), Some(name)) = (std::env::var("CAPMAAS_E2E_KEEP_LOG"), self.log.file_name())
-        {
-            let _ = std::fs::copy(&self.log, std::path::Path::new(&dir).join(name));
-        }
-    }
-}
 
 struct Story {
     cp: &'static ControlPlane,
@@ -253,7 +194,18 @@ fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scena
     sim.set_timings(1.0, 0.5);
     let base = sim.base.clone();
     let nodes = NodeHelper::start(cp, move || sim_views(&base));
-    let mut capmaas = Capmaas::start(cp, &sim, &story.ns);
+    let mut capmaas = Capmaas::start(
+        &support::story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join(format!("capmaas-{}.log", story.ns)),
+        // Out-of-band power changes of deployed machines are noticed by the
+        // periodic resync; make it quick for the test.
+        &[
+            format!("--namespace={}", story.ns),
+            "--sync-period=2s".to_string(),
+        ],
+    );
     before_cluster(&sim);
 
     // The Cluster, its MaasCluster (owned by it) and the workload kubeconfig.

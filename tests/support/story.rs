@@ -186,7 +186,8 @@ pub fn story_objects(cp: &ControlPlane, ns: &str) -> Vec<Value> {
 // ---------------------------------------------------------------------------
 // capmaas as a child process.
 
-/// `capmaas` run against the control plane and a simulator; killed on drop.
+/// `capmaas` run against the control plane and a simulator; killed on drop
+/// (printing its log's tail if the test is panicking).
 pub struct Capmaas {
     child: Child,
     pub pid: u32,
@@ -220,6 +221,7 @@ impl Capmaas {
             .arg(format!("--metrics-bind-address={metrics_addr}"))
             .arg(format!("--health-probe-bind-address={health_addr}"))
             .args(extra_args)
+            .env_remove("KUBECONFIG")
             .env("MAAS_ENDPOINT", &sim.url)
             .env("MAAS_API_KEY", &sim.api_key)
             .env(
@@ -287,6 +289,13 @@ impl Drop for Capmaas {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- capmaas log tail ({}) ---\n{}",
+                self.log.display(),
+                tail(&self.log, 60)
+            );
+        }
     }
 }
 
