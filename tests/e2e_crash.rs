@@ -47,7 +47,7 @@ use std::time::Duration;
 use capmaas::kube::{self, resources, ListParams};
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
-use support::nodes::{MachineView, NodeHelper};
+use support::nodes::{sim_views, NodeHelper};
 use support::objects::{self, string};
 use support::story::Capmaas;
 use support::ControlPlane;
@@ -617,25 +617,6 @@ impl Drop for Crash {
             );
         }
     }
-}
-
-fn sim_views(base: &str) -> Result<Vec<MachineView>, String> {
-    let state: Value = ureq::get(&format!("{base}/_sim/state"))
-        .call()
-        .map_err(|e| e.to_string())?
-        .body_mut()
-        .read_json()
-        .map_err(|e| e.to_string())?;
-    Ok(state["machines"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| MachineView {
-            system_id: string(&m["system_id"]),
-            hostname: string(&m["hostname"]),
-            deployed: m["status_name"] == "Deployed",
-        })
-        .collect())
 }
 
 /// A namespace, a simulator whose hostnames start with `prefix` (Nodes are

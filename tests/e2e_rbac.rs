@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use capmaas::kube::{self, resources, ListParams};
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
-use support::nodes::{MachineView, NodeHelper};
+use support::nodes::{sim_views, NodeHelper};
 use support::objects::{self, string};
 use support::story::{free_port, http_get, metric_sum, parse_metrics};
 use support::ControlPlane;
@@ -222,25 +222,6 @@ impl Story {
         self.delete("maasmachines", name);
         self.delete("machines.cluster.x-k8s.io", name);
     }
-}
-
-fn sim_views(base: &str) -> Result<Vec<MachineView>, String> {
-    let state: Value = ureq::get(&format!("{base}/_sim/state"))
-        .call()
-        .map_err(|e| e.to_string())?
-        .body_mut()
-        .read_json()
-        .map_err(|e| e.to_string())?;
-    Ok(state["machines"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| MachineView {
-            system_id: string(&m["system_id"]),
-            hostname: string(&m["hostname"]),
-            deployed: m["status_name"] == "Deployed",
-        })
-        .collect())
 }
 
 /// system_ids of MAAS machines someone holds.

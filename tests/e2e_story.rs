@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
-use support::nodes::{MachineView, NodeHelper};
+use support::nodes::{sim_views, NodeHelper};
 use support::objects;
 use support::story::Capmaas;
 use support::ControlPlane;
@@ -137,25 +137,6 @@ fn dns_ips(sim: &MaasSim, fqdn: &str) -> Option<(BTreeSet<String>, Option<u32>)>
         record.ip_addresses.iter().cloned().collect(),
         record.address_ttl,
     ))
-}
-
-fn sim_views(base: &str) -> Result<Vec<MachineView>, String> {
-    let state: Value = ureq::get(&format!("{base}/_sim/state"))
-        .call()
-        .map_err(|e| e.to_string())?
-        .body_mut()
-        .read_json()
-        .map_err(|e| e.to_string())?;
-    Ok(state["machines"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| MachineView {
-            system_id: m["system_id"].as_str().unwrap_or_default().into(),
-            hostname: m["hostname"].as_str().unwrap_or_default().into(),
-            deployed: m["status_name"] == "Deployed",
-        })
-        .collect())
 }
 
 fn owned_machines(sim: &MaasSim) -> BTreeSet<String> {

@@ -35,6 +35,27 @@ pub struct MachineView {
     pub deployed: bool,
 }
 
+/// The simulator's machines as the helper needs them, read from its
+/// `/_sim/state` at `base` (the simulator's URL).
+pub fn sim_views(base: &str) -> Result<Vec<MachineView>, String> {
+    let state: Value = ureq::get(&format!("{base}/_sim/state"))
+        .call()
+        .map_err(|e| e.to_string())?
+        .body_mut()
+        .read_json()
+        .map_err(|e| e.to_string())?;
+    Ok(state["machines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| MachineView {
+            system_id: m["system_id"].as_str().unwrap_or_default().into(),
+            hostname: m["hostname"].as_str().unwrap_or_default().into(),
+            deployed: m["status_name"] == "Deployed",
+        })
+        .collect())
+}
+
 pub struct NodeHelper {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
