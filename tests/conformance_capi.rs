@@ -23,7 +23,6 @@ use capmaas::maas::{self, MachineFilter, MachineStatus};
 use serde_json::{json, Value};
 use support::capi::{self, CapiManager, CAPI_API_VERSION};
 use support::maas_sim::MaasSim;
-use support::nodes::{MachineView, NodeHelper};
 use support::objects::{condition, condition_is, label, owner};
 use support::story::{tail, Capmaas};
 use support::ControlPlane;
@@ -297,20 +296,7 @@ fn readme_story_with_real_cluster_api_core() {
         &[],
     );
     println!("capmaas up, log {}", capmaas.log.display());
-    let helper_maas = maas.clone();
-    let nodes = NodeHelper::start(cp, move || {
-        let machines = helper_maas
-            .machines(&MachineFilter::default())
-            .map_err(|e| e.to_string())?;
-        Ok(machines
-            .into_iter()
-            .map(|m| MachineView {
-                deployed: m.status == MachineStatus::Deployed,
-                system_id: m.system_id,
-                hostname: m.hostname,
-            })
-            .collect())
-    });
+    let nodes = support::story::start_node_helper(cp, &sim);
     let ns = cp.new_namespace("conformance");
     let mut story = Story {
         cp,
