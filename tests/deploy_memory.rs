@@ -18,7 +18,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use capmaas::kube::{self, resources};
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
+use support::story::free_port;
 
 struct Manager(Child);
 
@@ -34,14 +35,6 @@ impl Drop for Manager {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn http_body(port: u16, path: &str) -> Option<String> {

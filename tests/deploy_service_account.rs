@@ -9,13 +9,14 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::maas_sim::MaasSim;
+use support::story::free_port;
 use support::ControlPlane;
 
 const NAMESPACE: &str = "capmaas-system";
@@ -67,14 +68,6 @@ impl Drop for Manager {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Status code of `GET path`, or None when nothing answers yet.
