@@ -158,15 +158,7 @@ impl Crash {
     }
 
     fn delete(&self, kind: &str, name: &str) {
-        self.cp.kubectl(&[
-            "delete",
-            kind,
-            name,
-            "-n",
-            &self.ns,
-            "--wait=false",
-            "--ignore-not-found",
-        ]);
+        support::story::delete_no_wait(self.cp, &self.ns, kind, name);
     }
 
     /// Cluster API's part for one machine: bootstrap Secret, Machine, and

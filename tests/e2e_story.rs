@@ -71,15 +71,7 @@ impl Story {
     }
 
     fn delete(&self, kind: &str, name: &str) {
-        self.cp.kubectl(&[
-            "delete",
-            kind,
-            name,
-            "-n",
-            &self.ns,
-            "--wait=false",
-            "--ignore-not-found",
-        ]);
+        support::story::delete_no_wait(self.cp, &self.ns, kind, name);
     }
 
     fn uid(&self, kind: &str, name: &str) -> String {

@@ -670,6 +670,20 @@ pub fn maas_sim_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_maas-sim"))
 }
 
+/// `kubectl delete` of one namespaced object without waiting for its
+/// finalizers; absent is fine.
+pub fn delete_no_wait(cp: &ControlPlane, ns: &str, kind: &str, name: &str) {
+    cp.kubectl(&[
+        "delete",
+        kind,
+        name,
+        "-n",
+        ns,
+        "--wait=false",
+        "--ignore-not-found",
+    ]);
+}
+
 /// A client of the control plane for polling (cheaper than kubectl).
 pub fn kube_client(cp: &ControlPlane) -> kube::Client {
     let config =
