@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use capmaas::api::{capi, maas_cluster, maas_machine};
+use capmaas::api::{capi, meta};
 use capmaas::controllers::adapters::{self, Caches};
 use capmaas::controllers::api_poller::ApiPoller;
 use capmaas::controllers::{self, mappers, ports::SystemClock, Context, Next, Options};
@@ -441,12 +441,12 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     )?;
     let maas_clusters = spawn(
         resources::MAAS_CLUSTERS,
-        maas_cluster::project_maas_cluster,
+        meta::project_own_kind,
         Box::new(mappers::on_maas_cluster),
     )?;
     let maas_machines = spawn(
         resources::MAAS_MACHINES,
-        maas_machine::project_maas_machine,
+        meta::project_own_kind,
         Box::new(mappers::on_maas_machine),
     )?;
     let stores = Caches {

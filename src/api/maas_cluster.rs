@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::conditions::Condition;
-use super::meta::{project, ObjectMeta, METADATA_READ};
+use super::meta::ObjectMeta;
 
 pub const KIND: &str = "MaasCluster";
 pub const FINALIZER: &str = "maascluster.infrastructure.cluster.x-k8s.io";
@@ -19,23 +19,6 @@ pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
 pub const API_SERVER_NOT_READY: &str = "APIServerNotReady";
 pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 pub const DELETING: &str = "Deleting";
-
-/// The informer transform for MaasClusters: `spec` and `status` stay whole
-/// (the reconciler reads nearly all of them, and keeps unknown fields in
-/// `extra`), `metadata` is cut to [`METADATA_READ`]. Safe because the
-/// controllers write MaasClusters only with merge patches of named fields or of
-/// the difference between two views of this projection, so a field left out
-/// here is never sent, hence never dropped on the server.
-pub fn project_maas_cluster(obj: &mut Value) {
-    project(
-        obj,
-        &[
-            &METADATA_READ[..],
-            &["/apiVersion", "/kind", "/spec", "/status"],
-        ]
-        .concat(),
-    );
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasCluster {
@@ -198,7 +181,7 @@ mod tests {
                 .unwrap()
                 .remove(dropped);
         }
-        project_maas_cluster(&mut obj);
+        crate::api::meta::project_own_kind(&mut obj);
         assert_eq!(obj, expected);
         let c: MaasCluster = serde_json::from_value(obj).unwrap();
         assert!(c.metadata.is_being_deleted() && c.dns_name() == Some("c-abcdef.maas"));

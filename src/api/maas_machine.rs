@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::conditions::Condition;
 use super::maas_cluster::Initialization;
-use super::meta::{project, ObjectMeta, METADATA_READ};
+use super::meta::ObjectMeta;
 
 pub const KIND: &str = "MaasMachine";
 pub const FINALIZER: &str = "maasmachine.infrastructure.cluster.x-k8s.io";
@@ -42,23 +42,6 @@ pub const NODE_PROVIDER_ID_MISMATCH: &str = "NodeProviderIDMismatch";
 
 /// `failureReason` value (Cluster API `MachineStatusError`).
 pub const UPDATE_MACHINE_ERROR: &str = "UpdateMachineError";
-
-/// The informer transform for MaasMachines: `spec` and `status` stay whole
-/// (the reconciler reads nearly all of them, and keeps unknown fields in
-/// `extra`), `metadata` is cut to [`METADATA_READ`]. Safe because the
-/// controllers write MaasMachines only with merge patches of named fields or of
-/// the difference between two views of this projection, so a field left out
-/// here is never sent, hence never dropped on the server.
-pub fn project_maas_machine(obj: &mut Value) {
-    project(
-        obj,
-        &[
-            &METADATA_READ[..],
-            &["/apiVersion", "/kind", "/spec", "/status"],
-        ]
-        .concat(),
-    );
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasMachine {
@@ -268,7 +251,7 @@ mod tests {
                 .unwrap()
                 .remove(dropped);
         }
-        project_maas_machine(&mut obj);
+        crate::api::meta::project_own_kind(&mut obj);
         assert_eq!(obj, expected);
         let m: MaasMachine = serde_json::from_value(obj).unwrap();
         assert!(m.metadata.extra.is_empty() && m.metadata.has_finalizer(FINALIZER));

@@ -58,6 +58,24 @@ pub const METADATA_READ: [&str; 10] = [
     "/metadata/ownerReferences",
 ];
 
+/// The informer transform for our own kinds (MaasCluster, MaasMachine):
+/// `spec` and `status` stay whole (the reconcilers read nearly all of them,
+/// and keep unknown fields in `extra`), `metadata` is cut to
+/// [`METADATA_READ`]. Safe because the controllers write these objects only
+/// with merge patches of named fields or of the difference between two views
+/// of this projection, so a field left out here is never sent, hence never
+/// dropped on the server.
+pub fn project_own_kind(obj: &mut Value) {
+    project(
+        obj,
+        &[
+            &METADATA_READ[..],
+            &["/apiVersion", "/kind", "/spec", "/status"],
+        ]
+        .concat(),
+    );
+}
+
 /// Keeps only the values at `pointers` (JSON pointers such as
 /// `/spec/bootstrap/dataSecretName`) and the objects leading to them;
 /// everything else in `obj` goes. Values are moved, not copied. No pointer

@@ -79,6 +79,31 @@ pub(crate) fn count_action(kind: ports::Kind, reason: &str) {
 }
 
 impl Context {
+    /// Records an event on one of our objects: logged, sent to the API
+    /// server (de-duplicated there by the recorder) and counted.
+    pub(crate) fn record_event(
+        &self,
+        kind: ports::Kind,
+        meta: &crate::api::ObjectMeta,
+        type_: ports::EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let target = ports::EventTarget {
+            kind,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+        };
+        let key = format!("{} {}/{}", kind.as_str(), meta.namespace, meta.name);
+        match type_ {
+            ports::EventType::Normal => log::info!("{key}: {reason}: {message}"),
+            ports::EventType::Warning => log::warn!("{key}: {reason}: {message}"),
+        }
+        self.kube.event(&target, type_, reason, message);
+        count_action(kind, reason);
+    }
+
     pub(crate) fn now_rfc3339(&self) -> String {
         crate::api::conditions::format_rfc3339(self.clock.now())
     }

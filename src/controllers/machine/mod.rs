@@ -22,7 +22,7 @@ mod tests;
 
 use std::time::Duration;
 
-use super::ports::{EventTarget, EventType, Kind};
+use super::ports::{EventType, Kind};
 use super::{finalizer, status, Context, Error, Next};
 use crate::api::capi::{self, Cluster, Machine};
 use crate::api::conditions::{self, Desired};
@@ -246,19 +246,8 @@ impl<'c> Reconciling<'c> {
     }
 
     fn event(&self, type_: EventType, reason: &str, message: &str) {
-        let meta = &self.mm.metadata;
-        let target = EventTarget {
-            kind: Kind::MaasMachine,
-            namespace: meta.namespace.clone(),
-            name: meta.name.clone(),
-            uid: meta.uid.clone(),
-        };
-        match type_ {
-            EventType::Normal => log::info!("{}: {reason}: {message}", self.key()),
-            EventType::Warning => log::warn!("{}: {reason}: {message}", self.key()),
-        }
-        self.ctx.kube.event(&target, type_, reason, message);
-        super::count_action(Kind::MaasMachine, reason);
+        self.ctx
+            .record_event(Kind::MaasMachine, &self.mm.metadata, type_, reason, message);
     }
 
     fn key(&self) -> String {
