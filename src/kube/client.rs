@@ -857,7 +857,7 @@ fn transport_error(what: &str, e: ureq::Error) -> Error {
 mod tests {
     use super::*;
     use crate::kube::resources::{CONFIG_MAPS, NODES};
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
     use std::thread::JoinHandle;
 
@@ -880,6 +880,19 @@ mod tests {
                     }
                     head.push_str(&line);
                 }
+                // Read the body too: closing a socket with unread bytes in it
+                // makes the kernel send a reset, which can reach the client
+                // before our answer does.
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                let mut body_in = vec![0; length];
+                reader.read_exact(&mut body_in).unwrap();
                 heads.push(head);
                 let mut stream = reader.into_inner();
                 write!(
