@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 pub mod capi;
+pub mod guard;
 pub mod maas_sim;
 pub mod nodes;
 pub mod objects;
