@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use super::inventory::{Inventory, MachineEntry, Settings};
-use crate::maas::MachineStatus;
+use crate::inventory::{Inventory, MachineEntry, Settings};
+use crate::status::Status;
 
 /// A MAAS user behind an API key.
 #[derive(Debug, Clone)]
@@ -87,7 +87,7 @@ pub struct Machine {
     pub power_type: String,
     pub description: String,
 
-    pub status: MachineStatus,
+    pub status: Status,
     pub status_message: Option<String>,
     pub power_state: String,
     pub owner: Option<String>,
@@ -106,7 +106,7 @@ pub struct Machine {
     /// Set by the test control: the next (or current) deployment fails.
     pub fail_deployment: bool,
     /// Status before Broken, for mark_fixed.
-    pub status_before_broken: Option<MachineStatus>,
+    pub status_before_broken: Option<Status>,
     pub hardware_uuid: String,
 }
 
@@ -382,11 +382,10 @@ impl World {
             return Err(format!("duplicate system_id {system_id}"));
         }
         let status = match &m.status {
-            Some(name) => match MachineStatus::from_name(name) {
-                MachineStatus::Other(_) => return Err(format!("unknown status {name}")),
-                s => s,
-            },
-            None => MachineStatus::Ready,
+            Some(name) => {
+                Status::from_name(name).ok_or_else(|| format!("unknown status {name}"))?
+            }
+            None => Status::Ready,
         };
         for tag in &m.tags {
             if !self.tags.contains(tag) {
@@ -395,7 +394,7 @@ impl World {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let deployed_like = matches!(status, MachineStatus::Deployed | MachineStatus::Deploying);
+        let deployed_like = matches!(status, Status::Deployed | Status::Deploying);
         self.machines.push(Machine {
             seq,
             system_id: system_id.clone(),
@@ -499,11 +498,11 @@ impl World {
                 Pending::Deploy => {
                     if m.fail_deployment {
                         m.fail_deployment = false;
-                        m.status = MachineStatus::FailedDeployment;
+                        m.status = Status::FailedDeployment;
                         m.status_message = Some("Failed deployment".into());
                         m.power_state = "off".into();
                     } else {
-                        m.status = MachineStatus::Deployed;
+                        m.status = Status::Deployed;
                         m.status_message = Some("Deployed".into());
                     }
                 }
@@ -637,7 +636,7 @@ impl World {
         let mut candidates: Vec<usize> = (0..self.machines.len())
             .filter(|&i| {
                 let m = &self.machines[i];
-                m.status == MachineStatus::Ready
+                m.status == Status::Ready
                     && !m.locked
                     && self.visible(m, user)
                     && cpu.is_none_or(|c| f64::from(m.cpu_count) >= c)
@@ -683,7 +682,7 @@ impl World {
             return Ok(index);
         }
         let m = &mut self.machines[index];
-        m.status = MachineStatus::Allocated;
+        m.status = Status::Allocated;
         m.owner = Some(user.username.clone());
         m.agent_name = one("agent_name").unwrap_or_default();
         m.status_message = Some(format!(
@@ -704,13 +703,8 @@ impl World {
             .boot_resources
             .iter()
             .filter_map(|b| {
-                let canonical = crate::maas::canonical_name(&crate::maas::BootResource {
-                    name: b.name.clone(),
-                    kind: b.kind.clone(),
-                    ..Default::default()
-                })?;
-                let (os, series) = canonical.split_once('/')?;
-                Some((os.to_owned(), series.to_owned(), b.architecture.clone()))
+                let (os, series) = deployable_os_release(b)?;
+                Some((os, series, b.architecture.clone()))
             })
             .collect();
         choices.sort();
@@ -758,12 +752,12 @@ impl World {
         };
         let m = &self.machines[index];
         match m.status {
-            MachineStatus::Ready => {
+            Status::Ready => {
                 if m.owner.as_deref().is_some_and(|o| o != user.username) {
                     return fail(409, "Can't allocate a machine belonging to another user.");
                 }
             }
-            MachineStatus::Allocated => {
+            Status::Allocated => {
                 if m.owner.as_deref() != Some(&user.username) && !user.is_superuser {
                     return Err(Failure::Text(403, String::new()));
                 }
@@ -825,7 +819,7 @@ impl World {
         }
         let deploy_for = Duration::from_secs_f64(self.settings.deploy_seconds.max(0.0));
         let m = &mut self.machines[index];
-        if m.status == MachineStatus::Ready {
+        if m.status == Status::Ready {
             m.owner = Some(user.username.clone());
         }
         if let Some(agent) = one("agent_name") {
@@ -863,7 +857,7 @@ impl World {
         if m.locked {
             return Err(Failure::Text(403, String::new()));
         }
-        use MachineStatus::*;
+        use Status::*;
         match m.status {
             Ready | Releasing => return Ok(()),
             Allocated | Reserved | Broken | Deploying | Deployed | FailedDeployment
@@ -918,7 +912,7 @@ impl World {
         if owner != user.username && !user.is_superuser {
             return Err(Failure::Text(403, String::new()));
         }
-        if m.status == MachineStatus::Allocated {
+        if m.status == Status::Allocated {
             // MAAS starts a deployment with the defaults (deploy records
             // the comment).
             let defaults: Vec<(String, String)> = params
@@ -984,7 +978,7 @@ impl World {
 
     pub fn abort(&mut self, index: usize) -> Outcome<()> {
         let m = &mut self.machines[index];
-        if m.status != MachineStatus::Deploying {
+        if m.status != Status::Deploying {
             return fail(
                 409,
                 format!(
@@ -994,7 +988,7 @@ impl World {
                 ),
             );
         }
-        m.status = MachineStatus::Allocated;
+        m.status = Status::Allocated;
         m.pending = None;
         m.power_state = "off".into();
         Ok(())
@@ -1002,22 +996,22 @@ impl World {
 
     pub fn mark_broken(&mut self, index: usize) {
         let m = &mut self.machines[index];
-        if m.status != MachineStatus::Broken {
-            m.status_before_broken = Some(m.status.clone());
+        if m.status != Status::Broken {
+            m.status_before_broken = Some(m.status);
         }
-        m.status = MachineStatus::Broken;
+        m.status = Status::Broken;
         m.status_message = Some("Marked broken".into());
         m.pending = None;
     }
 
     pub fn mark_fixed(&mut self, index: usize) -> Outcome<()> {
         let m = &mut self.machines[index];
-        if m.status != MachineStatus::Broken {
+        if m.status != Status::Broken {
             return fail(409, "Can't mark a non-broken node as 'Ready'.");
         }
         m.status = match m.status_before_broken.take() {
-            Some(MachineStatus::Deployed) => MachineStatus::Deployed,
-            _ => MachineStatus::Ready,
+            Some(Status::Deployed) => Status::Deployed,
+            _ => Status::Ready,
         };
         Ok(())
     }
@@ -1255,7 +1249,7 @@ impl World {
     pub fn fail_deployment(&mut self, index: usize) {
         let m = &mut self.machines[index];
         m.fail_deployment = true;
-        if m.status == MachineStatus::Deploying {
+        if m.status == Status::Deploying {
             m.pending = Some((Pending::Deploy, Instant::now()));
             self.advance(Instant::now());
         }
@@ -1308,8 +1302,27 @@ impl World {
     }
 }
 
+/// The `(osystem, release)` a boot resource offers to deploy. Synced images
+/// are named `os/release`; uploaded custom images are stored without their
+/// `custom/` (a bare name is a custom release, as MAAS lists them); the
+/// bootloaders (`grub-*`, `pxelinux`, `uboot`) are boot resources one cannot
+/// deploy.
+fn deployable_os_release(b: &BootResourceRec) -> Option<(String, String)> {
+    let name = b.name.trim();
+    match name.split_once('/') {
+        Some((os, _))
+            if os.starts_with("grub") || os.starts_with("pxelinux") || os.starts_with("uboot") =>
+        {
+            None
+        }
+        Some((os, release)) => Some((os.to_owned(), release.to_owned())),
+        None if !name.is_empty() => Some(("custom".to_owned(), name.to_owned())),
+        None => None,
+    }
+}
+
 fn start_deployment(m: &mut Machine, deploy_for: Duration) {
-    m.status = MachineStatus::Deploying;
+    m.status = Status::Deploying;
     m.status_message = Some("Deploying".into());
     m.power_state = "on".into();
     m.ip_addresses = m.configured_ips.clone();
@@ -1317,7 +1330,7 @@ fn start_deployment(m: &mut Machine, deploy_for: Duration) {
 }
 
 fn finish_release(m: &mut Machine) {
-    m.status = MachineStatus::Ready;
+    m.status = Status::Ready;
     m.status_message = Some("Released".into());
     m.power_state = "off".into();
     m.owner = None;

@@ -3,10 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::http::{Request, Response};
-use super::render;
-use super::world::{now_unix, Failure, Outcome, User, World};
-use crate::maas::MachineStatus;
+use crate::http::{Request, Response};
+use crate::render;
+use crate::status::Status;
+use crate::world::{now_unix, Failure, Outcome, User, World};
 
 /// The `/MAAS/api/2.0/` path split into its resource pattern and id.
 pub struct Route {
@@ -48,7 +48,7 @@ fn oauth_params(header: &str) -> Option<Vec<(String, String)>> {
                 let (k, v) = pair.trim().split_once('=')?;
                 Some((
                     k.trim().to_owned(),
-                    super::http::percent_decode(v.trim().trim_matches('"'), false),
+                    crate::http::percent_decode(v.trim().trim_matches('"'), false),
                 ))
             })
             .collect(),
@@ -303,7 +303,7 @@ fn dispatch(
             }
         }
         (["zones"], "GET", None) => {
-            let mut zones: Vec<&super::world::Named> = world.zones.iter().collect();
+            let mut zones: Vec<&crate::world::Named> = world.zones.iter().collect();
             zones.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(Response::json(
                 200,
@@ -485,8 +485,7 @@ fn list_machines(
         .filter(|m| world.visible(m, user))
         .filter(|m| {
             !allocated_only
-                || (m.status == MachineStatus::Allocated
-                    && m.owner.as_deref() == Some(&user.username))
+                || (m.status == Status::Allocated && m.owner.as_deref() == Some(&user.username))
         })
         .filter(|m| any_of("id", &m.system_id))
         .filter(|m| any_of("hostname", &m.hostname))
@@ -494,7 +493,7 @@ fn list_machines(
         .filter(|m| any_of("zone", &m.zone))
         .filter(|m| any_of("pool", &m.pool))
         .filter(|m| any_of("agent_name", &m.agent_name))
-        .filter(|m| any_of("status", m.status.filter_name().unwrap_or("")))
+        .filter(|m| any_of("status", m.status.filter_word()))
         .filter(|m| any_of("power_state", &m.power_state))
         .filter(|m| any_of("mac_address", &m.mac_address))
         .filter(|m| any_of("owner", m.owner.as_deref().unwrap_or("")))
@@ -514,7 +513,7 @@ fn bulk_release(world: &mut World, user: &User, params: &[(String, String)]) -> 
     for id in &ids {
         indexes.push(world.machine_index(id)?);
     }
-    use MachineStatus::*;
+    use Status::*;
     let bad: Vec<String> = indexes
         .iter()
         .map(|&i| &world.machines[i])
@@ -617,7 +616,7 @@ fn machine_call(
         ("POST", Some("lock" | "unlock")) => {
             let lock = op == Some("lock");
             let m = &mut world.machines[index];
-            if lock && !matches!(m.status, MachineStatus::Deployed | MachineStatus::Deploying) {
+            if lock && !matches!(m.status, Status::Deployed | Status::Deploying) {
                 return Err(Failure::Text(
                     409,
                     "Can't lock, node is not deployed or deploying".into(),
