@@ -12,10 +12,8 @@ use capmaas::maas::{
 use serde_json::json;
 use support::maas_sim::MaasSim;
 
-const SIM: &str = env!("CARGO_BIN_EXE_maas-sim");
-
 fn sim() -> MaasSim {
-    MaasSim::start(SIM, None)
+    MaasSim::start(None)
 }
 
 fn allocate_cp(client: &Client, agent: &str) -> capmaas::maas::Machine {
@@ -467,7 +465,7 @@ fn power_update_owner_data_and_not_found() {
 
 #[test]
 fn release_of_deployed_machine_goes_through_releasing() {
-    let sim = MaasSim::start_with_args(SIM, None, &["--release-seconds", "600"]);
+    let sim = MaasSim::start_with_args(None, &["--release-seconds", "600"]);
     let client = sim.client();
     let host = allocate_cp(&client, "r");
     client

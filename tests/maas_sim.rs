@@ -1,5 +1,7 @@
 //! maas-sim on the wire: the answers real MAAS gives, checked with raw HTTP
-//! rather than through our client (which would hide some of them).
+//! rather than through our client (which would hide some of them). The
+//! binary's command line is tested in its own package
+//! (`tests/maas-sim/tests/cli.rs`).
 
 mod support;
 
@@ -8,8 +10,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use capmaas::maas::ApiKey;
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
-
-const SIM: &str = env!("CARGO_BIN_EXE_maas-sim");
 
 struct Raw {
     agent: ureq::Agent,
@@ -112,27 +112,12 @@ impl Raw {
 #[test]
 fn story_inventory_file_is_the_embedded_default() {
     let on_disk = std::fs::read_to_string(support::maas_sim::story_inventory_path()).unwrap();
-    assert_eq!(on_disk, capmaas::sim::DEFAULT_INVENTORY);
-    let printed = std::process::Command::new(SIM)
-        .arg("--print-default-inventory")
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8(printed.stdout).unwrap(), on_disk);
-}
-
-#[test]
-fn bad_arguments_fail_with_usage() {
-    let out = std::process::Command::new(SIM)
-        .arg("--bogus")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: maas-sim"));
+    assert_eq!(on_disk, maas_sim::DEFAULT_INVENTORY);
 }
 
 #[test]
 fn paths_ops_and_anonymous_calls() {
-    let sim = MaasSim::start(SIM, None);
+    let sim = MaasSim::start(None);
     let raw = Raw::new(&sim);
 
     let a = raw.signed("GET", "zones", None);
@@ -187,7 +172,7 @@ fn paths_ops_and_anonymous_calls() {
 
 #[test]
 fn multipart_bodies_are_accepted() {
-    let sim = MaasSim::start(SIM, None);
+    let sim = MaasSim::start(None);
     let raw = Raw::new(&sim);
     let body = "--BOUNDARY\r\nContent-Disposition: form-data; name=\"pool\"\r\n\r\nworker-pool\r\n\
                 --BOUNDARY\r\nContent-Disposition: form-data; name=\"tags\"\r\n\r\nworker\r\n\
@@ -208,7 +193,7 @@ fn multipart_bodies_are_accepted() {
 
 #[test]
 fn oauth_nonce_replay_stale_timestamp_and_wrong_method() {
-    let sim = MaasSim::start(SIM, None);
+    let sim = MaasSim::start(None);
     let raw = Raw::new(&sim);
     let header = raw.key.authorization_header_with("fixed-nonce-1", now());
     assert_eq!(
@@ -264,7 +249,7 @@ fn oauth_nonce_replay_stale_timestamp_and_wrong_method() {
 
 #[test]
 fn machine_json_has_every_key_of_real_maas() {
-    let sim = MaasSim::start(SIM, None);
+    let sim = MaasSim::start(None);
     let raw = Raw::new(&sim);
     let machine = raw
         .signed("POST", "machines/?op=allocate", Some("pool=cp-pool"))
@@ -321,7 +306,6 @@ impl PathBufs {
 #[test]
 fn deployment_completes_on_its_own() {
     let sim = MaasSim::start_with_args(
-        SIM,
         None,
         &["--deploy-seconds", "0.2", "--release-seconds", "0.2"],
     );
@@ -359,15 +343,12 @@ fn wait_for(sim: &MaasSim, system_id: &str, want: &str) -> String {
 
 #[test]
 fn controls_add_remove_and_state() {
-    let sim = MaasSim::start(
-        SIM,
-        Some(&json!({
-            "api_keys": [{"key": "ck:tk:secretsecret"}],
-            "zones": [{"name": "z1"}],
-            "boot_resources": [{"name": "ubuntu/jammy", "architecture": "amd64/ga-22.04"}],
-            "machines": [{"hostname": "only-one", "zone": "z1", "ip_addresses": ["192.0.2.10"]}]
-        })),
-    );
+    let sim = MaasSim::start(Some(&json!({
+        "api_keys": [{"key": "ck:tk:secretsecret"}],
+        "zones": [{"name": "z1"}],
+        "boot_resources": [{"name": "ubuntu/jammy", "architecture": "amd64/ga-22.04"}],
+        "machines": [{"hostname": "only-one", "zone": "z1", "ip_addresses": ["192.0.2.10"]}]
+    })));
     let client = sim.client();
     assert_eq!(client.machines(&Default::default()).unwrap().len(), 1);
     let id = sim.add_machine(json!({"hostname": "extra", "cpu_count": 2, "memory": 2048}));

@@ -16,9 +16,9 @@
 
 use serde_json::{json, Value};
 
-use super::http::{Request, Response};
-use super::inventory::MachineEntry;
-use super::world::{Fault, World};
+use crate::http::{Request, Response};
+use crate::inventory::MachineEntry;
+use crate::world::{Fault, World};
 
 fn bad(message: impl Into<String>) -> Response {
     Response::json(400, &json!({"error": message.into()}))

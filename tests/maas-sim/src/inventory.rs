@@ -17,8 +17,9 @@
 
 use serde::Deserialize;
 
-/// The built-in inventory (also at `tests/inventory/story.json`).
-pub const DEFAULT_INVENTORY: &str = include_str!("default_inventory.json");
+/// The built-in inventory: the story lab's, `tests/inventory/story.json`
+/// (this package lives in `tests/maas-sim/`; one file, not a copy).
+pub const DEFAULT_INVENTORY: &str = include_str!("../../inventory/story.json");
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
-use super::world::{BootResourceRec, DnsRec, DomainRec, Machine, Named, World};
-use crate::maas::MachineStatus;
+use crate::status::Status;
+use crate::world::{BootResourceRec, DnsRec, DomainRec, Machine, Named, World};
 
 const API: &str = "/MAAS/api/2.0";
 
@@ -179,7 +179,7 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         "address_ttl": null,
         "physicalblockdevice_set": disks,
         "storage": storage_mb,
-        "netboot": !matches!(m.status, MachineStatus::Deployed),
+        "netboot": !matches!(m.status, Status::Deployed),
         "cpu_test_status": passed, "cpu_test_status_name": passed_name,
         "memory_test_status": passed, "memory_test_status_name": passed_name,
         "network_test_status": passed, "network_test_status_name": passed_name,

@@ -3,10 +3,11 @@
 
 use serde_json::{json, Value};
 
-use super::http::{Request, Response};
-use super::render;
-use super::world::{now_unix, Failure, Outcome, User, World};
-use crate::maas::MachineStatus;
+use crate::http::{Request, Response};
+use crate::render;
+
+mod machines;
+use crate::world::{now_unix, Failure, Outcome, User, World};
 
 /// The `/MAAS/api/2.0/` path split into its resource pattern and id.
 pub struct Route {
@@ -48,7 +49,7 @@ fn oauth_params(header: &str) -> Option<Vec<(String, String)>> {
                 let (k, v) = pair.trim().split_once('=')?;
                 Some((
                     k.trim().to_owned(),
-                    super::http::percent_decode(v.trim().trim_matches('"'), false),
+                    crate::http::percent_decode(v.trim().trim_matches('"'), false),
                 ))
             })
             .collect(),
@@ -233,17 +234,19 @@ fn dispatch(
                 .collect();
             Ok(Response::json(200, &json!(users)))
         }
-        (["machines"], "GET", None) => list_machines(world, user, params, false),
-        (["machines"], "GET", Some("list_allocated")) => list_machines(world, user, params, true),
+        (["machines"], "GET", None) => machines::list_machines(world, user, params, false),
+        (["machines"], "GET", Some("list_allocated")) => {
+            machines::list_machines(world, user, params, true)
+        }
         (["machines"], "POST", Some("allocate")) => {
             let index = world.allocate(user, params)?;
             let mut v = render::machine(world, &world.machines[index]);
             v["constraints_by_type"] = json!({});
             Ok(Response::json(200, &v))
         }
-        (["machines"], "POST", Some("release")) => bulk_release(world, user, params),
+        (["machines"], "POST", Some("release")) => machines::bulk_release(world, user, params),
         (["machines"], _, _) => unknown_op(req, op),
-        (["machines", id], _, _) => machine_call(world, user, req, id, op, params),
+        (["machines", id], _, _) => machines::machine_call(world, user, req, id, op, params),
         (["dnsresources"], "GET", None) => {
             let found = world.list_dns(params)?;
             let list: Vec<Value> = found
@@ -303,7 +306,7 @@ fn dispatch(
             }
         }
         (["zones"], "GET", None) => {
-            let mut zones: Vec<&super::world::Named> = world.zones.iter().collect();
+            let mut zones: Vec<&crate::world::Named> = world.zones.iter().collect();
             zones.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(Response::json(
                 200,
@@ -443,202 +446,6 @@ fn is_known_collection(name: &str) -> bool {
             | "boot-resources"
             | "tags"
     )
-}
-
-fn list_machines(
-    world: &World,
-    user: &User,
-    params: &[(String, String)],
-    allocated_only: bool,
-) -> Outcome<Response> {
-    // The filters the simulator implements. Real MAAS knows more (not_*,
-    // arch, cpu_count ...); refusing them here is better than ignoring them.
-    #[rustfmt::skip]
-    const KNOWN: &[&str] = &[
-        "id", "hostname", "mac_address", "domain", "zone", "pool", "agent_name", "status",
-        "tags", "owner", "power_state",
-    ];
-    let mut bad = serde_json::Map::new();
-    for (k, _) in params {
-        if !KNOWN.contains(&k.as_str()) {
-            bad.insert(k.clone(), json!(["No such constraint."]));
-        }
-    }
-    if !bad.is_empty() {
-        return Err(Failure::Fields(400, Value::Object(bad)));
-    }
-    let all = |key: &str| -> Vec<&str> {
-        params
-            .iter()
-            .filter(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    };
-    let any_of = |key: &str, value: &str| {
-        let wanted = all(key);
-        wanted.is_empty() || wanted.contains(&value)
-    };
-    let tags = all("tags");
-    let list: Vec<Value> = world
-        .machines
-        .iter()
-        .filter(|m| world.visible(m, user))
-        .filter(|m| {
-            !allocated_only
-                || (m.status == MachineStatus::Allocated
-                    && m.owner.as_deref() == Some(&user.username))
-        })
-        .filter(|m| any_of("id", &m.system_id))
-        .filter(|m| any_of("hostname", &m.hostname))
-        .filter(|m| any_of("domain", world.domain_name(m.domain_id)))
-        .filter(|m| any_of("zone", &m.zone))
-        .filter(|m| any_of("pool", &m.pool))
-        .filter(|m| any_of("agent_name", &m.agent_name))
-        .filter(|m| any_of("status", m.status.filter_name().unwrap_or("")))
-        .filter(|m| any_of("power_state", &m.power_state))
-        .filter(|m| any_of("mac_address", &m.mac_address))
-        .filter(|m| any_of("owner", m.owner.as_deref().unwrap_or("")))
-        .filter(|m| tags.iter().all(|t| m.tags.iter().any(|x| x == t)))
-        .map(|m| render::machine(world, m))
-        .collect();
-    Ok(Response::json(200, &json!(list)))
-}
-
-fn bulk_release(world: &mut World, user: &User, params: &[(String, String)]) -> Outcome<Response> {
-    let ids: Vec<String> = params
-        .iter()
-        .filter(|(k, _)| k == "machines")
-        .map(|(_, v)| v.clone())
-        .collect();
-    let mut indexes = Vec::new();
-    for id in &ids {
-        indexes.push(world.machine_index(id)?);
-    }
-    use MachineStatus::*;
-    let bad: Vec<String> = indexes
-        .iter()
-        .map(|&i| &world.machines[i])
-        .filter(|m| {
-            !matches!(
-                m.status,
-                Ready
-                    | Releasing
-                    | Allocated
-                    | Reserved
-                    | Broken
-                    | Deploying
-                    | Deployed
-                    | FailedDeployment
-                    | FailedDiskErasing
-                    | FailedReleasing
-            )
-        })
-        .map(|m| format!("{} ('{}')", m.system_id, m.status.name()))
-        .collect();
-    if !bad.is_empty() {
-        return Err(Failure::Text(
-            409,
-            format!(
-                "Machine(s) cannot be released in their current state: {}.",
-                bad.join(", ")
-            ),
-        ));
-    }
-    let comment: Vec<(String, String)> = params
-        .iter()
-        .filter(|(k, _)| k == "comment")
-        .cloned()
-        .collect();
-    for &i in &indexes {
-        world.release(i, user, &comment)?;
-    }
-    Ok(Response::json(200, &json!(ids)))
-}
-
-fn machine_call(
-    world: &mut World,
-    user: &User,
-    req: &Request,
-    id: &str,
-    op: Option<&str>,
-    params: &[(String, String)],
-) -> Outcome<Response> {
-    let index = world.machine_index(id)?;
-    if !world.visible(&world.machines[index], user) {
-        return Err(Failure::Text(403, String::new()));
-    }
-    let machine_json = |w: &World| Ok(Response::json(200, &render::machine(w, &w.machines[index])));
-    match (req.method.as_str(), op) {
-        ("GET", None) => machine_json(world),
-        ("GET", Some("query_power_state")) => Ok(Response::json(
-            200,
-            &json!({"state": world.machines[index].power_state}),
-        )),
-        ("POST", Some("deploy")) => {
-            world.deploy(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("release")) => {
-            world.release(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("power_on")) => {
-            world.power_on(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("power_off")) => {
-            world.power_off(index, user)?;
-            if world.machines[index].power_type == "manual" {
-                return Ok(Response::json(200, &Value::Null));
-            }
-            machine_json(world)
-        }
-        ("POST", Some("set_owner_data" | "set_workload_annotations")) => {
-            world.set_owner_data(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("abort")) => {
-            world.abort(index)?;
-            machine_json(world)
-        }
-        ("POST", Some("mark_broken")) => {
-            let m = &world.machines[index];
-            if m.owner.as_deref().is_some_and(|o| o != user.username) {
-                return Err(Failure::Text(403, String::new()));
-            }
-            world.mark_broken(index);
-            machine_json(world)
-        }
-        ("POST", Some("mark_fixed")) => {
-            admin_only(user)?;
-            world.mark_fixed(index)?;
-            machine_json(world)
-        }
-        ("POST", Some("lock" | "unlock")) => {
-            let lock = op == Some("lock");
-            let m = &mut world.machines[index];
-            if lock && !matches!(m.status, MachineStatus::Deployed | MachineStatus::Deploying) {
-                return Err(Failure::Text(
-                    409,
-                    "Can't lock, node is not deployed or deploying".into(),
-                ));
-            }
-            m.locked = lock;
-            machine_json(world)
-        }
-        ("PUT", None) => {
-            admin_only(user).map_err(|_| Failure::Text(403, String::new()))?;
-            world.update_machine(index, params)?;
-            machine_json(world)
-        }
-        ("DELETE", None) => {
-            admin_only(user).map_err(|_| Failure::Text(403, String::new()))?;
-            world.machines.remove(index);
-            Ok(Response::empty(204))
-        }
-        (_, Some(_)) => unknown_op(req, op),
-        (_, None) => not_allowed(),
-    }
 }
 
 #[cfg(test)]
