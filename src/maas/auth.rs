@@ -119,7 +119,7 @@ impl fmt::Display for ApiKey {
 /// exposes the secret to anyone who can read the traffic.
 fn new_nonce() -> String {
     let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
+    if getrandom::getrandom(&mut bytes).is_err() {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()

@@ -695,7 +695,7 @@ fn backoff(attempt: u32) -> Duration {
     let exp = BASE_BACKOFF.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
     let capped = exp.min(MAX_BACKOFF);
     let mut byte = [0u8; 1];
-    let jitter = if getrandom::fill(&mut byte).is_ok() {
+    let jitter = if getrandom::getrandom(&mut byte).is_ok() {
         f64::from(byte[0]) / 255.0 * 0.5 + 0.75
     } else {
         1.0
