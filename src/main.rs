@@ -25,7 +25,7 @@ use capmaas::runtime::{
     self, Action, Event, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
     Leadership, ObjectKey, Shutdown, WorkQueue,
 };
-use capmaas::serve::{self, Health};
+use capmaas::serve::{self, Health, Routes};
 use serde_json::Value;
 
 const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical MAAS
@@ -558,19 +558,29 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
 
     let health = Arc::new(Health::new());
-    // Every route is served on every address, so one address serves both.
-    let metrics_address = config
-        .metrics_bind_address
-        .filter(|m| Some(*m) != config.health_probe_bind_address);
-    for (what, addr) in [
-        ("health probes", config.health_probe_bind_address),
-        ("metrics", metrics_address),
-    ] {
-        if let Some(addr) = addr {
-            let (bound, _thread) =
-                serve::start(addr, health.clone()).map_err(|e| format!("{what} on {addr}: {e}"))?;
-            log::info!("serving {what} on {bound}");
+    // Each listener serves only its own routes; one address given for both
+    // serves both.
+    let listeners = match (
+        config.health_probe_bind_address,
+        config.metrics_bind_address,
+    ) {
+        (Some(probes), Some(metrics)) if probes == metrics => {
+            vec![(
+                "health probes and metrics",
+                probes,
+                Routes::Both(health.clone()),
+            )]
         }
+        (probes, metrics) => probes
+            .map(|a| ("health probes", a, Routes::Probes(health.clone())))
+            .into_iter()
+            .chain(metrics.map(|a| ("metrics", a, Routes::Metrics)))
+            .collect(),
+    };
+    for (what, addr, routes) in listeners {
+        let (bound, _thread) =
+            serve::start(addr, routes).map_err(|e| format!("{what} on {addr}: {e}"))?;
+        log::info!("serving {what} on {bound}");
     }
 
     let identity = runtime::default_identity();
