@@ -448,7 +448,7 @@ fn maas_client(config: &Config) -> Result<maas::Client, String> {
         client_config.extra_ca_pem = Some(pem);
     }
     maas::Client::new(client_config)
-        .map_err(|e| format!("MAAS client for {}: {e}", endpoint.trim()))
+        .map_err(|e| format!("MAAS client for {}: {e}", maas::redact_url(endpoint.trim())))
 }
 
 fn main() -> ExitCode {

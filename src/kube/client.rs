@@ -14,15 +14,11 @@ use ureq::{AsSendBody, Body};
 
 use super::config::{self, Auth, Config};
 use super::error::{self, Error};
+use super::limit::{self, MAX_SMALL_BODY};
 use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
 
-/// Largest response body we read (lists of big objects, e.g. Secrets).
-/// ureq's own default cap is 10 MB.
-const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
-/// Largest error body we read: a `Status` is small.
-const MAX_ERROR_BODY_BYTES: u64 = 64 * 1024;
 /// client-go's file token source re-reads the token this often.
 const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
 /// Page size when [`ListParams::limit`] is unset (client-go's pager default).
@@ -156,6 +152,8 @@ pub struct Client {
 struct Inner {
     agent: ureq::Agent,
     server: String,
+    /// See [`Config::max_object_bytes`].
+    max_object_bytes: u64,
     namespace: Option<String>,
     auth: Auth,
     token_cache: Mutex<Option<CachedToken>>,
@@ -211,6 +209,7 @@ impl Client {
             inner: Arc::new(Inner {
                 agent,
                 server: config.server,
+                max_object_bytes: config.max_object_bytes,
                 namespace: config.namespace,
                 auth: config.auth,
                 token_cache: Mutex::new(None),
@@ -281,17 +280,20 @@ impl Client {
                 if let Some(token) = &continue_token {
                     query.push(("continue", token.clone()));
                 }
-                let page: ListPage = match self.json(Method::GET, path.clone(), query, None) {
-                    Err(e) if e.is_gone() && continue_token.is_some() => {
-                        if restarts >= MAX_LIST_RESTARTS {
-                            return Err(e);
+                let page_size = p.limit.unwrap_or(DEFAULT_PAGE_SIZE);
+                let page_limit = limit::list_page_limit(page_size, self.inner.max_object_bytes);
+                let page: ListPage =
+                    match self.json_limited(Method::GET, path.clone(), query, None, page_limit) {
+                        Err(e) if e.is_gone() && continue_token.is_some() => {
+                            if restarts >= MAX_LIST_RESTARTS {
+                                return Err(e);
+                            }
+                            restarts += 1;
+                            log::debug!("{}: continue token expired, listing again", path);
+                            continue 'restart;
                         }
-                        restarts += 1;
-                        log::debug!("{}: continue token expired, listing again", path);
-                        continue 'restart;
-                    }
-                    result => result?,
-                };
+                        result => result?,
+                    };
                 items.extend(
                     page.items
                         .unwrap_or_default()
@@ -339,8 +341,13 @@ impl Client {
             what: &what,
         })?;
         let response = self.check(&what, response)?;
-        let reader = response.into_body().into_reader();
-        Ok(WatchStream::new(what, Box::new(reader)))
+        // The stream is unbounded by nature; each event is not.
+        let (reader, mark) = limit::per_event(
+            response.into_body().into_reader(),
+            self.inner.max_object_bytes,
+        );
+        let what = format!("{what} (from {})", self.inner.server);
+        Ok(WatchStream::new(what, Box::new(reader), mark))
     }
 
     /// Creates `obj` (POST to the collection). `AlreadyExists` if taken.
@@ -529,10 +536,10 @@ impl Client {
         let body = response
             .into_body()
             .into_with_config()
-            .limit(MAX_ERROR_BODY_BYTES)
+            .limit(MAX_SMALL_BODY)
             .lossy_utf8(true)
             .read_to_string()
-            .map_err(|e| transport_error(&what, e))?;
+            .map_err(|e| self.body_error(&what, e, MAX_SMALL_BODY))?;
         Ok((status, body))
     }
 
@@ -556,14 +563,26 @@ impl Client {
         }
     }
 
-    /// Sends and decodes a JSON answer (an empty body reads as `null`);
-    /// non-2xx become errors.
+    /// Sends and decodes a JSON answer of one object (an empty body reads as
+    /// `null`); non-2xx become errors.
     fn json<T: DeserializeOwned>(
         &self,
         method: Method,
         path: String,
         query: Vec<(&'static str, String)>,
         body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<T, Error> {
+        self.json_limited(method, path, query, body, self.inner.max_object_bytes)
+    }
+
+    /// [`json`](Client::json) with a body of up to `limit` decoded bytes.
+    fn json_limited<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: String,
+        query: Vec<(&'static str, String)>,
+        body: Option<(&'static str, Vec<u8>)>,
+        limit: u64,
     ) -> Result<T, Error> {
         let what = format!("{method} {path}");
         let response = self.send(Request {
@@ -578,9 +597,9 @@ impl Client {
         let bytes = response
             .into_body()
             .into_with_config()
-            .limit(MAX_BODY_BYTES)
+            .limit(limit)
             .read_to_vec()
-            .map_err(|e| transport_error(&what, e))?;
+            .map_err(|e| self.body_error(&what, e, limit))?;
         let bytes = if bytes.is_empty() {
             b"null".to_vec()
         } else {
@@ -590,6 +609,24 @@ impl Client {
             request: what,
             message: e.to_string(),
         })
+    }
+
+    /// A failure while reading a body: over `limit` names the server and is
+    /// a [`Error::Decode`] (not transient: the same call brings the same
+    /// body); anything else is classified as a transport failure.
+    fn body_error(&self, what: &str, e: ureq::Error, limit: u64) -> Error {
+        match e {
+            ureq::Error::BodyExceedsLimit(_) => Error::Decode {
+                request: what.to_string(),
+                message: format!(
+                    "{} sent more than {} (after decompression), more than this call \
+                     can return; not read further",
+                    self.inner.server,
+                    limit::human(limit)
+                ),
+            },
+            other => transport_error(what, other),
+        }
     }
 
     /// The one place a request goes out: URL, credential, deadline, send,
@@ -691,7 +728,7 @@ impl Client {
         let body = response
             .into_body()
             .into_with_config()
-            .limit(MAX_ERROR_BODY_BYTES)
+            .limit(MAX_SMALL_BODY)
             .read_to_vec()
             .unwrap_or_default();
         Err(error::from_status(

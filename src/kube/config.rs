@@ -20,6 +20,7 @@ use serde::Deserialize;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 
 use super::error::Error;
+use super::limit::DEFAULT_MAX_OBJECT_BYTES;
 
 /// The service-account directory kubelet mounts into every pod.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -41,6 +42,11 @@ pub struct Config {
     /// Budget for each non-watch request (see [`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
     pub connect_timeout: Duration,
+    /// Largest single object read (see [`DEFAULT_MAX_OBJECT_BYTES`]); a
+    /// watch event may be this large, a list page its size times 128 KiB.
+    /// Set lower for peers that only answer small calls, such as workload
+    /// clusters reached through a user-supplied kubeconfig.
+    pub max_object_bytes: u64,
     pub(crate) root_certs: Vec<Certificate<'static>>,
     pub(crate) client_cert: Option<ClientCert>,
     /// Only ever true when a kubeconfig says `insecure-skip-tls-verify: true`.
@@ -72,6 +78,7 @@ impl fmt::Debug for Config {
             .field("namespace", &self.namespace)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("max_object_bytes", &self.max_object_bytes)
             .field("root_certs", &self.root_certs.len())
             .field("client_cert", &self.client_cert.is_some())
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
@@ -93,6 +100,7 @@ impl Config {
             namespace: None,
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             root_certs,
             client_cert: None,
             insecure_skip_tls_verify: false,

@@ -19,7 +19,8 @@
 //!                                           base_dir None => file references refused
 //! Config::in_cluster()                      token file re-read every 60 s and after a 401
 //! Config::new(server, ca_pem).with_bearer_token(t)
-//! pub fields: server, namespace, timeout (30 s), connect_timeout (10 s)
+//! pub fields: server, namespace, timeout (30 s), connect_timeout (10 s),
+//!            max_object_bytes (4 MiB; workload clusters get less)
 //!
 //! Client::new(Config) -> Result<Client>     Clone + Send + Sync, shares one ureq Agent
 //! client.with_timeout(Duration) -> Client   same connections, other per-request deadline
@@ -70,12 +71,21 @@
 //! }
 //! ```
 //!
+//! # Limits
+//!
+//! Every body read is capped by what that call can return, counted after
+//! gzip decoding: one object `max_object_bytes`, a list page its `limit` x
+//! 128 KiB (at least one object), one watch event `max_object_bytes`, error
+//! and non-resource bodies 64 KiB. Over the cap is `Error::Decode` naming
+//! the server and the limit (see `limit.rs`).
+//!
 //! The watch's client-side deadline is `timeout_seconds` + 15 s, so a
 //! silent connection cannot hang the thread for longer than that.
 
 mod client;
 mod config;
 mod error;
+mod limit;
 pub mod meta;
 pub mod resources;
 mod watch;
@@ -83,5 +93,6 @@ mod watch;
 pub use client::{Client, ListParams, ObjectList, Propagation, WatchParams, DEFAULT_PAGE_SIZE};
 pub use config::{Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, SERVICE_ACCOUNT_DIR};
 pub use error::{Error, StatusCause};
+pub use limit::DEFAULT_MAX_OBJECT_BYTES;
 pub use resources::Resource;
 pub use watch::{WatchEvent, WatchStream};

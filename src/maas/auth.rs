@@ -75,9 +75,9 @@ impl ApiKey {
         &self.consumer_key
     }
 
-    /// Used by error redaction: any text we surface is scrubbed of this.
-    pub(crate) fn token_secret(&self) -> &str {
-        &self.token_secret
+    /// Used by error redaction: any text we surface is scrubbed of these.
+    pub(crate) fn parts(&self) -> [&str; 3] {
+        [&self.consumer_key, &self.token_key, &self.token_secret]
     }
 
     /// The header for one request. Each request and each retry must get a

@@ -6,6 +6,8 @@
 //! ClientConfig::new(endpoint, api_key)       // 30 s / 10 s / no CA / 3 retries
 //! Client::new(ClientConfig) -> Result<Client, Error>   // Clone + Send + Sync, one ureq agent
 //!
+//! client.api_root() -> &str                                 // user:password@ redacted
+//! client.security_warnings() -> Vec<String>                 // http:// etc.; WARNed once at new()
 //! client.check() -> Result<(), Error>                       // users/?op=whoami
 //! client.whoami() -> Result<User, Error>
 //! client.machine(system_id) -> Result<Machine, Error>
@@ -33,6 +35,11 @@
 //!        is_bad_request()
 //! ```
 //!
+//! Secrets: every error (and so every condition, Event and log line built
+//! from one) is scrubbed of the API key's three parts and the endpoint's
+//! `user:password@`; MAAS echoes the token key and the expected signature
+//! in its 401 bodies. [`redact_url`] does the same for URLs.
+//!
 //! Retries: transient errors (no connection, timeouts, broken connections,
 //! 5xx, 409 with `Retry-After`) are retried up to `max_retries` times with
 //! backoff, honouring `Retry-After`. `allocate`, `deploy` and
@@ -52,7 +59,7 @@ mod types;
 
 pub use auth::{ApiKey, InvalidApiKey};
 pub use client::{Client, ClientConfig};
-pub use error::{Error, ErrorKind, MaasBody};
+pub use error::{redact_url, Error, ErrorKind, MaasBody};
 pub use form::{encode_pairs, percent_encode};
 pub use image::{canonical_name, check_image, ImageCheck};
 pub use types::*;
