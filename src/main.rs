@@ -20,7 +20,7 @@ use capmaas::controllers::adapters::{self, Caches};
 use capmaas::controllers::api_poller::ApiPoller;
 use capmaas::controllers::{self, mappers, ports::SystemClock, Context, Next, Options};
 use capmaas::kube::{self, resources};
-use capmaas::maas;
+use capmaas::maas::{self, StartCheck};
 use capmaas::runtime::{
     self, Action, Event, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
     Leadership, ObjectKey, Shutdown, WorkQueue,
@@ -583,6 +583,17 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         log::info!("serving {what} on {bound}");
     }
 
+    // Start-up checks: refused credentials end the process with the reason
+    // (exit 1: a wrong key or token never fixes itself, and the restart
+    // picks up a corrected Secret); an unreachable MAAS keeps /readyz
+    // failing with the reason until it answers.
+    match kube.check_credentials() {
+        Ok(Some(user)) => log::info!("API server {}: authenticated as {user}", kube.server()),
+        Ok(None) => {}
+        Err(e) => return Err(format!("the API server refused our credentials: {e}")),
+    }
+    check_maas_at_start(&maas, &health, &shutdown)?;
+
     let identity = runtime::default_identity();
     let events = runtime::EventRecorder::spawn(kube.clone(), "capmaas", &identity)
         .map_err(|e| e.to_string())?;
@@ -783,6 +794,57 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One `whoami` before any work: Ready → go on; Refused (wrong key, not
+/// MAAS, TLS) → the error that ends the process; Unreachable → not ready,
+/// with the reason, while a thread checks again with backoff.
+fn check_maas_at_start(
+    maas: &maas::Client,
+    health: &Arc<Health>,
+    shutdown: &Shutdown,
+) -> Result<(), String> {
+    let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
+    match maas.start_check() {
+        StartCheck::Ready(user) => {
+            log::info!(
+                "MAAS {}: authenticated as {}",
+                maas.api_root(),
+                user.username
+            );
+            Ok(())
+        }
+        StartCheck::Refused(why) => Err(why),
+        StartCheck::Unreachable(e) => {
+            log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
+            health.set_available("MAAS", unreachable(&e));
+            let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
+            std::thread::Builder::new()
+                .name("maas-start-check".into())
+                .spawn(move || {
+                    let report = |check: &StartCheck| {
+                        if let StartCheck::Unreachable(e) = check {
+                            health.set_available("MAAS", unreachable(e));
+                        }
+                    };
+                    match maas.recheck_until_ready(report, &stop) {
+                        Some(StartCheck::Ready(user)) => {
+                            log::info!("MAAS answers: authenticated as {}", user.username);
+                            health.set_available("MAAS", Ok(()));
+                        }
+                        // Stays unready with the reason: fix the key, then
+                        // restart the pod.
+                        Some(StartCheck::Refused(why)) => {
+                            log::error!("{why}");
+                            health.set_available("MAAS", Err(why));
+                        }
+                        _ => {}
+                    }
+                })
+                .map(|_| ())
+                .map_err(|e| format!("MAAS start-up check thread: {e}"))
+        }
+    }
 }
 
 /// Mirrors the gate's leadership into the readiness probe.

@@ -392,3 +392,171 @@ fn plain_http_endpoints_are_flagged() {
     let tls = maas_client("https://maas.example:5443/MAAS");
     assert!(tls.security_warnings().is_empty());
 }
+
+// ---- start-up checks (issue 12 item 5), with the real binary -----------
+
+/// Starts `capmaas` against `maas_addr` with a kubeconfig for `server`
+/// (whose user has `token`), probes on a free loopback port.
+/// The kubeconfig's directory is removed when the returned guard drops.
+fn start_capmaas(
+    maas_addr: &str,
+    server: &str,
+    token: &str,
+) -> (std::process::Child, u16, TempDir) {
+    let dir = std::env::temp_dir().join(format!(
+        "capmaas-startup-{}-{}",
+        std::process::id(),
+        maas_addr.replace([':', '.'], "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: x\n\
+             clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n\
+             users: [{{name: u, user: {{token: {token:?}}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let probe_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_capmaas"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!(
+            "--health-probe-bind-address=127.0.0.1:{probe_port}"
+        ))
+        .arg("--metrics-bind-address=0")
+        .env("MAAS_ENDPOINT", format!("http://{maas_addr}/MAAS"))
+        .env("MAAS_API_KEY", KEY)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, probe_port, TempDir(dir))
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits up to `seconds` for the process to exit; kills it otherwise.
+fn exit_within(child: &mut std::process::Child, seconds: u64) -> Option<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut text = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+/// A port where nothing listens: the API server is unreachable (the
+/// credential check then cannot tell, and start-up goes on).
+fn dead_server() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}
+
+#[test]
+fn a_wrong_maas_key_stops_the_process_at_start_with_the_reason() {
+    let maas_peer = peer(|_| {
+        response(
+            "401 Unauthorized",
+            "",
+            b"Authorization Error: 'Invalid access token: Tk2bYcZdAeBfCgDhEi'",
+        )
+    });
+    let (mut child, _, _dir) = start_capmaas(&maas_peer.addr, &dead_server(), "t0ken");
+    let code = exit_within(&mut child, 20);
+    let stderr = stderr_of(&mut child);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("refused the API key (401)"), "{stderr}");
+    assert!(
+        stderr.contains("MAAS_API_KEY"),
+        "says what to check: {stderr}"
+    );
+    assert!(!stderr.contains("Tk2bYcZd"), "{stderr}");
+}
+
+#[test]
+fn a_token_that_cannot_be_a_header_stops_the_process_at_start() {
+    let maas_peer = peer(|_| response("200 OK", "", br#"{"username": "admin"}"#));
+    let (mut child, _, _dir) =
+        start_capmaas(&maas_peer.addr, &dead_server(), "eyJhbGci\nsecretpart");
+    let code = exit_within(&mut child, 20);
+    let stderr = stderr_of(&mut child);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot go into an HTTP header"), "{stderr}");
+    assert!(!stderr.contains("secretpart"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_maas_keeps_the_pod_unready_with_the_reason_until_it_answers() {
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let maas_up = up.clone();
+    let maas_peer = peer(move |_| {
+        if maas_up.load(Ordering::SeqCst) {
+            response("200 OK", "", br#"{"username": "capmaas"}"#)
+        } else {
+            response("503 Service Unavailable", "", b"starting")
+        }
+    });
+    let (mut child, probe_port, _dir) = start_capmaas(&maas_peer.addr, &dead_server(), "t0ken");
+    let readyz = || -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", probe_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(b"GET /readyz HTTP/1.1\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if let Some(answer) = readyz() {
+                if answer.contains(needle) {
+                    return answer;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        format!("no /readyz answer with {needle:?}: {:?}", readyz())
+    };
+    let unready = wait_for("MAAS: not reachable");
+    assert!(unready.starts_with("HTTP/1.1 503 "), "{unready}");
+    // MAAS comes up: the reason goes (the caches are next, with no API server).
+    up.store(true, Ordering::SeqCst);
+    let next = wait_for("caches not synced");
+    assert!(next.starts_with("HTTP/1.1 503 "), "{next}");
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -190,6 +190,9 @@ impl Client {
     /// Builds the HTTPS agent for `config` (whose TLS material was checked
     /// when the config was built).
     pub fn new(config: Config) -> Result<Client, Error> {
+        if let Auth::Bearer(token) = &config.auth {
+            config::check_token(token).map_err(Error::Config)?;
+        }
         if config.insecure_skip_tls_verify {
             log::warn!(
                 "TLS verification of {} is disabled (insecure-skip-tls-verify in kubeconfig)",
@@ -224,6 +227,39 @@ impl Client {
         Client {
             inner: Arc::clone(&self.inner),
             timeout,
+        }
+    }
+
+    /// A start-up check of our credentials: who the API server takes us
+    /// for, from a SelfSubjectReview (which every authenticated user may
+    /// create, Kubernetes 1.28+). `Ok(Some(user))`: authenticated.
+    /// `Ok(None)`: cannot tell now (unreachable, 5xx, an older server, a
+    /// policy forbidding the review); the caller goes on and its requests
+    /// retry. `Err`: the credentials or TLS settings are refused, which
+    /// waiting will not fix.
+    pub fn check_credentials(&self) -> Result<Option<String>, Error> {
+        let review = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+        });
+        let answer: Result<Value, Error> = self.json(
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews".to_string(),
+            Vec::new(),
+            Some((JSON, to_bytes(&review)?)),
+        );
+        match answer {
+            Ok(review) => Ok(Some(
+                review["status"]["userInfo"]["username"]
+                    .as_str()
+                    .unwrap_or("(no user name)")
+                    .to_string(),
+            )),
+            Err(e @ (Error::Unauthorized { .. } | Error::Tls { .. } | Error::Config(_))) => Err(e),
+            Err(e) => {
+                log::debug!("credentials not checked at start: {e}");
+                Ok(None)
+            }
         }
     }
 

@@ -264,7 +264,10 @@ impl Config {
         };
 
         config.auth = match (user.token.filter(|t| !t.is_empty()), user.token_file) {
-            (Some(token), _) => Auth::Bearer(token),
+            (Some(token), _) => {
+                check_token(&token).map_err(Error::Config)?;
+                Auth::Bearer(token)
+            }
             (None, Some(file)) => {
                 let path = resolve(&file, base_dir, "tokenFile")?;
                 read_token(&path)?;
@@ -345,7 +348,24 @@ pub(crate) fn read_token(path: &Path) -> Result<String, Error> {
             path.display()
         )));
     }
+    check_token(&token)
+        .map_err(|e| Error::config(format!("token file {}: {e}", path.display())))?;
     Ok(token)
+}
+
+/// A bearer token must fit in an HTTP header: visible ASCII, no spaces.
+/// Anything else (a line break inside the token, a pasted prefix) can never
+/// work, so it is refused when the config is built rather than failing
+/// every request forever. The message never shows the token.
+pub(crate) fn check_token(token: &str) -> Result<(), String> {
+    match token.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+        None => Ok(()),
+        Some(at) => Err(format!(
+            "the bearer token has a character that cannot go into an HTTP header at \
+             byte {at} of {} (a line break or space inside it?); the token is not shown",
+            token.len()
+        )),
+    }
 }
 
 fn resolve(file: &str, base_dir: Option<&Path>, what: &str) -> Result<PathBuf, Error> {
@@ -665,6 +685,26 @@ clusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority-data
 contexts: [{name: x, context: {cluster: c}}]
 ";
         assert!(Config::from_kubeconfig_yaml(bad_b64.as_bytes(), None, None).is_err());
+    }
+
+    /// Issue 12 item 5: a token with a line break inside made every request
+    /// fail to build, and the informers retried that forever.
+    #[test]
+    fn tokens_that_cannot_be_a_header_are_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("kube-badtoken-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), CERT_PEM).unwrap();
+        std::fs::write(dir.join("token"), "eyJhbGciOi\nsecretpart\n").unwrap();
+        let err = in_cluster_from(&dir, "10.96.0.1", "443", None).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("cannot go into an HTTP header"), "{shown}");
+        assert!(!shown.contains("secretpart"), "{shown}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let yaml = kubeconfig("    token: \"abc def\"");
+        let err = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap_err();
+        assert!(err.to_string().contains("HTTP header"), "{err}");
+        assert!(check_token("eyJhbGciOiJSUzI1NiJ9.e30.c2ln").is_ok());
     }
 
     #[test]

@@ -151,6 +151,20 @@ struct Call<'a> {
     repeat: Repeat,
 }
 
+/// What [`Client::start_check`] found.
+#[derive(Debug)]
+pub enum StartCheck {
+    /// MAAS answered and accepted the key: the key's user.
+    Ready(User),
+    /// MAAS cannot be reached now (no connection, timeout, 5xx): report
+    /// not ready and check again.
+    Unreachable(Error),
+    /// MAAS answered but refuses the key, or is not MAAS, or TLS fails: a
+    /// configuration error that waiting will not fix. The message says
+    /// what to check.
+    Refused(String),
+}
+
 /// A cheap-to-clone handle; all clones share one connection pool.
 #[derive(Clone)]
 pub struct Client {
@@ -312,6 +326,90 @@ impl Client {
     /// key is valid.
     pub fn check(&self) -> Result<(), Error> {
         self.whoami().map(|_| ())
+    }
+
+    /// The start-up check: one `whoami`, classified for a process that is
+    /// about to start working (see [`StartCheck`]). Transient failures are
+    /// not retried here; [`Client::recheck_until_ready`] does that.
+    pub fn start_check(&self) -> StartCheck {
+        let err = match self.whoami_once() {
+            Ok(user) => return StartCheck::Ready(user),
+            Err(err) => err,
+        };
+        if err.is_transient() {
+            return StartCheck::Unreachable(err);
+        }
+        let root = &self.inner.api_root;
+        let hint = match (err.kind(), err.http_status()) {
+            (_, Some(401)) => format!(
+                "MAAS at {root} refused the API key (401): check MAAS_API_KEY \
+                 (`maas apikey --username <user>` prints a valid one)"
+            ),
+            (_, Some(403)) => format!(
+                "MAAS at {root} answered 403 to the key's own user lookup: the key's \
+                 user may not use the API"
+            ),
+            (_, Some(300..=399 | 404)) => format!(
+                "{root} is not the MAAS API (it answered {} to users/?op=whoami): check \
+                 MAAS_ENDPOINT's scheme, host and /MAAS path",
+                err.http_status().unwrap_or_default()
+            ),
+            (ErrorKind::Tls, _) => format!(
+                "TLS to MAAS at {root} failed: check --maas-ca-file (the CA that signed \
+                 MAAS's certificate) and the endpoint's host name"
+            ),
+            (ErrorKind::Decode, _) => {
+                format!("{root} does not answer like MAAS: check MAAS_ENDPOINT")
+            }
+            _ => format!("MAAS at {root} cannot be used"),
+        };
+        StartCheck::Refused(format!("{hint} ({err})"))
+    }
+
+    /// Repeats [`Client::start_check`] with backoff (up to 30 s apart) while
+    /// MAAS is unreachable, reporting every outcome; returns the first that
+    /// is not `Unreachable`, or `None` when `stop` fires.
+    pub fn recheck_until_ready(
+        &self,
+        mut report: impl FnMut(&StartCheck),
+        stop: &crossbeam_channel::Receiver<()>,
+    ) -> Option<StartCheck> {
+        let mut attempt = 0;
+        loop {
+            let check = self.start_check();
+            report(&check);
+            if !matches!(check, StartCheck::Unreachable(_)) {
+                return Some(check);
+            }
+            attempt += 1;
+            // 2 s, 4 s, 8 s, 16 s, then every 30 s.
+            let delay = Duration::from_secs(1 << attempt.min(5)).min(MAX_RETRY_AFTER);
+            if stop.recv_timeout(delay) != Err(crossbeam_channel::RecvTimeoutError::Timeout) {
+                return None;
+            }
+        }
+    }
+
+    /// `whoami` without the client's retries: a start-up check reports at
+    /// once and retries on its own schedule.
+    fn whoami_once(&self) -> Result<User, Error> {
+        let call = Call {
+            op: "whoami",
+            method: Method::Get,
+            path: "users/".into(),
+            query: vec![("op", "whoami".into())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        };
+        let body = self.attempt(&call)?;
+        serde_json::from_str(&body).map_err(|e| {
+            Error::new(
+                "whoami",
+                ErrorKind::Decode,
+                format!("unexpected JSON ({e}): {}", snippet(&body)),
+            )
+            .scrubbed(&self.inner.secrets)
+        })
     }
 
     /// The user the API key belongs to.

@@ -9,6 +9,8 @@
 //! client.api_root() -> &str                                 // user:password@ redacted
 //! client.security_warnings() -> Vec<String>                 // http:// etc.; WARNed once at new()
 //! client.check() -> Result<(), Error>                       // users/?op=whoami
+//! client.start_check() -> StartCheck::{Ready(User) | Unreachable(Error) | Refused(message)}
+//! client.recheck_until_ready(report, &stop) -> Option<StartCheck>   // backoff while Unreachable
 //! client.whoami() -> Result<User, Error>
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
@@ -58,7 +60,7 @@ pub mod image;
 mod types;
 
 pub use auth::{ApiKey, InvalidApiKey};
-pub use client::{Client, ClientConfig};
+pub use client::{Client, ClientConfig, StartCheck};
 pub use error::{redact_url, Error, ErrorKind, MaasBody};
 pub use form::{encode_pairs, percent_encode};
 pub use image::{canonical_name, check_image, ImageCheck};

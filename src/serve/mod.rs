@@ -45,10 +45,11 @@
 //! with every byte received (tiny-http PR #20), which is exactly what a
 //! trickling client exploits; the async servers need a runtime.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -102,6 +103,9 @@ pub struct Health {
     synced: AtomicBool,
     leadership: AtomicU8,
     stopping: AtomicBool,
+    /// Services we cannot work without that are not there yet, by name,
+    /// with why (e.g. "MAAS" → "not reachable: connection refused").
+    unavailable: Mutex<BTreeMap<&'static str, String>>,
 }
 
 impl Default for Health {
@@ -118,6 +122,7 @@ impl Health {
             synced: AtomicBool::new(false),
             leadership: AtomicU8::new(Leadership::Standby as u8),
             stopping: AtomicBool::new(false),
+            unavailable: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -136,6 +141,19 @@ impl Health {
         self.leadership.store(leadership as u8, Ordering::SeqCst);
     }
 
+    /// Whether `service` (e.g. "MAAS") can be used; while it cannot,
+    /// /readyz fails with `service: reason`. Set by the start-up checks.
+    pub fn set_available(&self, service: &'static str, available: Result<(), String>) {
+        let mut unavailable = self
+            .unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match available {
+            Ok(()) => unavailable.remove(service),
+            Err(reason) => unavailable.insert(service, reason),
+        };
+    }
+
     /// Shutdown began: /readyz fails from now on.
     pub fn set_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
@@ -150,26 +168,36 @@ impl Health {
     }
 
     /// `Err(reason)` when the liveness probe should fail.
-    pub fn liveness(&self) -> Result<(), &'static str> {
+    pub fn liveness(&self) -> Result<(), String> {
         if self.live.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err("not live")
+            Err("not live".into())
         }
     }
 
-    /// `Err(reason)` when the readiness probe should fail.
-    pub fn readiness(&self) -> Result<(), &'static str> {
+    /// `Err(reason)` when the readiness probe should fail. A service we
+    /// cannot reach is named before the caches: it is the cause to fix.
+    pub fn readiness(&self) -> Result<(), String> {
         self.liveness()?;
         if self.stopping.load(Ordering::SeqCst) {
-            return Err("shutting down");
+            return Err("shutting down".into());
+        }
+        if let Some((service, reason)) = self
+            .unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .next()
+        {
+            return Err(format!("{service}: {reason}"));
         }
         if !self.synced.load(Ordering::SeqCst) {
-            return Err("caches not synced");
+            return Err("caches not synced".into());
         }
         match self.leadership() {
             Leadership::Leader | Leadership::Standby => Ok(()),
-            Leadership::Lost => Err("leader election lost"),
+            Leadership::Lost => Err("leader election lost".into()),
         }
     }
 }
@@ -482,7 +510,7 @@ fn route(method: &str, path: &str, routes: &Routes) -> Response {
     response
 }
 
-fn probe(result: Result<(), &'static str>) -> Response {
+fn probe(result: Result<(), String>) -> Response {
     match result {
         Ok(()) => Response::text(200, "ok\n"),
         Err(reason) => Response::text(503, &format!("{reason}\n")),
@@ -599,22 +627,41 @@ mod tests {
     #[test]
     fn readiness_needs_sync_and_a_live_leader_or_standby() {
         let h = Health::new();
+        let err = |s: &str| Err(s.to_string());
         assert_eq!(h.liveness(), Ok(()));
-        assert_eq!(h.readiness(), Err("caches not synced"));
+        assert_eq!(h.readiness(), err("caches not synced"));
         h.set_synced(true);
         assert_eq!(h.readiness(), Ok(()), "a synced standby is ready");
         h.set_leadership(Leadership::Leader);
         assert_eq!(h.readiness(), Ok(()));
         h.set_leadership(Leadership::Lost);
-        assert_eq!(h.readiness(), Err("leader election lost"));
+        assert_eq!(h.readiness(), err("leader election lost"));
         h.set_leadership(Leadership::Leader);
         h.set_live(false);
-        assert_eq!(h.liveness(), Err("not live"));
-        assert_eq!(h.readiness(), Err("not live"));
+        assert_eq!(h.liveness(), err("not live"));
+        assert_eq!(h.readiness(), err("not live"));
         h.set_live(true);
         h.set_stopping();
-        assert_eq!(h.readiness(), Err("shutting down"));
+        assert_eq!(h.readiness(), err("shutting down"));
         assert_eq!(h.liveness(), Ok(()), "stopping is not dead");
+    }
+
+    /// Issue 12 item 5: MAAS unreachable at start must show as not ready,
+    /// with the reason, instead of a ready pod that fails every reconcile.
+    #[test]
+    fn an_unavailable_service_makes_the_pod_unready_with_its_reason() {
+        let h = Health::new();
+        h.set_available("MAAS", Err("not reachable: connection refused".into()));
+        assert_eq!(
+            h.readiness(),
+            Err("MAAS: not reachable: connection refused".to_string()),
+            "named before the caches"
+        );
+        h.set_synced(true);
+        assert!(h.readiness().is_err());
+        assert_eq!(h.liveness(), Ok(()), "waiting for MAAS is not dead");
+        h.set_available("MAAS", Ok(()));
+        assert_eq!(h.readiness(), Ok(()));
     }
 
     #[test]
