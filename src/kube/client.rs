@@ -15,6 +15,7 @@ use ureq::{AsSendBody, Body};
 use super::config::{self, Auth, Config};
 use super::error::{self, Error};
 use super::limit::{self, MAX_SMALL_BODY};
+#[cfg(any(test, feature = "test-api"))]
 use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
@@ -48,6 +49,7 @@ fn first_sighting(seen: &mut BTreeSet<String>, text: &str) -> bool {
 
 const JSON: &str = "application/json";
 const MERGE_PATCH: &str = "application/merge-patch+json";
+#[cfg(any(test, feature = "test-api"))]
 const JSON_PATCH: &str = "application/json-patch+json";
 
 /// Selectors and page size for [`Client::list`].
@@ -440,6 +442,7 @@ impl Client {
 
     /// RFC 6902 JSON patch (`ops` is an array of operations). A failing
     /// `test` op comes back as `Invalid` (422).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn patch_json(
         &self,
         r: &Resource,
@@ -475,6 +478,7 @@ impl Client {
 
     /// PUT on the `status` subresource: replaces `.status`, guarded by the
     /// object's `metadata.resourceVersion`.
+    #[cfg(any(test, feature = "test-api"))]
     pub fn replace_status(
         &self,
         r: &Resource,
@@ -508,6 +512,7 @@ impl Client {
     /// patch that first tests the finalizer list is still what `obj` shows:
     /// a concurrent change fails with `Conflict` instead of being clobbered.
     /// Returns the updated object (or `obj` itself if nothing to do).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn add_finalizer(
         &self,
         r: &Resource,
@@ -536,6 +541,7 @@ impl Client {
 
     /// Removes `finalizer` from `obj` (as last read) if present, guarded like
     /// [`Client::add_finalizer`]: `Conflict` if the list changed meanwhile.
+    #[cfg(any(test, feature = "test-api"))]
     pub fn remove_finalizer(
         &self,
         r: &Resource,
@@ -579,6 +585,7 @@ impl Client {
         Ok((status, body))
     }
 
+    #[cfg(any(test, feature = "test-api"))]
     fn guarded_patch(&self, r: &Resource, obj: &Value, ops: &Value) -> Result<Value, Error> {
         let name = meta::name(obj).unwrap_or_default();
         match self.patch_json(r, meta::namespace(obj), name, ops) {

@@ -33,14 +33,19 @@
 //! watch(r, ns, &WatchParams)                -> WatchStream: Iterator<Item = Result<WatchEvent>>
 //! create(r, ns, &obj) / replace(r, ns, name, &obj)
 //! create_subresource(r, ns, name, "token", &obj)   e.g. TokenRequest
-//! patch_merge / patch_json / patch_status_merge (r, ns, name, &patch) / replace_status(r, ns, name, &obj)
+//! patch_merge / patch_status_merge (r, ns, name, &patch)
+//! patch_json(r, ns, name, &ops) / replace_status(r, ns, name, &obj)     (feature test-api)
 //! delete(r, ns, name, Option<Propagation>)  -> ()
-//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value
+//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value   (feature test-api)
 //!                                           JSON patch that first `test`s the whole finalizer
 //!                                           list read in `obj`: Conflict if it changed since;
 //!                                           no request if nothing to do; ns/name from `obj`
 //! get_raw("/readyz")                        -> (status, body), status not classified
+//! check_credentials()                       -> Some(user) | None (cannot tell) | Err (refused)
 //! ```
+//!
+//! Methods marked `feature test-api` are used only by the tests; the tests
+//! turn the feature on through the crate's dev-dependency on itself.
 //!
 //! `r` is a [`Resource`] (constants in [`resources`]); `ns` is
 //! `Option<&str>`: required for namespaced objects, `None` on list/watch

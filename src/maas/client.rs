@@ -64,6 +64,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// MAAS answers `query_power_state` only after asking the BMC, which it
 /// allows 60 s; this one call gets at least that long.
+#[cfg(any(test, feature = "test-api"))]
 const POWER_QUERY_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// How to reach MAAS.
@@ -183,6 +184,8 @@ struct Inner {
     /// Scrubbed from every error: the key's parts and the endpoint's userinfo.
     secrets: Secrets,
     max_retries: u32,
+    /// Only the power query (a test-only call) reads it.
+    #[cfg(any(test, feature = "test-api"))]
     timeout: Duration,
 }
 
@@ -280,6 +283,7 @@ impl Client {
                 secrets,
                 key: config.api_key,
                 max_retries: config.max_retries,
+                #[cfg(any(test, feature = "test-api"))]
                 timeout: config.timeout,
             }),
         };
@@ -498,7 +502,9 @@ impl Client {
     }
 
     /// Powers a machine off. MAAS answers `null` for power types it cannot
-    /// stop (`manual`); we then read the machine back.
+    /// stop (`manual`); we then read the machine back. Only the tests use
+    /// it (feature `test-api`).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn power_off(&self, system_id: &str) -> Result<Machine, Error> {
         let answer: Option<Machine> =
             self.machine_op("power_off", system_id, vec![], Repeat::Safe)?;
@@ -508,7 +514,9 @@ impl Client {
         }
     }
 
-    /// Asks the BMC (through MAAS) for the current power state.
+    /// Asks the BMC (through MAAS) for the current power state. Only the
+    /// tests use it (feature `test-api`).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn query_power_state(&self, system_id: &str) -> Result<PowerState, Error> {
         #[derive(serde::Deserialize)]
         struct Answer {
@@ -742,6 +750,7 @@ impl Client {
         let auth = inner.key.authorization_header();
         let started = Instant::now();
         let result = match call.method {
+            #[cfg(any(test, feature = "test-api"))]
             Method::Get if call.op == "query_power_state" => inner
                 .agent
                 .get(&url)

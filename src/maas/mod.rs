@@ -17,9 +17,10 @@
 //! client.allocate(&AllocateRequest) -> Result<Machine, Error>          // at most once
 //! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once
 //! client.release(system_id, &ReleaseRequest) -> Result<Machine, Error>
-//! client.power_on(system_id) / power_off(system_id) -> Result<Machine, Error>
+//! client.power_on(system_id) -> Result<Machine, Error>
+//! client.power_off(system_id) -> Result<Machine, Error>                (feature test-api)
 //! client.power_on_with_comment(system_id, Some(comment)) -> Result<Machine, Error>
-//! client.query_power_state(system_id) -> Result<PowerState, Error>
+//! client.query_power_state(system_id) -> Result<PowerState, Error>     (feature test-api)
 //! client.update_machine(system_id, &[("swap_size", "0")]) -> Result<Machine, Error>
 //! client.set_owner_data(system_id, &[(key, Some(value) | None)]) -> Result<Machine, Error>
 //! client.dns_resources(fqdn) -> Result<Vec<DnsResource>, Error>
