@@ -166,16 +166,17 @@ impl Config {
     ) -> Result<Config, Error> {
         // The YAML error's own text may quote the document, which holds
         // secrets: report only where it went wrong.
-        let kubeconfig: Kubeconfig = serde_saphyr::from_slice(yaml).map_err(|e| {
-            Error::config(match e.location() {
-                Some(at) => format!(
-                    "invalid kubeconfig YAML at line {} column {}",
-                    at.line(),
-                    at.column()
-                ),
-                None => "invalid kubeconfig YAML".to_string(),
-            })
-        })?;
+        let kubeconfig: Kubeconfig = serde_saphyr::from_slice_with_options(yaml, yaml_options())
+            .map_err(|e| {
+                Error::config(match e.location() {
+                    Some(at) => format!(
+                        "invalid kubeconfig YAML at line {} column {}",
+                        at.line(),
+                        at.column()
+                    ),
+                    None => "invalid kubeconfig YAML".to_string(),
+                })
+            })?;
 
         let context_name = match context {
             Some(name) => name.to_string(),
@@ -335,6 +336,28 @@ fn in_cluster_from(
             .filter(|ns| !ns.is_empty()),
     };
     Ok(config)
+}
+
+/// The YAML parser's limits for a kubeconfig. The defaults suit large
+/// documents (50,000 aliases, 64 MiB of text); a kubeconfig is a few KiB
+/// with no anchors, and one may come from a user's Secret: a billion-laughs
+/// document within the defaults cost 2 s of CPU and 30 MiB (found by
+/// tests/fuzz.rs). These limits refuse it at once.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = 100_000;
+    budget.max_aliases = 64;
+    budget.max_anchors = 64;
+    budget.max_recorded_anchor_events = 10_000;
+    budget.max_recorded_anchor_bytes = 1024 * 1024;
+    budget.max_depth = 32;
+    budget.max_documents = 1;
+    budget.max_nodes = 20_000;
+    budget.max_total_scalar_bytes = 4 * 1024 * 1024;
+    budget.max_merge_keys = 64;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
 }
 
 /// Reads a bearer token file. The error names the file, never its content.
@@ -705,6 +728,20 @@ contexts: [{name: x, context: {cluster: c}}]
         let err = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap_err();
         assert!(err.to_string().contains("HTTP header"), "{err}");
         assert!(check_token("eyJhbGciOiJSUzI1NiJ9.e30.c2ln").is_ok());
+    }
+
+    #[test]
+    fn billion_laughs_and_deep_nesting_are_refused() {
+        let mut laughs = String::from("a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n");
+        for i in 1..12u8 {
+            let (prev, cur) = ((b'a' + i - 1) as char, (b'a' + i) as char);
+            laughs.push_str(&format!("{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        }
+        laughs.push_str("current-context: *l\n");
+        let err = Config::from_kubeconfig_yaml(laughs.as_bytes(), None, None).unwrap_err();
+        assert!(err.to_string().contains("invalid kubeconfig YAML"), "{err}");
+        let deep = format!("clusters: {}{}", "[".repeat(100), "]".repeat(100));
+        assert!(Config::from_kubeconfig_yaml(deep.as_bytes(), None, None).is_err());
     }
 
     #[test]

@@ -101,3 +101,21 @@ pub use error::{Error, StatusCause};
 pub use limit::DEFAULT_MAX_OBJECT_BYTES;
 pub use resources::Resource;
 pub use watch::{WatchEvent, WatchStream};
+
+/// Entry points for the fuzz campaign (`tests/fuzz.rs`) into decoders that
+/// production reaches only over HTTP: the watch stream and the `Status`
+/// classification. Test builds only (feature `test-api`).
+#[cfg(any(test, feature = "test-api"))]
+pub mod fuzz {
+    /// The watch stream decoder over `body`, each event held to
+    /// `max_event_bytes` as [`super::Client::watch`] does.
+    pub fn watch_stream(body: Vec<u8>, max_event_bytes: u64) -> super::WatchStream {
+        let (reader, mark) = super::limit::per_event(std::io::Cursor::new(body), max_event_bytes);
+        super::WatchStream::new("WATCH /fuzz".into(), Box::new(reader), mark)
+    }
+
+    /// The error a non-2xx answer with this status and body becomes.
+    pub fn status_error(status: u16, body: &[u8]) -> super::Error {
+        super::error::from_status("GET /fuzz".into(), status, body, None)
+    }
+}
