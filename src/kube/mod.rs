@@ -6,6 +6,7 @@
 //! client.rs     Client: every verb through one send() (URL, auth, deadline, status)
 //! error.rs      Error: one enum, classified from the HTTP status + Status body
 //! watch.rs      WatchStream: streaming decoder of watch events
+//! limit.rs      response size limits (per call, per watch event)
 //! resources.rs  Resource (group/version/plural) + constants, URL paths
 //! meta.rs       metadata readers for serde_json::Value objects
 //! ```
