@@ -75,7 +75,7 @@ impl Rng {
             Ok(s) => s.parse().expect("CAPMAAS_CRASH_SEED is a u64"),
             Err(_) => {
                 let mut bytes = [0u8; 8];
-                getrandom::fill(&mut bytes).expect("getrandom");
+                getrandom::getrandom(&mut bytes).expect("getrandom");
                 u64::from_le_bytes(bytes)
             }
         };

@@ -454,7 +454,7 @@ fn take_fault(world: &mut World, method: &str, pattern: &str, op: Option<&str>) 
     let fault = &mut world.faults[position];
     if fault.rate < 1.0 {
         let mut b = [0u8; 4];
-        let roll = if getrandom::fill(&mut b).is_ok() {
+        let roll = if getrandom::getrandom(&mut b).is_ok() {
             f64::from(u32::from_le_bytes(b)) / f64::from(u32::MAX)
         } else {
             0.0
