@@ -39,6 +39,11 @@ fn now() -> u64 {
 
 impl Raw {
     fn new(sim: &MaasSim) -> Raw {
+        Raw::with_key(sim, &sim.api_key)
+    }
+
+    /// Signs with `key` (e.g. `sim.key_of("tenant-a")`).
+    fn with_key(sim: &MaasSim, key: &str) -> Raw {
         Raw {
             agent: ureq::Agent::config_builder()
                 .http_status_as_error(false)
@@ -46,7 +51,7 @@ impl Raw {
                 .timeout_global(Some(Duration::from_secs(10)))
                 .build()
                 .new_agent(),
-            key: ApiKey::parse(&sim.api_key).unwrap(),
+            key: ApiKey::parse(key).unwrap(),
             api: format!("{}/api/2.0/", sim.url),
         }
     }
@@ -373,4 +378,265 @@ fn controls_add_remove_and_state() {
     // A rule with rate 0 never fires.
     sim.set_fault(json!({"status": 503, "rate": 0.0}));
     client.zones().unwrap();
+}
+
+fn tenants() -> MaasSim {
+    MaasSim::start_from_file(&support::maas_sim::tenants_inventory_path(), &[])
+}
+
+fn hostnames(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["hostname"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Two tenants with their own users, keys and (RBAC) pools: each sees the
+/// free machines of its pool and its own; another tenant's machine is a 403
+/// with an empty body for every read and write, as `get_node_or_404`
+/// answers; an admin sees everything but may not set another user's owner
+/// data (409) or mark its machine broken (403).
+#[test]
+fn tenants_see_and_touch_only_their_own() {
+    let sim = tenants();
+    let admin = Raw::new(&sim);
+    let a = Raw::with_key(&sim, &sim.key_of("tenant-a"));
+    let b = Raw::with_key(&sim, &sim.key_of("tenant-b"));
+
+    let listed = a.signed("GET", "machines/", None);
+    assert_eq!(listed.status, 200);
+    let names = hostnames(&listed.json());
+    assert_eq!(names.len(), 8, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("a-")), "{names:?}");
+    assert_eq!(
+        hostnames(&admin.signed("GET", "machines/", None).json()).len(),
+        17
+    );
+    let pools = a.signed("GET", "resourcepools/", None).json();
+    assert_eq!(pools.as_array().unwrap().len(), 1);
+    assert_eq!(pools[0]["name"], "tenant-a-pool");
+    let b_pool = admin
+        .signed("GET", "resourcepool/tenant-b-pool/", None)
+        .json();
+    let a_reads_b_pool = a.signed("GET", &format!("resourcepool/{}/", b_pool["id"]), None);
+    assert_eq!(
+        (a_reads_b_pool.status, a_reads_b_pool.body.as_str()),
+        (403, "")
+    );
+    let users = admin.signed("GET", "users/", None).json();
+    assert_eq!(users.as_array().unwrap().len(), 3);
+
+    // Tenant B cannot take from tenant A's pool: no candidate, a 409.
+    let a_taken = b.signed("POST", "machines/?op=allocate", Some("pool=tenant-a-pool"));
+    assert_eq!(a_taken.status, 409, "{}", a_taken.body);
+    assert_eq!(
+        a_taken.body,
+        "No available machine matches constraints: [('pool', ['tenant-a-pool'])] \
+         (resolved to \"pool=tenant-a-pool\")"
+    );
+
+    let mine = a
+        .signed(
+            "POST",
+            "machines/?op=allocate",
+            Some("pool=tenant-a-pool&tags=control-plane&agent_name=capmaas%2Fns-a%2Fcp-0%2Fu1"),
+        )
+        .json();
+    assert_eq!(mine["owner"], "tenant-a");
+    let id = mine["system_id"].as_str().unwrap().to_owned();
+    let path = format!("machines/{id}/");
+
+    // Tenant B: 403 with an empty body for every call on it.
+    for (method, op) in [
+        ("GET", ""),
+        ("GET", "?op=query_power_state"),
+        ("POST", "?op=deploy"),
+        ("POST", "?op=release"),
+        ("POST", "?op=power_on"),
+        ("POST", "?op=power_off"),
+        ("POST", "?op=set_owner_data"),
+        ("POST", "?op=mark_broken"),
+        ("PUT", ""),
+    ] {
+        let form = (method != "GET").then_some("x=1");
+        let answer = b.signed(method, &format!("{path}{op}"), form);
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (403, ""),
+            "tenant-b {method} {op}"
+        );
+    }
+    assert!(hostnames(&b.signed("GET", "machines/", None).json())
+        .iter()
+        .all(|n| n.starts_with("b-")));
+
+    // Owner data: only the owner sets it, even against an admin; keys
+    // checked only when set; rendered twice; the owner and agent_name
+    // filters find it.
+    let by_admin = admin.signed("POST", &format!("{path}?op=set_owner_data"), Some("k=v"));
+    assert_eq!(
+        (by_admin.status, by_admin.body.as_str()),
+        (
+            409,
+            "Cannot set workload annotation: it hasn't been acquired."
+        )
+    );
+    let bad_key = a.signed(
+        "POST",
+        &format!("{path}?op=set_owner_data"),
+        Some("ok=1&bad%2Fkey=2"),
+    );
+    assert_eq!(
+        (bad_key.status, bad_key.body.as_str()),
+        (500, "Invalid character in key name")
+    );
+    let set = a
+        .signed(
+            "POST",
+            &format!("{path}?op=set_workload_annotations"),
+            Some("capmaas-identity=capmaas%2Fns-a%2Fcp-0%2Fu1&bad%2Fkey="),
+        )
+        .json();
+    assert_eq!(
+        set["owner_data"],
+        json!({"capmaas-identity": "capmaas/ns-a/cp-0/u1"}),
+        "the bad key rolled back with its request, the deletion of an absent bad key is fine"
+    );
+    assert_eq!(set["workload_annotations"], set["owner_data"]);
+    let found = admin.signed(
+        "GET",
+        "machines/?owner=tenant-a&agent_name=capmaas%2Fns-a%2Fcp-0%2Fu1",
+        None,
+    );
+    assert_eq!(
+        hostnames(&found.json()),
+        vec![mine["hostname"].as_str().unwrap()]
+    );
+    assert!(hostnames(&admin.signed("GET", "machines/?owner=tenant-b", None).json()).is_empty());
+    let nobody = admin.signed("GET", "machines/?owner=nobody&pool=nopool", None);
+    assert_eq!(nobody.status, 400);
+    assert_eq!(
+        nobody.json(),
+        json!({"owner": ["No such owner: 'nobody'."], "pool": ["No such pool(s): nopool."]})
+    );
+
+    // Admin-only update; mark_broken only by the owner.
+    let update = a.signed("PUT", &path, Some("swap_size=0"));
+    assert_eq!((update.status, update.body.as_str()), (403, ""));
+    assert_eq!(
+        admin.signed("PUT", &path, Some("swap_size=0")).json()["swap_size"],
+        0
+    );
+    let broken_by_admin = admin.signed("POST", &format!("{path}?op=mark_broken"), Some(""));
+    assert_eq!(
+        (broken_by_admin.status, broken_by_admin.body.as_str()),
+        (403, "")
+    );
+    let spare = admin
+        .signed("GET", "machines/?hostname=spare-1", None)
+        .json()[0]["system_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let unowned = admin.signed(
+        "POST",
+        &format!("machines/{spare}/?op=mark_broken"),
+        Some(""),
+    );
+    assert_eq!(
+        unowned.status, 403,
+        "an unowned machine has no owner to mark it"
+    );
+
+    // Release clears the owner data.
+    let released = a
+        .signed("POST", &format!("{path}?op=release"), Some(""))
+        .json();
+    assert_eq!(released["status_name"], "Ready");
+    assert_eq!(released["owner_data"], json!({}));
+    assert_eq!(released["owner"], Value::Null);
+}
+
+/// A locked machine refuses edits, also to an admin, but can be unlocked.
+#[test]
+fn locked_machines_refuse_edits() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0"]);
+    let raw = Raw::new(&sim);
+    let m = raw
+        .signed("POST", "machines/?op=allocate", Some("pool=cp-pool"))
+        .json();
+    let path = format!("machines/{}/", m["system_id"].as_str().unwrap());
+    assert_eq!(
+        raw.signed("POST", &format!("{path}?op=deploy"), Some(""))
+            .status,
+        200
+    );
+    assert_eq!(
+        raw.signed("POST", &format!("{path}?op=lock"), Some(""))
+            .json()["locked"],
+        true
+    );
+    for op in ["release", "power_off", "set_owner_data", "mark_fixed"] {
+        let answer = raw.signed("POST", &format!("{path}?op={op}"), Some("a=b"));
+        assert_eq!((answer.status, answer.body.as_str()), (403, ""), "{op}");
+    }
+    assert_eq!(raw.signed("PUT", &path, Some("swap_size=0")).status, 403);
+    assert_eq!(raw.signed("GET", &path, None).status, 200);
+    assert_eq!(
+        raw.signed("POST", &format!("{path}?op=unlock"), Some(""))
+            .json()["locked"],
+        false
+    );
+    assert_eq!(
+        raw.signed("POST", &format!("{path}?op=release"), Some(""))
+            .status,
+        200
+    );
+}
+
+/// The bulk release answers as `MachinesHandler.release`: unknown ids are a
+/// 400, machines the caller may not edit a 403, Releasing is not
+/// releasable, Ready is skipped.
+#[test]
+fn bulk_release_checks_ids_permissions_and_states() {
+    let sim = tenants();
+    let admin = Raw::new(&sim);
+    let a = Raw::with_key(&sim, &sim.key_of("tenant-a"));
+    let b = Raw::with_key(&sim, &sim.key_of("tenant-b"));
+    let unknown = a.signed("POST", "machines/?op=release", Some("machines=nosuch"));
+    assert_eq!(
+        (unknown.status, unknown.body.as_str()),
+        (400, "Unknown machine(s): nosuch.")
+    );
+    let mine = a
+        .signed("POST", "machines/?op=allocate", Some("pool=tenant-a-pool"))
+        .json();
+    let id = mine["system_id"].as_str().unwrap();
+    let denied = b.signed(
+        "POST",
+        "machines/?op=release",
+        Some(&format!("machines={id}")),
+    );
+    assert_eq!(
+        (denied.status, denied.body),
+        (
+            403,
+            format!(
+                "You don't have the required permission to release the following machine(s): {id}."
+            )
+        )
+    );
+    let ready = admin
+        .signed("GET", "machines/?hostname=a-cp-4", None)
+        .json()[0]["system_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let released = a.signed(
+        "POST",
+        "machines/?op=release",
+        Some(&format!("machines={id}&machines={ready}&comment=bye")),
+    );
+    assert_eq!(released.json(), json!([id]), "the Ready one is skipped");
 }

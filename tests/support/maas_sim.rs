@@ -28,6 +28,12 @@ pub fn story_inventory_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/inventory/story.json")
 }
 
+/// `tests/inventory/tenants.json`: two non-admin users, each with its own
+/// key and (RBAC-style) only its own pool.
+pub fn tenants_inventory_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/inventory/tenants.json")
+}
+
 pub fn story_inventory() -> Value {
     let text =
         std::fs::read_to_string(story_inventory_path()).expect("read tests/inventory/story.json");
@@ -130,6 +136,20 @@ impl MaasSim {
         config.timeout = Duration::from_secs(10);
         config.connect_timeout = Duration::from_secs(2);
         config
+    }
+
+    /// The first key of `username` in the inventory.
+    pub fn key_of(&self, username: &str) -> String {
+        self.api_keys
+            .iter()
+            .find(|k| k.1 == username)
+            .map(|k| k.0.clone())
+            .unwrap_or_else(|| panic!("no API key for user {username} in the inventory"))
+    }
+
+    /// A client with the key of `username`.
+    pub fn client_for(&self, username: &str) -> capmaas::maas::Client {
+        capmaas::maas::Client::new(self.client_config(&self.key_of(username))).expect("client")
     }
 
     /// The key of the first non-admin user in the inventory.

@@ -1,7 +1,9 @@
 //! The simulator's starting world, read from JSON.
 //!
 //! ```json
-//! { "api_keys": [{"key": "ck:tk:secret", "username": "admin", "is_superuser": true}],
+//! { "api_keys": [{"key": "ck:tk:secret", "username": "admin", "is_superuser": true},
+//!                {"key": "ck2:tk2:s2", "username": "alice", "is_superuser": false,
+//!                 "pools": ["alice-pool"]}],                // optional RBAC-style pools
 //!   "domains": [{"name": "k8s.maas", "ttl": 30}],        // "maas" (id 0) always exists
 //!   "zones": [{"name": "zone-a"}], "pools": [{"name": "cp-pool"}],   // "default" always exists
 //!   "tags": ["gpu"],                                       // plus every machine tag
@@ -47,6 +49,11 @@ pub struct ApiKeyEntry {
     pub username: String,
     #[serde(default = "yes")]
     pub is_superuser: bool,
+    /// The resource pools this user may see and deploy from, as MAAS with
+    /// RBAC grants `view` and `deploy-machines` per pool. Absent: every
+    /// pool (MAAS without RBAC). Admins always see every pool.
+    #[serde(default)]
+    pub pools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

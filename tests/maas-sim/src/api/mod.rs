@@ -227,10 +227,16 @@ fn dispatch(
             &render::user(&user.username, user.is_superuser),
         )),
         (["users"], "GET", None) => {
-            let users: Vec<Value> = world
-                .credentials
-                .iter()
-                .map(|c| render::user(&c.user.username, c.user.is_superuser))
+            // One entry per user, however many keys it has.
+            let mut users: Vec<&User> = Vec::new();
+            for c in &world.credentials {
+                if !users.iter().any(|u| u.username == c.user.username) {
+                    users.push(&c.user);
+                }
+            }
+            let users: Vec<Value> = users
+                .into_iter()
+                .map(|u| render::user(&u.username, u.is_superuser))
                 .collect();
             Ok(Response::json(200, &json!(users)))
         }
@@ -320,9 +326,16 @@ fn dispatch(
                 "No Zone matches the given query.".into(),
             )),
         },
+        // With RBAC a user lists only the pools it may view, and reading
+        // another is a 403 (`ResourcePoolHandler`, `get_resource_pool_or_404`).
         (["resourcepools"], "GET", None) => Ok(Response::json(
             200,
-            &json!(world.pools.iter().map(render::pool).collect::<Vec<_>>()),
+            &json!(world
+                .pools
+                .iter()
+                .filter(|p| world.pool_visible(&p.name, user))
+                .map(render::pool)
+                .collect::<Vec<_>>()),
         )),
         (["resourcepool", id], "GET", None) => {
             match world
@@ -330,6 +343,9 @@ fn dispatch(
                 .iter()
                 .find(|p| p.id.to_string() == *id || p.name == *id)
             {
+                Some(p) if !world.pool_visible(&p.name, user) => {
+                    Err(Failure::Text(403, String::new()))
+                }
                 Some(p) => Ok(Response::json(200, &render::pool(p))),
                 None => Err(Failure::Text(
                     404,
@@ -398,7 +414,7 @@ fn dispatch(
             let list: Vec<Value> = world
                 .machines
                 .iter()
-                .filter(|m| m.tags.iter().any(|t| t == name) && world.visible(m, user))
+                .filter(|m| m.tags.iter().any(|t| t == name) && world.can_view(m, user))
                 .map(|m| render::machine(world, m))
                 .collect();
             Ok(Response::json(200, &json!(list)))

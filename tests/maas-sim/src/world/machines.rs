@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 use super::{
     fail, field_error, split_list, truthy, BootResourceRec, Failure, Machine, Outcome, Pending,
@@ -14,6 +14,69 @@ use crate::status::Status;
 
 impl World {
     // ---- allocate --------------------------------------------------------
+
+    /// The name checks `FilterNodeForm` makes for allocate and for lists
+    /// (`clean_zone`, `clean_pool`, `clean_tags`, `clean_owner` in
+    /// `src/maasserver/node_constraint_filter_forms.py`): each unknown name
+    /// is a field error, all of them in one 400.
+    pub fn unknown_names(&self, params: &[(String, String)]) -> Map<String, Value> {
+        let mut errors = Map::new();
+        let given = |key: &str| -> Vec<String> {
+            params
+                .iter()
+                .filter(|(k, _)| k == key)
+                .flat_map(|(_, v)| split_list(v))
+                .collect()
+        };
+        for field in ["zone", "not_in_zone"] {
+            let unknown: Vec<String> = given(field)
+                .into_iter()
+                .filter(|z| !self.zones.iter().any(|x| &x.name == z))
+                .collect();
+            if !unknown.is_empty() {
+                errors.insert(
+                    field.into(),
+                    json!([format!("No such zone(s): {}.", unknown.join(", "))]),
+                );
+            }
+        }
+        for field in ["pool", "not_in_pool"] {
+            let unknown: Vec<String> = given(field)
+                .into_iter()
+                .filter(|p| !self.pools.iter().any(|x| &x.name == p))
+                .collect();
+            if !unknown.is_empty() {
+                errors.insert(
+                    field.into(),
+                    json!([format!("No such pool(s): {}.", unknown.join(", "))]),
+                );
+            }
+        }
+        let unknown: Vec<String> = given("tags")
+            .into_iter()
+            .chain(given("not_tags"))
+            .filter(|t| !self.tags.contains(t))
+            .map(|t| format!("'{t}'"))
+            .collect();
+        if !unknown.is_empty() {
+            errors.insert(
+                "tags".into(),
+                json!([format!("No such tag(s): {}.", unknown.join(", "))]),
+            );
+        }
+        // Owners are given whole (no comma splitting); the first unknown one
+        // is named.
+        if let Some((_, owner)) = params
+            .iter()
+            .find(|(k, v)| k == "owner" && !self.credentials.iter().any(|c| &c.user.username == v))
+        {
+            errors.insert(
+                "owner".into(),
+                json!([format!("No such owner: '{owner}'.")]),
+            );
+        }
+        errors
+    }
 
     pub fn allocate(&mut self, user: &User, params: &[(String, String)]) -> Outcome<usize> {
         // AcquireNodeForm's fields; anything else but IGNORED is a 400.
@@ -67,39 +130,16 @@ impl World {
             },
             None => None,
         };
+        let names = self.unknown_names(params);
+        if !names.is_empty() {
+            return Err(Failure::Fields(400, Value::Object(names)));
+        }
         let zones = all("zone");
         let not_zones = all("not_in_zone");
-        let unknown: Vec<&str> = zones
-            .iter()
-            .chain(not_zones.iter())
-            .filter(|z| !self.zones.iter().any(|x| &x.name == *z))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return field_error("zone", format!("No such zone(s): {}.", unknown.join(", ")));
-        }
         let pools = all("pool");
         let not_pools = all("not_in_pool");
-        let unknown: Vec<&str> = pools
-            .iter()
-            .chain(not_pools.iter())
-            .filter(|p| !self.pools.iter().any(|x| &x.name == *p))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return field_error("pool", format!("No such pool(s): {}.", unknown.join(", ")));
-        }
         let tags = all("tags");
         let not_tags = all("not_tags");
-        let unknown: Vec<String> = tags
-            .iter()
-            .chain(not_tags.iter())
-            .filter(|t| !self.tags.contains(t))
-            .map(|t| format!("'{t}'"))
-            .collect();
-        if !unknown.is_empty() {
-            return field_error("tags", format!("No such tag(s): {}.", unknown.join(", ")));
-        }
         let arches = all("arch");
         for arch in &arches {
             let family = arch.split('/').next().unwrap_or("");
@@ -127,7 +167,7 @@ impl World {
                 let m = &self.machines[i];
                 m.status == Status::Ready
                     && !m.locked
-                    && self.visible(m, user)
+                    && self.can_view(m, user)
                     && cpu.is_none_or(|c| f64::from(m.cpu_count) >= c)
                     && mem.is_none_or(|c| m.memory as f64 >= c)
                     && (zones.is_empty() || zones.contains(&m.zone))
@@ -443,21 +483,26 @@ impl World {
                 "Cannot set workload annotation: it hasn't been acquired.",
             );
         }
-        for (k, _) in params {
-            if k != "op"
-                && !k
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '-')
-            {
-                return fail(500, "Invalid character in key name");
+        // `request.POST.items()`: each key once, with its last value. Only
+        // keys being set are checked against `DATA_KEY_RE` (`[\w.-]+$`,
+        // `src/maasserver/models/ownerdata.py`); the ValueError is an
+        // unhandled 500 and the request's transaction is rolled back.
+        let mut items: Vec<(&str, &str)> = Vec::new();
+        for (k, v) in params.iter().filter(|(k, _)| k != "op") {
+            match items.iter_mut().find(|(key, _)| key == k) {
+                Some(item) => item.1 = v,
+                None => items.push((k, v)),
             }
         }
+        if items.iter().any(|(k, v)| !v.is_empty() && !is_data_key(k)) {
+            return fail(500, "Invalid character in key name");
+        }
         let m = &mut self.machines[index];
-        for (k, v) in params.iter().filter(|(k, _)| k != "op") {
+        for (k, v) in items {
             if v.is_empty() {
                 m.owner_data.remove(k);
             } else {
-                m.owner_data.insert(k.clone(), v.clone());
+                m.owner_data.insert(k.to_owned(), v.to_owned());
             }
         }
         Ok(())
@@ -627,6 +672,16 @@ pub(super) fn finish_release(m: &mut Machine) {
     m.pending = None;
 }
 
+/// Python's `re.match(r"[\w.-]+$", key)`: one or more word characters,
+/// dots or dashes, and `$` also matches before one final newline.
+fn is_data_key(key: &str) -> bool {
+    let key = key.strip_suffix('\n').unwrap_or(key);
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '-')
+}
+
 /// `label:size(tags),size,...` → sizes in GB (tags are ignored).
 fn parse_storage(v: &str) -> Option<Vec<f64>> {
     let mut sizes = Vec::new();
@@ -741,6 +796,18 @@ mod tests {
         assert!(!storage_fits(&[200.0], &[120, 960]));
         assert!(storage_fits(&[100.0, 500.0], &[120, 960]));
         assert!(!storage_fits(&[100.0, 500.0, 500.0], &[120, 960]));
+    }
+
+    #[test]
+    fn owner_data_keys_follow_maas_pattern() {
+        assert!(is_data_key("capmaas-identity"));
+        assert!(is_data_key("a.b_c-9"));
+        assert!(is_data_key("ключ"));
+        assert!(is_data_key("trailing\n"));
+        assert!(!is_data_key(""));
+        assert!(!is_data_key("a/b"));
+        assert!(!is_data_key("a b"));
+        assert!(!is_data_key("a\n\n"));
     }
 
     #[test]

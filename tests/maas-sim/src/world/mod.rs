@@ -19,6 +19,8 @@ mod machines;
 pub struct User {
     pub username: String,
     pub is_superuser: bool,
+    /// Pools this user may view and deploy from (RBAC); None = all.
+    pub pools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -274,6 +276,7 @@ impl World {
                 user: User {
                     username: entry.username.clone(),
                     is_superuser: entry.is_superuser,
+                    pools: entry.pools.clone(),
                 },
             });
         }
@@ -308,6 +311,16 @@ impl World {
                     name: p.name.clone(),
                     description: p.description.clone(),
                 });
+            }
+        }
+        for c in &world.credentials {
+            for pool in c.user.pools.iter().flatten() {
+                if !world.pools.iter().any(|p| &p.name == pool) {
+                    return Err(format!(
+                        "inventory api key for {}: unknown pool {pool}",
+                        c.user.username
+                    ));
+                }
             }
         }
         world.tags = inventory.tags.clone();
@@ -521,10 +534,24 @@ impl World {
             .map_or_else(|| fail(404, "No Machine matches the given query."), Ok)
     }
 
-    /// Machines a user may see: admins see all, others not those owned by
-    /// someone else.
-    pub fn visible(&self, m: &Machine, user: &User) -> bool {
-        user.is_superuser || m.owner.as_deref().is_none_or(|o| o == user.username)
+    /// `NodePermission.view` on a machine (`_can_view` in
+    /// `src/maasserver/auth/local.py`, MAAS 3.5): admins see every machine;
+    /// other users see unowned machines and their own, and with RBAC only
+    /// in the pools they were granted. For machines `edit` is the same test
+    /// plus "not locked" (see `api::machines`).
+    pub fn can_view(&self, m: &Machine, user: &User) -> bool {
+        user.is_superuser
+            || (m.owner.as_deref().is_none_or(|o| o == user.username)
+                && self.pool_visible(&m.pool, user))
+    }
+
+    /// Whether `user` may see the pool (RBAC `view`); always without RBAC.
+    pub fn pool_visible(&self, pool: &str, user: &User) -> bool {
+        user.is_superuser
+            || user
+                .pools
+                .as_ref()
+                .is_none_or(|pools| pools.iter().any(|p| p == pool))
     }
 
     // ---- test controls -----------------------------------------------------
