@@ -640,3 +640,333 @@ fn bulk_release_checks_ids_permissions_and_states() {
     );
     assert_eq!(released.json(), json!([id]), "the Ready one is skipped");
 }
+
+/// `GET events/?op=query` for one machine, `extra` appended to the query.
+fn events(raw: &Raw, system_id: &str, extra: &str) -> Value {
+    let answer = raw.signed(
+        "GET",
+        &format!("events/?op=query&id={system_id}{extra}"),
+        None,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()
+}
+
+/// The `type` of each event, newest first.
+fn types(page: &Value) -> Vec<String> {
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn machine_status(raw: &Raw, system_id: &str) -> Value {
+    raw.signed("GET", &format!("machines/{system_id}/"), None)
+        .json()
+}
+
+/// A deployment's event log as MAAS 3.5 records it: DEBUG request and
+/// status events, the INFO status messages of PXE boot, the ephemeral
+/// image and curtin's stages, spread over the deployment (they appear as
+/// time passes), newest first, with MAAS's paging URIs.
+#[test]
+fn events_follow_allocation_and_deployment() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "3"]);
+    let raw = Raw::new(&sim);
+    let m = raw
+        .signed(
+            "POST",
+            "machines/?op=allocate",
+            Some("pool=cp-pool&comment=for+ns%2Fcp-0"),
+        )
+        .json();
+    let id = m["system_id"].as_str().unwrap().to_owned();
+    assert_eq!(events(&raw, &id, "")["count"], 0, "acquiring is DEBUG");
+    let debug = events(&raw, &id, "&level=DEBUG");
+    assert_eq!(
+        types(&debug),
+        ["Node changed status", "User acquiring node"]
+    );
+    let e = &debug["events"];
+    assert_eq!(
+        e[0]["description"],
+        "From 'Ready' to 'Allocated' (to admin)"
+    );
+    assert_eq!(e[0]["username"], "unknown");
+    assert_eq!(e[1]["description"], "(admin) - for ns/cp-0");
+    assert_eq!(e[1]["username"], "admin");
+    assert_eq!(e[1]["node"], id.as_str());
+    assert_eq!(e[1]["hostname"], m["hostname"]);
+    assert_eq!(e[1]["level"], "DEBUG");
+    assert!(e[0]["id"].as_u64().unwrap() > e[1]["id"].as_u64().unwrap());
+    let created = e[0]["created"].as_str().unwrap();
+    assert_eq!(
+        &created[3..5],
+        ", ",
+        "e.g. 'Fri, 07 Dec. 2018 20:11:08': {created}"
+    );
+
+    assert_eq!(
+        raw.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
+            .status,
+        200
+    );
+    assert_eq!(types(&events(&raw, &id, "")), ["Powering on", "Deploying"]);
+    let full = [
+        "Deployed",
+        "Performing PXE boot",
+        "Rebooting",
+        "Configuring OS",
+        "Installing OS",
+        "Configuring storage",
+        "Loading ephemeral",
+        "Performing PXE boot",
+        "Powering on",
+        "Deploying",
+    ];
+    // Part-way, the log is an older part of the full one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen_partial = false;
+    loop {
+        let status = machine_status(&raw, &id);
+        let now = types(&events(&raw, &id, ""));
+        let now: Vec<&str> = now.iter().map(String::as_str).collect();
+        assert!(full.ends_with(&now), "{now:?} is not a tail of {full:?}");
+        if status["status_name"] == "Deploying" && now.len() > 2 {
+            seen_partial = true;
+            assert_eq!(status["status_message"], now[0]);
+        }
+        if status["status_name"] == "Deployed" || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(seen_partial, "no event appeared while it deployed");
+    let done = events(&raw, &id, "");
+    assert_eq!(types(&done), full);
+    assert_eq!(machine_status(&raw, &id)["status_message"], "Deployed");
+    let debug = types(&events(&raw, &id, "&level=DEBUG"));
+    for debug_only in [
+        "User starting deployment",
+        "Node powered on",
+        "PXE Request",
+        "Node installation",
+    ] {
+        assert!(
+            debug.iter().any(|t| t == debug_only),
+            "{debug_only} in {debug:?}"
+        );
+    }
+
+    // Paging: limit, next_uri (newer) and prev_uri (older), as MAAS builds
+    // them from the request's parameters.
+    let page = events(&raw, &id, "&limit=3");
+    assert_eq!(page["count"], 3);
+    let ids: Vec<u64> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        page["next_uri"],
+        format!(
+            "/MAAS/api/2.0/events/?op=query&id={id}&limit=3&after={}",
+            ids[0]
+        )
+    );
+    assert_eq!(
+        page["prev_uri"],
+        format!(
+            "/MAAS/api/2.0/events/?op=query&id={id}&limit=3&before={}",
+            ids[2]
+        )
+    );
+    let older = raw.signed(
+        "GET",
+        page["prev_uri"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("/MAAS/api/2.0/"),
+        None,
+    );
+    assert_eq!(types(&older.json()), full[3..6]);
+    let newer = events(&raw, &id, &format!("&after={}", ids[2]));
+    assert_eq!(
+        types(&newer),
+        full[..2],
+        "after: newest first, all newer than the id"
+    );
+    let none = events(&raw, &id, &format!("&after={}", ids[0]));
+    assert_eq!(none["count"], 0);
+    assert_eq!(
+        none["prev_uri"],
+        format!(
+            "/MAAS/api/2.0/events/?op=query&id={id}&before={}",
+            ids[0] + 1
+        )
+    );
+
+    // Filters other than id; bad parameters.
+    let hostname = m["hostname"].as_str().unwrap();
+    assert_eq!(
+        types(
+            &raw.signed(
+                "GET",
+                &format!("events/?op=query&hostname={hostname}&level=ERROR"),
+                None
+            )
+            .json()
+        ),
+        Vec::<String>::new()
+    );
+    for (query, body) in [
+        ("level=BOGUS", "Unrecognised log level: BOGUS"),
+        (
+            "limit=1001",
+            "Requested number of events 1001 is greater than limit: 1000",
+        ),
+        ("limit=x", "Invalid limit: Please enter an integer value"),
+        (
+            "after=1&before=9",
+            "There is undetermined behaviour when both `after` and `before` are specified.",
+        ),
+        ("mac_address=nope", "Invalid MAC address(es): nope"),
+    ] {
+        let a = raw.signed("GET", &format!("events/?op=query&{query}"), None);
+        assert_eq!((a.status, a.body.as_str()), (400, body), "{query}");
+    }
+}
+
+/// A failed deployment, a release, power calls and an operator marking a
+/// machine broken, each with the events MAAS records; another tenant sees
+/// none of them.
+#[test]
+fn events_of_failure_release_power_and_broken() {
+    let sim = MaasSim::start_from_file(
+        &support::maas_sim::tenants_inventory_path(),
+        &["--deploy-seconds", "0.5", "--release-seconds", "0.2"],
+    );
+    let a = Raw::with_key(&sim, &sim.key_of("tenant-a"));
+    let b = Raw::with_key(&sim, &sim.key_of("tenant-b"));
+    let m = a
+        .signed("POST", "machines/?op=allocate", Some("pool=tenant-a-pool"))
+        .json();
+    let id = m["system_id"].as_str().unwrap().to_owned();
+    a.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""));
+    assert_eq!(
+        sim.fail_deployment_because(&id, "Unable to find a boot disk"),
+        "Failed deployment"
+    );
+    let errors = events(&a, &id, "&level=ERROR");
+    assert_eq!(
+        types(&errors),
+        ["Marking node failed", "Node installation failure"]
+    );
+    let installation_failed =
+        "Installation failed (refer to the installation log for more information).";
+    assert_eq!(errors["events"][0]["description"], installation_failed);
+    assert_eq!(
+        errors["events"][1]["description"],
+        "'curtin' Unable to find a boot disk"
+    );
+    let failed = machine_status(&a, &id);
+    assert_eq!(failed["error_description"], installation_failed);
+    assert_eq!(
+        failed["status_message"],
+        format!("Marking node failed - {installation_failed}")
+    );
+    assert_eq!(
+        failed["power_state"], "on",
+        "mark_failed does not power off"
+    );
+    assert_eq!(
+        events(&b, &id, "&level=DEBUG")["count"],
+        0,
+        "not tenant B's machine"
+    );
+
+    let released = a.signed(
+        "POST",
+        &format!("machines/{id}/?op=release"),
+        Some("comment=bye"),
+    );
+    assert_eq!(released.json()["status_name"], "Releasing");
+    assert_eq!(sim.complete(&id), "Ready");
+    assert_eq!(
+        types(&events(&a, &id, "&limit=3")),
+        ["Released", "Powering off", "Releasing"]
+    );
+    let debug = events(&a, &id, "&level=DEBUG&limit=6");
+    assert_eq!(
+        types(&debug),
+        [
+            "Released",
+            "Node changed status",
+            "Node powered off",
+            "Powering off",
+            "Releasing",
+            "Node changed status"
+        ]
+    );
+    assert_eq!(
+        debug["events"][1]["description"],
+        "From 'Releasing' to 'Ready'"
+    );
+    let requests = events(&a, &id, "&level=DEBUG&owner=tenant-a&limit=1");
+    assert_eq!(types(&requests), ["User releasing node"]);
+    assert_eq!(requests["events"][0]["description"], "(tenant-a) - bye");
+
+    // Power calls, then an operator marks the deployed machine broken: it
+    // is released first (powered off), then Broken with no owner.
+    let m = a
+        .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
+        .json();
+    assert_eq!(m["status_name"], "Deploying");
+    assert_eq!(sim.complete(&id), "Deployed");
+    a.signed("POST", &format!("machines/{id}/?op=power_off"), Some(""));
+    a.signed(
+        "POST",
+        &format!("machines/{id}/?op=power_on"),
+        Some("comment=back"),
+    );
+    assert_eq!(
+        types(&events(&a, &id, "&level=DEBUG&limit=6")),
+        [
+            "Node powered on",
+            "Powering on",
+            "User powering up node",
+            "Node powered off",
+            "Powering off",
+            "User powering down node"
+        ]
+    );
+    assert_eq!(sim.mark_broken(&id), "Broken");
+    let broken = Raw::new(&sim)
+        .signed("GET", &format!("machines/{id}/"), None)
+        .json();
+    assert_eq!(broken["owner"], Value::Null);
+    assert_eq!(broken["power_state"], "off");
+    let admin = Raw::new(&sim);
+    let log = events(&admin, &id, "&level=DEBUG&limit=8");
+    assert_eq!(
+        types(&log),
+        [
+            "Node changed status",
+            "Node powered off",
+            "Powering off",
+            "Releasing",
+            "Node changed status",
+            "User marking node broken",
+            "Node powered on",
+            "Powering on",
+        ]
+    );
+    assert_eq!(
+        log["events"][0]["description"],
+        "From 'Releasing' to 'Broken'"
+    );
+    assert_eq!(log["events"][5]["description"], "(admin)");
+}

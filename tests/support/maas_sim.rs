@@ -233,6 +233,17 @@ impl MaasSim {
         );
     }
 
+    fn machine_action_with(&self, system_id: &str, action: &str, body: Value) -> String {
+        self.control(
+            "POST",
+            &format!("machines/{system_id}/{action}"),
+            Some(body),
+        )["status_name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     fn machine_action(&self, system_id: &str, action: &str) -> String {
         self.control("POST", &format!("machines/{system_id}/{action}"), None)["status_name"]
             .as_str()
@@ -253,6 +264,12 @@ impl MaasSim {
         self.machine_action(system_id, "fail-deployment")
     }
 
+    /// Fails the running (or next) deployment with curtin's `reason`.
+    pub fn fail_deployment_because(&self, system_id: &str, reason: &str) -> String {
+        self.machine_action_with(system_id, "fail-deployment", json!({"reason": reason}))
+    }
+
+    /// An operator (the inventory's first admin) marks it broken.
     pub fn mark_broken(&self, system_id: &str) -> String {
         self.machine_action(system_id, "mark-broken")
     }

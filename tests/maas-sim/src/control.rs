@@ -10,15 +10,15 @@
 //! | `POST /_sim/machines` (JSON inventory machine) | add a machine → `{"system_id"}` |
 //! | `DELETE /_sim/machines/{id}` | remove a machine |
 //! | `POST /_sim/machines/{id}/power-off`, `power-on` | change the power state behind MAAS's back |
-//! | `POST /_sim/machines/{id}/fail-deployment` | fail the running deployment now, or the next one |
-//! | `POST /_sim/machines/{id}/mark-broken` | the machine becomes Broken |
+//! | `POST /_sim/machines/{id}/fail-deployment` `[{"reason": "..."}]` | fail the running deployment now, or the next one, with this curtin message |
+//! | `POST /_sim/machines/{id}/mark-broken` `[{"user": "admin", "comment": "..."}]` | an operator marks it broken (`Node.mark_broken`: released first if releasable, then Broken) |
 //! | `POST /_sim/machines/{id}/complete` | finish a pending deploy/release now |
 
 use serde_json::{json, Value};
 
 use crate::http::{Request, Response};
 use crate::inventory::MachineEntry;
-use crate::world::{Fault, World};
+use crate::world::{Fault, User, World};
 
 fn bad(message: impl Into<String>) -> Response {
     Response::json(400, &json!({"error": message.into()}))
@@ -26,6 +26,28 @@ fn bad(message: impl Into<String>) -> Response {
 
 fn not_found() -> Response {
     Response::json(404, &json!({"error": "no such machine"}))
+}
+
+/// The user a control acts as: the one named, else the inventory's first
+/// admin (an operator in MAAS's UI).
+fn acting_user(world: &World, name: Option<String>) -> Result<User, Response> {
+    let found = world
+        .credentials
+        .iter()
+        .map(|c| &c.user)
+        .find(|u| match &name {
+            Some(name) => &u.username == name,
+            None => u.is_superuser,
+        });
+    match (found, name) {
+        (Some(user), _) => Ok(user.clone()),
+        (None, Some(name)) => Err(bad(format!("no user {name} in the inventory"))),
+        (None, None) => Ok(User {
+            username: "admin".into(),
+            is_superuser: true,
+            pools: None,
+        }),
+    }
 }
 
 pub fn handle(world: &mut World, req: &Request, rel: &str) -> Response {
@@ -84,11 +106,28 @@ pub fn handle(world: &mut World, req: &Request, rel: &str) -> Response {
             let Ok(i) = world.machine_index(id) else {
                 return not_found();
             };
+            let body: Value = if req.body.is_empty() {
+                json!({})
+            } else {
+                match serde_json::from_slice(&req.body) {
+                    Ok(v) => v,
+                    Err(e) => return bad(format!("invalid JSON body: {e}")),
+                }
+            };
+            let text = |key: &str| body.get(key).and_then(Value::as_str).map(str::to_owned);
             match *action {
+                // Behind MAAS's back (a BMC, a hand on the button): MAAS's
+                // power polling sees the new state; no event is recorded.
                 "power-off" => world.machines[i].power_state = "off".into(),
                 "power-on" => world.machines[i].power_state = "on".into(),
-                "fail-deployment" => world.fail_deployment(i),
-                "mark-broken" => world.mark_broken(i),
+                "fail-deployment" => world.fail_deployment(i, text("reason")),
+                "mark-broken" => {
+                    let user = match acting_user(world, text("user")) {
+                        Ok(user) => user,
+                        Err(response) => return response,
+                    };
+                    world.mark_broken(i, &user, text("comment").as_deref())
+                }
                 "complete" => world.complete(i),
                 _ => return bad(format!("unknown action {action}")),
             }

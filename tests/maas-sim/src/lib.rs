@@ -8,8 +8,10 @@
 //! canonical/maas's source, cited where each behaviour is implemented) for
 //! the calls a Cluster API provider makes, and keeps a machine state
 //! machine: Ready → Allocated → Deploying → Deployed (after
-//! `deploy_seconds`), release → Releasing / Disk erasing → Ready. Time moves
-//! lazily: pending transitions complete when the next request looks.
+//! `deploy_seconds`), release → Releasing / Disk erasing → Ready, with the
+//! event log MAAS records on the way (`GET events/?op=query`: curtin's
+//! stages spread over the deployment). Time moves lazily: what falls due
+//! happens when the next request looks, stamped with the time it was due.
 //!
 //! ```text
 //! let server = maas_sim::start("127.0.0.1:0", Inventory::default_story())?;

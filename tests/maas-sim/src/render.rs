@@ -215,8 +215,8 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         "tag_names": m.tags,
         "power_state": m.power_state,
         "power_type": m.power_type,
-        "status_message": m.status_message,
-        "status_action": "",
+        "status_message": m.status_event.message,
+        "status_action": m.status_event.action,
         "virtualblockdevice_set": [],
         "blockdevice_set": m.disks_gb.iter().enumerate().map(|(i, gb)| block_device(m, i, *gb)).collect::<Vec<_>>(),
     });
@@ -245,7 +245,7 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         "enable_kernel_crash_dump": false,
         "last_sync": null, "next_sync": null, "sync_interval": null,
         "is_dpu": false,
-        "error_description": "",
+        "error_description": m.error_description,
         "resource_uri": format!("{API}/machines/{}/", m.system_id),
     });
     for part in [more, rest] {

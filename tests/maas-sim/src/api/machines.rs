@@ -205,7 +205,7 @@ pub(super) fn machine_call(
             machine_json(world)
         }
         ("POST", Some("power_off")) => {
-            world.power_off(index, user)?;
+            world.power_off(index, user, params)?;
             if world.machines[index].power_type == "manual" {
                 return Ok(Response::json(200, &Value::Null));
             }
@@ -216,7 +216,7 @@ pub(super) fn machine_call(
             machine_json(world)
         }
         ("POST", Some("abort")) => {
-            world.abort(index)?;
+            world.abort(index, user, comment(params))?;
             machine_json(world)
         }
         ("POST", Some("mark_broken")) => {
@@ -225,11 +225,11 @@ pub(super) fn machine_call(
             if world.machines[index].owner.as_deref() != Some(user.username.as_str()) {
                 return Err(Failure::Text(403, String::new()));
             }
-            world.mark_broken(index);
+            world.mark_broken(index, user, comment(params));
             machine_json(world)
         }
         ("POST", Some("mark_fixed")) => {
-            world.mark_fixed(index)?;
+            world.mark_fixed(index, user, comment(params))?;
             machine_json(world)
         }
         ("POST", Some("lock" | "unlock")) => {
@@ -255,4 +255,11 @@ pub(super) fn machine_call(
         (_, Some(_)) => unknown_op(req, op),
         (_, None) => not_allowed(),
     }
+}
+
+fn comment(params: &[(String, String)]) -> Option<&str> {
+    params
+        .iter()
+        .find(|(k, _)| k == "comment")
+        .map(|(_, v)| v.as_str())
 }

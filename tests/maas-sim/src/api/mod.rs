@@ -252,6 +252,9 @@ fn dispatch(
         }
         (["machines"], "POST", Some("release")) => machines::bulk_release(world, user, params),
         (["machines"], _, _) => unknown_op(req, op),
+        (["events"], "GET", Some("query")) => {
+            Ok(Response::json(200, &world.query_events(user, &req.query)?))
+        }
         (["machines", id], _, _) => machines::machine_call(world, user, req, id, op, params),
         (["dnsresources"], "GET", None) => {
             let found = world.list_dns(params)?;
@@ -453,6 +456,7 @@ fn is_known_collection(name: &str) -> bool {
     matches!(
         name,
         "users"
+            | "events"
             | "machines"
             | "dnsresources"
             | "domains"

@@ -3,7 +3,7 @@
 //! here runs under one mutex, so each request is atomic like a MAAS
 //! transaction (a failed call changes nothing).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -12,7 +12,11 @@ use crate::inventory::{Inventory, MachineEntry, Settings};
 use crate::status::Status;
 
 mod dns;
+pub mod events;
 mod machines;
+
+pub use events::{Event, EventType, StatusEvent};
+use machines::DEFAULT_CURTIN_FAILURE;
 
 /// A MAAS user behind an API key.
 #[derive(Debug, Clone)]
@@ -66,11 +70,25 @@ pub struct DnsRec {
     pub ips: Vec<String>,
 }
 
-/// A transition that completes on its own after a delay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pending {
-    Deploy,
-    Release,
+/// Something due later in a machine's life. Time moves lazily: `advance`
+/// does what fell due when the next request looks, with the time it was
+/// due (events carry that time).
+#[derive(Debug, Clone)]
+pub struct Scheduled {
+    pub at: Instant,
+    pub step: Step,
+}
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Record an event: type, description, action.
+    Event(EventType, &'static str, &'static str),
+    /// The deployment ends: Deployed, or Failed deployment if asked for.
+    DeployDone,
+    /// The power-off of a release is confirmed: the release finishes.
+    ReleaseDone,
+    /// The disk erasure ends: MAAS then releases the machine.
+    EraseDone,
 }
 
 #[derive(Debug, Clone)]
@@ -93,7 +111,11 @@ pub struct Machine {
     pub description: String,
 
     pub status: Status,
-    pub status_message: Option<String>,
+    /// The status before the last change (`Node.previous_status`).
+    pub previous_status: Status,
+    /// Latest INFO-or-above event: `status_message`, `status_action`.
+    pub status_event: StatusEvent,
+    pub error_description: String,
     pub power_state: String,
     pub owner: Option<String>,
     pub owner_data: BTreeMap<String, String>,
@@ -107,11 +129,13 @@ pub struct Machine {
     pub ip_addresses: Vec<String>,
     pub user_data: Option<String>,
     pub comments: Vec<String>,
-    pub pending: Option<(Pending, Instant)>,
-    /// Set by the test control: the next (or current) deployment fails.
-    pub fail_deployment: bool,
-    /// Status before Broken, for mark_fixed.
-    pub status_before_broken: Option<Status>,
+    /// What happens next on its own (deployment, release, erasure steps).
+    pub timeline: VecDeque<Scheduled>,
+    /// Set by the test control: the next (or current) deployment fails,
+    /// with this curtin message.
+    pub fail_reason: Option<String>,
+    /// The last release asked for (who, erase flags, comment), for tests.
+    pub last_release: Option<Value>,
     pub hardware_uuid: String,
 }
 
@@ -185,6 +209,11 @@ pub struct World {
     pub calls: BTreeMap<String, u64>,
     /// TCP connections accepted (clients should reuse theirs).
     pub connections: u64,
+    /// The event log, oldest first (ids increase).
+    pub events: Vec<Event>,
+    next_event_id: u64,
+    /// An instant and the wall-clock time it stands for.
+    clock: (Instant, SystemTime),
 }
 
 /// A MAAS-style failure: status and body.
@@ -260,6 +289,9 @@ impl World {
             faults: Vec::new(),
             calls: BTreeMap::new(),
             connections: 0,
+            events: Vec::new(),
+            next_event_id: 0,
+            clock: (Instant::now(), SystemTime::now()),
         };
         for entry in &inventory.api_keys {
             let parts: Vec<&str> = entry.key.split(':').collect();
@@ -442,7 +474,9 @@ impl World {
             power_type: m.power_type.clone().unwrap_or_else(|| "ipmi".into()),
             description: m.description.clone().unwrap_or_default(),
             status,
-            status_message: None,
+            previous_status: status,
+            status_event: StatusEvent::default(),
+            error_description: String::new(),
             power_state: m
                 .power_state
                 .clone()
@@ -463,9 +497,9 @@ impl World {
             },
             user_data: None,
             comments: Vec::new(),
-            pending: None,
-            fail_deployment: false,
-            status_before_broken: None,
+            timeline: VecDeque::new(),
+            fail_reason: None,
+            last_release: None,
             hardware_uuid: format!("{:08x}-0000-4000-8000-{:012x}", seq, seq * 7919),
         });
         Ok(system_id)
@@ -499,31 +533,20 @@ impl World {
         }
     }
 
-    /// Completes transitions whose time has come. Called on every request,
-    /// so the simulation needs no timer thread.
+    /// Does what fell due, in time order across machines. Called on every
+    /// request, so the simulation needs no timer thread.
     pub fn advance(&mut self, now: Instant) {
-        for m in &mut self.machines {
-            let Some((pending, at)) = m.pending else {
-                continue;
-            };
-            if now < at {
-                continue;
-            }
-            m.pending = None;
-            match pending {
-                Pending::Deploy => {
-                    if m.fail_deployment {
-                        m.fail_deployment = false;
-                        m.status = Status::FailedDeployment;
-                        m.status_message = Some("Failed deployment".into());
-                        m.power_state = "off".into();
-                    } else {
-                        m.status = Status::Deployed;
-                        m.status_message = Some("Deployed".into());
-                    }
+        let mut due: Vec<(Instant, usize, Step)> = Vec::new();
+        for (i, m) in self.machines.iter_mut().enumerate() {
+            while m.timeline.front().is_some_and(|s| s.at <= now) {
+                if let Some(s) = m.timeline.pop_front() {
+                    due.push((s.at, i, s.step));
                 }
-                Pending::Release => machines::finish_release(m),
             }
+        }
+        due.sort_by_key(|(at, i, _)| (*at, *i));
+        for (at, i, step) in due {
+            self.apply(i, step, at);
         }
     }
 
@@ -556,21 +579,28 @@ impl World {
 
     // ---- test controls -----------------------------------------------------
 
-    /// Finishes a pending transition at once.
+    /// Finishes what is pending (deployment, release, erasure) now.
     pub fn complete(&mut self, index: usize) {
-        if let Some((kind, _)) = self.machines[index].pending {
-            self.machines[index].pending = Some((kind, Instant::now()));
-            self.advance(Instant::now());
+        let now = Instant::now();
+        for s in &mut self.machines[index].timeline {
+            s.at = now;
         }
+        self.advance(now);
     }
 
-    /// Makes the current deployment fail now, or the next one fail.
-    pub fn fail_deployment(&mut self, index: usize) {
+    /// Makes the running deployment fail now, or the next one fail, with
+    /// `reason` as curtin's message.
+    pub fn fail_deployment(&mut self, index: usize, reason: Option<String>) {
+        let now = Instant::now();
         let m = &mut self.machines[index];
-        m.fail_deployment = true;
+        m.fail_reason = Some(reason.unwrap_or_else(|| DEFAULT_CURTIN_FAILURE.to_owned()));
         if m.status == Status::Deploying {
-            m.pending = Some((Pending::Deploy, Instant::now()));
-            self.advance(Instant::now());
+            m.timeline.clear();
+            m.timeline.push_back(Scheduled {
+                at: now,
+                step: Step::DeployDone,
+            });
+            self.advance(now);
         }
     }
 
@@ -586,6 +616,8 @@ impl World {
                     "fqdn": format!("{}.{}", m.hostname, self.domain_name(m.domain_id)),
                     "status": m.status.code(),
                     "status_name": m.status.name(),
+                    "status_message": m.status_event.message,
+                    "error_description": m.error_description,
                     "power_state": m.power_state,
                     "owner": m.owner,
                     "agent_name": m.agent_name,
@@ -602,6 +634,7 @@ impl World {
                     "user_data": m.user_data,
                     "comments": m.comments,
                     "locked": m.locked,
+                    "last_release": m.last_release,
                 })
             })
             .collect();
