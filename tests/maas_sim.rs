@@ -970,3 +970,66 @@ fn events_of_failure_release_power_and_broken() {
     );
     assert_eq!(log["events"][5]["description"], "(admin)");
 }
+
+/// The DNS responder serves what the API changes: DNS resources as they
+/// are created, updated and deleted, and a machine's FQDN while it has
+/// addresses.
+#[test]
+fn dns_follows_the_api() {
+    let sim = MaasSim::start_with_args(
+        None,
+        &[
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--deploy-seconds",
+            "0",
+            "--release-seconds",
+            "0",
+        ],
+    );
+    let dns = sim.dns_addr().expect("--dns-listen");
+    let raw = Raw::new(&sim);
+    let resolve = |name: &str| maas_sim::dns::lookup(dns, name, 1, false).unwrap();
+    let addresses = |name: &str| -> Vec<String> {
+        resolve(name)
+            .addresses
+            .iter()
+            .map(|(ip, _)| ip.to_string())
+            .collect()
+    };
+    assert_eq!(resolve("api.k8s.maas").rcode, 3);
+    let created = raw
+        .signed(
+            "POST",
+            "dnsresources/",
+            Some("fqdn=api.k8s.maas&address_ttl=10&ip_addresses=10.11.130.21+10.11.130.22"),
+        )
+        .json();
+    let api = resolve("api.k8s.maas");
+    assert_eq!(api.rcode, 0);
+    assert!(api.addresses.iter().all(|(_, ttl)| *ttl == 10));
+    assert_eq!(addresses("api.k8s.maas"), ["10.11.130.21", "10.11.130.22"]);
+    let path = format!("dnsresources/{}/", created["id"]);
+    raw.signed("PUT", &path, Some("ip_addresses=10.11.130.23&address_ttl="));
+    let updated = resolve("api.k8s.maas");
+    assert_eq!(
+        updated.addresses,
+        [("10.11.130.23".parse().unwrap(), 30)],
+        "without address_ttl: the domain's TTL"
+    );
+
+    let m = raw
+        .signed("POST", "machines/?op=allocate", Some("name=cp-1"))
+        .json();
+    let id = m["system_id"].as_str().unwrap();
+    assert_eq!(resolve("cp-1.maas").rcode, 3, "no address while Allocated");
+    raw.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""));
+    assert_eq!(addresses("cp-1.maas"), ["10.11.130.21"]);
+    raw.signed("POST", &format!("machines/{id}/?op=release"), Some(""));
+    assert_eq!(
+        resolve("cp-1.maas").rcode,
+        3,
+        "released: its address is gone"
+    );
+    assert_eq!(resolve("cp-1.example.org").rcode, 5, "not a MAAS domain");
+}

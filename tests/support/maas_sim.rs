@@ -115,6 +115,13 @@ impl MaasSim {
         }
     }
 
+    /// Where the DNS responder listens, when started with
+    /// `["--dns-listen", "127.0.0.1:0"]`; query it with
+    /// `maas_sim::dns::lookup(addr, name, 1 /* A */, false /* UDP */)`.
+    pub fn dns_addr(&self) -> Option<std::net::SocketAddr> {
+        self.server.as_ref().and_then(|s| s.dns_addr())
+    }
+
     /// Stops the simulator now (as dropping it does): clients see MAAS go
     /// away.
     pub fn stop(&mut self) {
