@@ -1033,3 +1033,126 @@ fn dns_follows_the_api() {
     );
     assert_eq!(resolve("cp-1.example.org").rcode, 5, "not a MAAS domain");
 }
+
+fn two_networks() -> Value {
+    json!({
+        "api_keys": [{"key": "ck:tk:secretsecret"}],
+        "domains": [{"name": "k8s.maas", "ttl": 30}],
+        "subnet": {"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1", "name": "lab"},
+        "subnets": [{"cidr": "10.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-1"}}],
+        "boot_resources": [{"name": "ubuntu/jammy", "architecture": "amd64/ga-22.04"}],
+        "machines": [{"hostname": "cp-1", "domain": "k8s.maas", "interfaces": [
+            {"name": "eth0", "mac_address": "52:54:00:aa:00:01",
+             "links": [{"ip_address": "10.11.130.21"}]},
+            {"name": "eth1", "mac_address": "52:54:00:aa:01:01",
+             "links": [{"subnet": "storage", "mode": "auto"}]},
+            {"name": "eth2", "links": [{"subnet": "10.20.0.0/24", "mode": "link_up"}]}
+        ]}]
+    })
+}
+
+/// Machines with several interfaces on several subnets: `interface_set`
+/// with links carrying their subnets, `ip_addresses` listing every
+/// address once deployed (boot interface first), `subnets/` and
+/// `subnets/{id}/`.
+#[test]
+fn multi_nic_machines_and_subnets() {
+    let sim = MaasSim::start_with_args(
+        Some(&two_networks()),
+        &[
+            "--deploy-seconds",
+            "0",
+            "--release-seconds",
+            "0",
+            "--dns-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let raw = Raw::new(&sim);
+    let subnets = raw.signed("GET", "subnets/", None).json();
+    let cidrs: Vec<&str> = subnets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["cidr"].as_str().unwrap())
+        .collect();
+    assert_eq!(cidrs, ["10.11.130.0/24", "10.20.0.0/24"]);
+    let storage = &subnets[1];
+    assert_eq!(storage["name"], "storage");
+    assert_eq!(storage["vlan"]["vid"], 20);
+    assert_eq!(storage["vlan"]["fabric"], "fabric-1");
+    assert_eq!(storage["gateway_ip"], Value::Null);
+    assert_eq!(storage["resource_uri"], "/MAAS/api/2.0/subnets/2/");
+    for key in [
+        "id",
+        "name",
+        "description",
+        "vlan",
+        "space",
+        "cidr",
+        "gateway_ip",
+        "dns_servers",
+        "rdns_mode",
+        "active_discovery",
+        "allow_dns",
+        "allow_proxy",
+        "managed",
+        "disabled_boot_architectures",
+        "resource_uri",
+    ] {
+        assert!(storage.get(key).is_some(), "subnet lacks {key}");
+    }
+    assert_eq!(raw.signed("GET", "subnets/2/", None).json(), *storage);
+    assert_eq!(
+        raw.signed("GET", "subnets/name:storage/", None).json(),
+        *storage
+    );
+    let missing = raw.signed("GET", "subnets/99/", None);
+    assert_eq!(
+        (missing.status, missing.body.as_str()),
+        (404, "No Subnet matches the given query.")
+    );
+
+    let m = raw.signed("POST", "machines/?op=allocate", Some("")).json();
+    let id = m["system_id"].as_str().unwrap().to_owned();
+    let names: Vec<&str> = m["interface_set"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["eth0", "eth1", "eth2"]);
+    assert_eq!(m["boot_interface"]["name"], "eth0");
+    assert_eq!(m["ip_addresses"], json!([]));
+    assert!(m["interface_set"][0]["links"][0]
+        .get("ip_address")
+        .is_none());
+    assert_eq!(m["interface_set"][2]["links"][0]["mode"], "link_up");
+    assert_eq!(m["default_gateways"]["ipv4"]["gateway_ip"], "10.11.130.1");
+
+    let deployed = raw
+        .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
+        .json();
+    assert_eq!(
+        deployed["ip_addresses"],
+        json!(["10.11.130.21", "10.20.0.1"])
+    );
+    let eth1 = &deployed["interface_set"][1];
+    assert_eq!(eth1["links"][0]["ip_address"], "10.20.0.1");
+    assert_eq!(eth1["links"][0]["subnet"]["cidr"], "10.20.0.0/24");
+    assert_eq!(eth1["vlan"]["vid"], 20);
+    assert_eq!(deployed["interface_set"][0]["vlan"]["vid"], 0);
+    let by_mac = raw.signed("GET", "machines/?mac_address=52:54:00:AA:01:01", None);
+    assert_eq!(hostnames(&by_mac.json()), ["cp-1"]);
+    let dns = sim.dns_addr().unwrap();
+    let found = maas_sim::dns::lookup(dns, "cp-1.k8s.maas", 1, false).unwrap();
+    assert_eq!(found.addresses.len(), 2);
+
+    raw.signed("POST", &format!("machines/{id}/?op=release"), Some(""));
+    let released = machine_status(&raw, &id);
+    assert_eq!(released["ip_addresses"], json!([]));
+    assert_eq!(
+        sim.machine_state(&id)["interfaces"][1]["links"][0]["ip_address"],
+        Value::Null
+    );
+}

@@ -269,8 +269,8 @@ fn records_for(world: &World, domain_id: i64, label: &str, zone_ttl: u32) -> Vec
         .iter()
         .filter(|m| m.domain_id == domain_id && m.hostname.eq_ignore_ascii_case(label))
     {
-        for ip in &m.ip_addresses {
-            push(ip, zone_ttl);
+        for ip in m.ip_addresses() {
+            push(&ip, zone_ttl);
         }
     }
     out

@@ -8,11 +8,15 @@
 //!   "zones": [{"name": "zone-a"}], "pools": [{"name": "cp-pool"}],   // "default" always exists
 //!   "tags": ["gpu"],                                       // plus every machine tag
 //!   "subnet": {"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1"},
+//!   "subnets": [{"cidr": "10.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-0"}}],
 //!   "boot_resources": [{"name": "ubuntu/jammy", "type": "Synced", "architecture": "amd64/ga-22.04"},
 //!                      {"name": "u-2204-0-k-1264-0", "type": "Uploaded", "architecture": "amd64/generic"}],
 //!   "machines": [{"hostname": "cp-1", "cpu_count": 8, "memory": 32768, "disks_gb": [120],
 //!                 "zone": "zone-a", "pool": "cp-pool", "tags": ["control-plane"],
-//!                 "ip_addresses": ["10.11.130.21"]}],
+//!                 "ip_addresses": ["10.11.130.21"]},
+//!                {"hostname": "cp-2", "interfaces": [
+//!                   {"name": "eth0", "links": [{"ip_address": "10.11.130.22"}]},
+//!                   {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "10.20.0.22"}]}]}],
 //!   "settings": {"deploy_seconds": 10, "release_seconds": 2} }
 //! ```
 //! Every field but `machines[].hostname` is optional.
@@ -31,7 +35,9 @@ pub struct Inventory {
     pub zones: Vec<NamedEntry>,
     pub pools: Vec<NamedEntry>,
     pub tags: Vec<String>,
+    /// The first subnet (older inventories); `subnets` follow it.
     pub subnet: Option<SubnetEntry>,
+    pub subnets: Vec<SubnetEntry>,
     pub boot_resources: Vec<BootResourceEntry>,
     pub machines: Vec<MachineEntry>,
     pub dns_resources: Vec<DnsEntry>,
@@ -74,14 +80,48 @@ pub struct NamedEntry {
     pub description: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SubnetEntry {
     pub cidr: String,
-    #[serde(default)]
     pub gateway_ip: Option<String>,
-    #[serde(default)]
+    /// Defaults to the CIDR, as in MAAS.
     pub name: Option<String>,
+    pub description: Option<String>,
+    pub dns_servers: Vec<String>,
+    pub space: Option<String>,
+    /// Default: an untagged VLAN on a fabric of the subnet's own.
+    pub vlan: Option<VlanEntry>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VlanEntry {
+    pub vid: u16,
+    pub fabric: Option<String>,
+    pub mtu: Option<u32>,
+}
+
+/// A machine interface: `{"name": "eth1", "mac_address": "...", "links":
+/// [{"subnet": "10.20.0.0/24", "mode": "static", "ip_address": "10.20.0.5"}]}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InterfaceEntry {
+    pub name: String,
+    pub mac_address: Option<String>,
+    pub links: Vec<LinkEntry>,
+}
+
+/// A link: `subnet` (CIDR, name or id; default: the one holding
+/// `ip_address`, else the first), `mode` (auto, static, dhcp, link_up;
+/// default auto) and `ip_address` (for AUTO/DHCP the address it gets when
+/// deployed, if free; for STATIC the address).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkEntry {
+    pub subnet: Option<String>,
+    pub mode: Option<String>,
+    pub ip_address: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -115,9 +155,12 @@ pub struct MachineEntry {
     pub pool: Option<String>,
     pub tags: Vec<String>,
     pub architecture: Option<String>,
-    /// Addresses the machine gets once deployment starts.
+    /// Addresses the machine gets once deployment starts (one AUTO link on
+    /// `eth0` each); or, with several NICs, `interfaces`.
     pub ip_addresses: Vec<String>,
     pub mac_address: Option<String>,
+    /// Interfaces, boot interface first (instead of `ip_addresses`).
+    pub interfaces: Vec<InterfaceEntry>,
     pub power_type: Option<String>,
     /// Starting status name (default `Ready`).
     pub status: Option<String>,

@@ -5,7 +5,8 @@
 use serde_json::{json, Value};
 
 use crate::status::Status;
-use crate::world::{BootResourceRec, DnsRec, DomainRec, Machine, Named, World};
+use crate::world::network::{subnet_json, vlan_json};
+use crate::world::{BootResourceRec, DnsRec, DomainRec, Interface, Machine, Named, World};
 
 const API: &str = "/MAAS/api/2.0";
 
@@ -63,9 +64,14 @@ pub fn dns_resource(world: &World, d: &DnsRec) -> Value {
         .ips
         .iter()
         .map(|ip| {
+            let subnet = ip
+                .parse()
+                .ok()
+                .and_then(|ip| world.subnet_for_ip(ip))
+                .map(subnet_json);
             json!({"ip": ip, "alloc_type": 4, "alloc_type_name": "User reserved",
                    "created": "2024-01-01T00:00:00.000", "owner": user("admin", true),
-                   "subnet": null, "interface_set": [],
+                   "subnet": subnet, "interface_set": [],
                    "resource_uri": format!("{API}/ipaddresses/")})
         })
         .collect();
@@ -74,30 +80,56 @@ pub fn dns_resource(world: &World, d: &DnsRec) -> Value {
            "resource_uri": format!("{API}/dnsresources/{}/", d.id)})
 }
 
-fn vlan() -> Value {
-    json!({"vid": 0, "mtu": 1500, "dhcp_on": true, "external_dhcp": null, "relay_vlan": null,
-           "space": "undefined", "primary_rack": "rack01", "secondary_rack": null,
-           "fabric": "fabric-0", "id": 5001, "fabric_id": 0, "name": "untagged",
-           "resource_uri": format!("{API}/vlans/5001/")})
+/// An interface as `InterfaceHandler` renders it, links with their
+/// subnets (`ip_address` only once assigned).
+pub fn interface(world: &World, m: &Machine, iface: &Interface) -> Value {
+    let vlan = world
+        .subnets
+        .iter()
+        .find(|s| s.vlan.id == iface.vlan_id)
+        .map(|s| vlan_json(&s.vlan))
+        .unwrap_or(Value::Null);
+    let links: Vec<Value> = iface
+        .links
+        .iter()
+        .map(|l| {
+            let mut link = json!({"id": l.id, "mode": l.mode.name()});
+            if let Some(s) = l.subnet_id.and_then(|id| world.subnet(id)) {
+                link["subnet"] = subnet_json(s);
+            }
+            if let Some(ip) = &l.ip {
+                link["ip_address"] = json!(ip);
+            }
+            link
+        })
+        .collect();
+    json!({"firmware_version": null, "vlan": vlan, "parents": [], "effective_mtu": 1500,
+        "system_id": m.system_id, "tags": [], "enabled": true, "product": null,
+        "links": links, "type": "physical", "children": [], "vendor": null,
+        "mac_address": iface.mac_address, "discovered": null, "id": iface.id,
+        "params": "", "name": iface.name, "link_connected": true, "interface_speed": 10000,
+        "link_speed": 10000, "numa_node": 0, "sriov_max_vf": 0,
+        "resource_uri": format!("{API}/nodes/{}/interfaces/{}/", m.system_id, iface.id)})
 }
 
-fn interface(world: &World, m: &Machine) -> Value {
-    let subnet = json!({"name": world.subnet_name, "vlan": vlan(), "cidr": world.subnet_cidr,
-        "rdns_mode": 2, "gateway_ip": world.subnet_gateway, "dns_servers": [],
-        "allow_dns": true, "allow_proxy": true, "active_discovery": false, "managed": true,
-        "disabled_boot_architectures": [], "space": "undefined", "id": 1,
-        "resource_uri": format!("{API}/subnets/1/")});
-    let mut link = json!({"id": m.seq * 10, "mode": "auto", "subnet": subnet});
-    if let Some(ip) = m.ip_addresses.first() {
-        link["ip_address"] = json!(ip);
+/// `default_gateways.ipv4`: the link chosen with `default_gateway`, else
+/// the first link (boot interface first) on a subnet with an IPv4 gateway.
+fn default_gateway(world: &World, m: &Machine) -> Value {
+    let links = || m.interfaces.iter().flat_map(|i| &i.links);
+    let gateway_of = |subnet_id: Option<i64>| {
+        subnet_id
+            .and_then(|id| world.subnet(id))
+            .and_then(|s| s.gateway_ip.clone())
+            .filter(|gw| gw.parse::<std::net::Ipv4Addr>().is_ok())
+    };
+    if let Some(link) = m
+        .gateway_link_ipv4
+        .and_then(|id| links().find(|l| l.id == id))
+    {
+        return json!({"gateway_ip": gateway_of(link.subnet_id), "link_id": link.id});
     }
-    json!({"firmware_version": null, "vlan": vlan(), "parents": [], "effective_mtu": 1500,
-        "system_id": m.system_id, "tags": [], "enabled": true, "product": null,
-        "links": [link], "type": "physical", "children": [], "vendor": null,
-        "mac_address": m.mac_address, "discovered": null, "id": m.seq * 10,
-        "params": "", "name": "eth0", "link_connected": true, "interface_speed": 10000,
-        "link_speed": 10000, "numa_node": 0, "sriov_max_vf": 0,
-        "resource_uri": format!("{API}/nodes/{}/interfaces/{}/", m.system_id, m.seq * 10)})
+    let gateway = links().find_map(|l| gateway_of(l.subnet_id));
+    json!({"gateway_ip": gateway, "link_id": null})
 }
 
 fn block_device(m: &Machine, index: usize, size_gb: u64) -> Value {
@@ -164,12 +196,16 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         .map(|(i, gb)| block_device(m, i, *gb))
         .collect();
     let storage_mb: f64 = m.disks_gb.iter().map(|gb| *gb as f64 * 1000.0).sum();
-    let iface = interface(world, m);
+    let interfaces: Vec<Value> = m
+        .interfaces
+        .iter()
+        .map(|i| interface(world, m, i))
+        .collect();
     let (passed, passed_name) = status_pair(2);
     let fqdn = format!("{}.{}", m.hostname, world.domain_name(m.domain_id));
     let mut v = json!({
         "status": m.status.code(),
-        "default_gateways": {"ipv4": {"gateway_ip": world.subnet_gateway, "link_id": null},
+        "default_gateways": {"ipv4": default_gateway(world, m),
                              "ipv6": {"gateway_ip": null, "link_id": null}},
         "status_name": m.status.name(),
         "disable_ipv4": false,
@@ -203,13 +239,13 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         "fqdn": fqdn,
         "system_id": m.system_id,
         "locked": m.locked,
-        "ip_addresses": m.ip_addresses,
+        "ip_addresses": m.ip_addresses(),
         "node_type": 0,
         "node_type_name": "Machine",
         "special_filesystems": [],
         "bios_boot_method": "uefi",
-        "boot_interface": iface.clone(),
-        "interface_set": [iface],
+        "boot_interface": interfaces.first().cloned().unwrap_or(Value::Null),
+        "interface_set": interfaces,
         "osystem": m.osystem,
         "distro_series": m.distro_series,
         "tag_names": m.tags,

@@ -63,7 +63,10 @@ pub(super) fn list_machines(
         .filter(|m| any_of("agent_name", &m.agent_name))
         .filter(|m| any_of("status", m.status.filter_word()))
         .filter(|m| any_of("power_state", &m.power_state))
-        .filter(|m| any_of("mac_address", &m.mac_address))
+        .filter(|m| {
+            let macs = all("mac_address");
+            macs.is_empty() || macs.iter().any(|mac| m.has_mac(mac))
+        })
         .filter(|m| any_of("owner", m.owner.as_deref().unwrap_or("")))
         .filter(|m| tags.iter().all(|t| m.tags.iter().any(|x| x == t)))
         .map(|m| render::machine(world, m))

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::http::{Request, Response};
 use crate::render;
+use crate::world::network::subnet_json;
 
 mod machines;
 use crate::world::{now_unix, Failure, Outcome, User, World};
@@ -252,6 +253,17 @@ fn dispatch(
         }
         (["machines"], "POST", Some("release")) => machines::bulk_release(world, user, params),
         (["machines"], _, _) => unknown_op(req, op),
+        (["subnets"], "GET", None) => Ok(Response::json(
+            200,
+            &json!(world.subnets.iter().map(subnet_json).collect::<Vec<_>>()),
+        )),
+        (["subnets", id], "GET", None) => match world.subnet_by_ref(id) {
+            Some(s) => Ok(Response::json(200, &subnet_json(s))),
+            None => Err(Failure::Text(
+                404,
+                "No Subnet matches the given query.".into(),
+            )),
+        },
         (["events"], "GET", Some("query")) => {
             Ok(Response::json(200, &world.query_events(user, &req.query)?))
         }
@@ -457,6 +469,7 @@ fn is_known_collection(name: &str) -> bool {
         name,
         "users"
             | "events"
+            | "subnets"
             | "machines"
             | "dnsresources"
             | "domains"

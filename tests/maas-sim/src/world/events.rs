@@ -282,12 +282,7 @@ impl World {
             .iter()
             .filter(|m| self.can_view(m, user))
             .filter(|m| ids.is_empty() || ids.contains(&m.system_id.as_str()))
-            .filter(|m| {
-                macs.is_empty()
-                    || macs
-                        .iter()
-                        .any(|mac| mac.eq_ignore_ascii_case(&m.mac_address))
-            })
+            .filter(|m| macs.is_empty() || macs.iter().any(|mac| m.has_mac(mac)))
             .filter(|m| hostnames.is_empty() || hostnames.contains(&m.hostname.as_str()))
             .filter(|m| domains.is_empty() || domains.contains(&self.domain_name(m.domain_id)))
             .filter(|m| zone.is_none_or(|z| z == m.zone))

@@ -367,7 +367,11 @@ impl World {
             }
         }
         let comment = one("comment");
-        if m.status == Status::Ready {
+        // Claimed "post commit" in MAAS; here first, so that exhaustion
+        // changes nothing.
+        let ready = m.status == Status::Ready;
+        self.claim_auto_ips(index)?;
+        if ready {
             let agent_name = one("agent_name").unwrap_or_default();
             self.acquire(index, user, agent_name, comment.as_deref());
         }
@@ -411,7 +415,6 @@ impl World {
         let m = &mut self.machines[index];
         m.power_state = "on".into();
         m.error_description.clear();
-        m.ip_addresses = m.configured_ips.clone();
         let failing = m.fail_reason.is_some();
         let plan: &[(f64, Step)] = match (m.ephemeral_deploy, failing) {
             (false, false) => &DEPLOY_STEPS,
@@ -602,11 +605,11 @@ impl World {
     /// deployment's addresses released.
     fn finalize_release(&mut self, index: usize, at: Instant) {
         self.set_status(index, Status::Ready, at);
+        self.release_auto_ips(index);
         let m = &mut self.machines[index];
         m.owner = None;
         m.owner_data.clear();
         m.ephemeral_deploy = false;
-        m.ip_addresses.clear();
         m.user_data = None;
         m.timeline.clear();
         self.record(index, events::RELEASED, "", "", "", at);

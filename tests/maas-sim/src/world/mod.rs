@@ -8,15 +8,17 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::inventory::{Inventory, MachineEntry, Settings};
+use crate::inventory::{Inventory, MachineEntry, Settings, SubnetEntry};
 use crate::status::Status;
 
 mod dns;
 pub mod events;
 mod machines;
+pub mod network;
 
 pub use events::{Event, EventType, StatusEvent};
 use machines::DEFAULT_CURTIN_FAILURE;
+pub use network::{Interface, Reservation, SubnetRec};
 
 /// A MAAS user behind an API key.
 #[derive(Debug, Clone)]
@@ -105,8 +107,11 @@ pub struct Machine {
     pub pool: String,
     pub tags: Vec<String>,
     pub architecture: String,
-    pub configured_ips: Vec<String>,
-    pub mac_address: String,
+    /// Boot interface first.
+    pub interfaces: Vec<Interface>,
+    /// The link chosen as IPv4 default gateway (`link_subnet
+    /// default_gateway=true`).
+    pub gateway_link_ipv4: Option<i64>,
     pub power_type: String,
     pub description: String,
 
@@ -126,7 +131,6 @@ pub struct Machine {
     pub ephemeral_deploy: bool,
     pub swap_size: Option<i64>,
     pub locked: bool,
-    pub ip_addresses: Vec<String>,
     pub user_data: Option<String>,
     pub comments: Vec<String>,
     /// What happens next on its own (deployment, release, erasure steps).
@@ -137,6 +141,25 @@ pub struct Machine {
     /// The last release asked for (who, erase flags, comment), for tests.
     pub last_release: Option<Value>,
     pub hardware_uuid: String,
+}
+
+impl Machine {
+    /// Its links' addresses, boot interface first
+    /// (`Node.static_ip_addresses`).
+    pub fn ip_addresses(&self) -> Vec<String> {
+        self.interfaces
+            .iter()
+            .flat_map(|i| &i.links)
+            .filter_map(|l| l.ip.clone())
+            .collect()
+    }
+
+    /// Whether one of its interfaces has this MAC (any case).
+    pub fn has_mac(&self, mac: &str) -> bool {
+        self.interfaces
+            .iter()
+            .any(|i| i.mac_address.eq_ignore_ascii_case(mac))
+    }
 }
 
 /// What a fault rule does to a matching request.
@@ -194,9 +217,10 @@ pub struct World {
     pub zones: Vec<Named>,
     pub pools: Vec<Named>,
     pub tags: Vec<String>,
-    pub subnet_cidr: String,
-    pub subnet_gateway: Option<String>,
-    pub subnet_name: String,
+    pub subnets: Vec<SubnetRec>,
+    /// Addresses reserved through `ipaddresses/?op=reserve`.
+    pub reservations: Vec<Reservation>,
+    next_link_id: i64,
     pub boot_resources: Vec<BootResourceRec>,
     pub machines: Vec<Machine>,
     pub dns: Vec<DnsRec>,
@@ -277,9 +301,9 @@ impl World {
                 description: "Default pool".into(),
             }],
             tags: Vec::new(),
-            subnet_cidr: "10.0.0.0/24".into(),
-            subnet_gateway: Some("10.0.0.1".into()),
-            subnet_name: "10.0.0.0/24".into(),
+            subnets: Vec::new(),
+            reservations: Vec::new(),
+            next_link_id: 0,
             boot_resources: Vec::new(),
             machines: Vec::new(),
             dns: Vec::new(),
@@ -356,11 +380,13 @@ impl World {
             }
         }
         world.tags = inventory.tags.clone();
-        if let Some(subnet) = &inventory.subnet {
-            world.subnet_cidr = subnet.cidr.clone();
-            world.subnet_gateway = subnet.gateway_ip.clone();
-            world.subnet_name = subnet.name.clone().unwrap_or_else(|| subnet.cidr.clone());
-        }
+        let subnets: Vec<SubnetEntry> = inventory
+            .subnet
+            .iter()
+            .chain(&inventory.subnets)
+            .cloned()
+            .collect();
+        world.load_subnets(&subnets)?;
         for (i, b) in inventory.boot_resources.iter().enumerate() {
             world.boot_resources.push(BootResourceRec {
                 id: i as i64 + 1,
@@ -441,8 +467,16 @@ impl World {
             }
         }
         let seq = self.next_seq;
-        self.next_seq += 1;
         let deployed_like = matches!(status, Status::Deployed | Status::Deploying);
+        let interfaces = self.build_interfaces(
+            seq,
+            &m.hostname,
+            &m.interfaces,
+            &m.ip_addresses,
+            m.mac_address.as_deref(),
+            deployed_like,
+        )?;
+        self.next_seq += 1;
         self.machines.push(Machine {
             seq,
             system_id: system_id.clone(),
@@ -462,15 +496,8 @@ impl World {
                 .architecture
                 .clone()
                 .unwrap_or_else(|| "amd64/generic".into()),
-            configured_ips: m.ip_addresses.clone(),
-            mac_address: m.mac_address.clone().unwrap_or_else(|| {
-                format!(
-                    "52:54:00:{:02x}:{:02x}:{:02x}",
-                    seq >> 16 & 0xff,
-                    seq >> 8 & 0xff,
-                    seq & 0xff
-                )
-            }),
+            interfaces,
+            gateway_link_ipv4: None,
             power_type: m.power_type.clone().unwrap_or_else(|| "ipmi".into()),
             description: m.description.clone().unwrap_or_default(),
             status,
@@ -490,11 +517,6 @@ impl World {
             ephemeral_deploy: false,
             swap_size: None,
             locked: false,
-            ip_addresses: if deployed_like {
-                m.ip_addresses.clone()
-            } else {
-                Vec::new()
-            },
             user_data: None,
             comments: Vec::new(),
             timeline: VecDeque::new(),
@@ -626,7 +648,16 @@ impl World {
                     "distro_series": m.distro_series,
                     "hwe_kernel": m.hwe_kernel,
                     "ephemeral_deploy": m.ephemeral_deploy,
-                    "ip_addresses": m.ip_addresses,
+                    "ip_addresses": m.ip_addresses(),
+                    "interfaces": m.interfaces.iter().map(|i| json!({
+                        "name": i.name,
+                        "mac_address": i.mac_address,
+                        "links": i.links.iter().map(|l| json!({
+                            "mode": l.mode.name(),
+                            "subnet": l.subnet_id.and_then(|id| self.subnet(id)).map(|s| &s.cidr_text),
+                            "ip_address": l.ip,
+                        })).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
                     "zone": m.zone,
                     "pool": m.pool,
                     "tags": m.tags,
