@@ -1156,3 +1156,276 @@ fn multi_nic_machines_and_subnets() {
         Value::Null
     );
 }
+
+/// `ipaddresses/?op=reserve|release` and the list, as
+/// `IPAddressesHandler` answers them: a reserved address is never handed to
+/// a machine, even one the inventory planned it for.
+#[test]
+fn reserved_addresses_are_never_handed_out() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0", "--release-seconds", "0"]);
+    let admin = Raw::new(&sim);
+    let operator = Raw::with_key(&sim, &sim.non_admin_key().unwrap());
+
+    let vip = admin.signed(
+        "POST",
+        "ipaddresses/?op=reserve",
+        Some("ip=10.11.130.200&hostname=prod-vip.k8s.maas"),
+    );
+    assert_eq!(vip.status, 200, "{}", vip.body);
+    let vip = vip.json();
+    assert_eq!(vip["ip"], "10.11.130.200");
+    assert_eq!(vip["alloc_type"], 4);
+    assert_eq!(vip["alloc_type_name"], "User reserved");
+    assert_eq!(vip["owner"]["username"], "admin");
+    assert_eq!(vip["subnet"]["cidr"], "10.11.130.0/24");
+    assert_eq!(vip["interface_set"], json!([]));
+    let record = admin
+        .signed("GET", "dnsresources/?fqdn=prod-vip.k8s.maas", None)
+        .json();
+    assert_eq!(record[0]["ip_addresses"][0]["ip"], "10.11.130.200");
+
+    for (form, status, body) in [
+        (
+            "ip=10.11.130.200",
+            404,
+            "The IP address 10.11.130.200 is already in use.",
+        ),
+        (
+            "ip=192.168.99.1",
+            400,
+            "No known subnet for IP address: 192.168.99.1.",
+        ),
+        (
+            "subnet=10.99.0.0/24",
+            400,
+            "Unable to identify subnet: 10.99.0.0/24.",
+        ),
+        (
+            "hostname=x",
+            400,
+            "Must supply either the 'subnet' or the 'ip' parameter.",
+        ),
+    ] {
+        let a = admin.signed("POST", "ipaddresses/?op=reserve", Some(form));
+        assert_eq!((a.status, a.body.as_str()), (status, body), "{form}");
+    }
+    let bad = admin.signed("POST", "ipaddresses/?op=reserve", Some("ip=nope"));
+    assert_eq!(
+        bad.json(),
+        json!({"ip_address": ["Enter a valid IPv4 or IPv6 address."]})
+    );
+    // The next free address: not the gateway, nor one planned for a machine.
+    let next = admin
+        .signed(
+            "POST",
+            "ipaddresses/?op=reserve",
+            Some("subnet=10.11.130.0/24"),
+        )
+        .json();
+    assert_eq!(next["ip"], "10.11.130.2");
+    // cp-1 is planned to get .21 when it deploys; reserved first, it does not.
+    let taken = admin
+        .signed("POST", "ipaddresses/?op=reserve", Some("ip=10.11.130.21"))
+        .json();
+    assert_eq!(taken["ip"], "10.11.130.21");
+    let cp1 = admin
+        .signed("POST", "machines/?op=allocate", Some("name=cp-1"))
+        .json();
+    let id = cp1["system_id"].as_str().unwrap();
+    let deployed = admin
+        .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
+        .json();
+    assert_eq!(deployed["ip_addresses"], json!(["10.11.130.3"]));
+
+    let mine = admin.signed("GET", "ipaddresses/", None).json();
+    let ips: Vec<&str> = mine
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ip"].as_str().unwrap())
+        .collect();
+    assert_eq!(ips, ["10.11.130.200", "10.11.130.2", "10.11.130.21"]);
+    assert_eq!(
+        operator.signed("GET", "ipaddresses/", None).json(),
+        json!([])
+    );
+    let all = operator.signed("GET", "ipaddresses/?all=true", None);
+    assert_eq!(
+        (all.status, all.body.as_str()),
+        (403, "Listing all IP addresses requires admin privileges.")
+    );
+    let everything = admin.signed("GET", "ipaddresses/?all=true", None).json();
+    let auto = everything
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["ip"] == "10.11.130.3")
+        .expect("the machine's address");
+    assert_eq!(
+        (auto["alloc_type"].clone(), auto["alloc_type_name"].clone()),
+        (json!(0), json!("Automatic"))
+    );
+    assert_eq!(auto["interface_set"][0]["system_id"], id);
+
+    let not_theirs = operator.signed("POST", "ipaddresses/?op=release", Some("ip=10.11.130.200"));
+    assert_eq!(not_theirs.status, 400);
+    assert!(not_theirs.body.starts_with(
+        "IP address 10.11.130.200 does not exist, is not the correct type of address, or does not \
+         belong to the requesting user.\nIf you are sure"
+    ));
+    let forced = operator.signed(
+        "POST",
+        "ipaddresses/?op=release",
+        Some("ip=10.11.130.200&force=true"),
+    );
+    assert_eq!(
+        (forced.status, forced.body.as_str()),
+        (
+            403,
+            "Force-releasing an IP address requires admin privileges."
+        )
+    );
+    let released = admin.signed("POST", "ipaddresses/?op=release", Some("ip=10.11.130.200"));
+    assert_eq!((released.status, released.body.as_str()), (204, ""));
+    let record = admin
+        .signed("GET", "dnsresources/?fqdn=prod-vip.k8s.maas", None)
+        .json();
+    assert_eq!(
+        record[0]["ip_addresses"],
+        json!([]),
+        "the address left its DNS record"
+    );
+    let again = admin.signed(
+        "POST",
+        "ipaddresses/?op=release",
+        Some("ip=10.11.130.200&force=true"),
+    );
+    assert_eq!(
+        (again.status, again.body.as_str()),
+        (400, "IP address 10.11.130.200 does not exist.")
+    );
+}
+
+/// `nodes/{id}/interfaces/{id}/?op=link_subnet|unlink_subnet`: admin only,
+/// in New/Ready/Allocated/Broken only; a STATIC link's address is taken at
+/// once, is the machine's address when it deploys, and stays after release.
+#[test]
+fn static_links_give_machines_their_address() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0", "--release-seconds", "0"]);
+    let admin = Raw::new(&sim);
+    let operator = Raw::with_key(&sim, &sim.non_admin_key().unwrap());
+    let cp2 = admin.signed("GET", "machines/?hostname=cp-2", None).json()[0].clone();
+    let id = cp2["system_id"].as_str().unwrap().to_owned();
+    let eth0 = &cp2["interface_set"][0];
+    let auto_link = eth0["links"][0]["id"].clone();
+    let iface = format!("nodes/{id}/interfaces/{}/", eth0["id"]);
+    assert_eq!(admin.signed("GET", &iface, None).json()["name"], "eth0");
+    let listed = admin
+        .signed("GET", &format!("nodes/{id}/interfaces/"), None)
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+
+    let link =
+        |raw: &Raw, form: &str| raw.signed("POST", &format!("{iface}?op=link_subnet"), Some(form));
+    let denied = link(&operator, "mode=STATIC&subnet=1");
+    assert_eq!((denied.status, denied.body.as_str()), (403, ""));
+    for (form, errors) in [
+        ("subnet=1", json!({"mode": ["This field is required."]})),
+        (
+            "mode=bogus&subnet=1",
+            json!({"mode": ["'bogus' is not a valid mode.  It should be one of: 'AUTO', 'DHCP', 'STATIC', 'LINK_UP'."]}),
+        ),
+        (
+            "mode=STATIC",
+            json!({"subnet": ["This field is required."]}),
+        ),
+        (
+            "mode=STATIC&subnet=1&ip_address=10.9.9.9",
+            json!({"ip_address": ["IP address is not in the given subnet 'lab:10.11.130.0/24(vid=0)'."]}),
+        ),
+        (
+            "mode=DHCP&subnet=1&default_gateway=true",
+            json!({"default_gateway": ["Cannot use in mode 'dhcp'."]}),
+        ),
+        (
+            "mode=LINK_UP",
+            json!({"mode": ["Cannot configure interface to link up (with no IP address) while other links are already configured. Specify force=True to override this behavior and delete all links."]}),
+        ),
+    ] {
+        let a = link(&admin, form);
+        assert_eq!((a.status, a.json()), (400, errors), "{form}");
+    }
+    admin.signed("POST", "ipaddresses/?op=reserve", Some("ip=10.11.130.150"));
+    let in_use = link(&admin, "mode=STATIC&subnet=1&ip_address=10.11.130.150");
+    assert_eq!(
+        (in_use.status, in_use.body.as_str()),
+        (404, "IP address is already in use.")
+    );
+
+    let linked = link(
+        &admin,
+        "mode=static&subnet=10.11.130.0/24&ip_address=10.11.130.151&default_gateway=true",
+    );
+    assert_eq!(linked.status, 200, "{}", linked.body);
+    let links = linked.json()["links"].clone();
+    assert_eq!(links[1]["mode"], "static");
+    assert_eq!(links[1]["ip_address"], "10.11.130.151");
+    let static_link = links[1]["id"].clone();
+    let unlinked = admin.signed(
+        "POST",
+        &format!("{iface}?op=unlink_subnet"),
+        Some(&format!("id={auto_link}")),
+    );
+    assert_eq!(unlinked.json()["links"].as_array().unwrap().len(), 1);
+    let bad_id = admin.signed("POST", &format!("{iface}?op=unlink_subnet"), Some("id=999"));
+    assert_eq!(
+        bad_id.json(),
+        json!({"id": [format!("'999' is not a valid id.  It should be one of: '{static_link}'.")]})
+    );
+    let ready = machine_status(&admin, &id);
+    assert_eq!(
+        ready["ip_addresses"],
+        json!(["10.11.130.151"]),
+        "a STATIC address is there at once"
+    );
+    assert_eq!(
+        ready["default_gateways"]["ipv4"],
+        json!({"gateway_ip": "10.11.130.1", "link_id": static_link})
+    );
+
+    admin.signed("POST", "machines/?op=allocate", Some("name=cp-2"));
+    let deployed = admin
+        .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
+        .json();
+    assert_eq!(deployed["ip_addresses"], json!(["10.11.130.151"]));
+    let late = link(&admin, "mode=AUTO&subnet=1");
+    assert_eq!(
+        (late.status, late.body.as_str()),
+        (409, "Cannot link subnet interface because the machine is not New, Ready, Allocated, or Broken.")
+    );
+    admin.signed("POST", &format!("machines/{id}/?op=release"), Some(""));
+    let released = machine_status(&admin, &id);
+    assert_eq!(released["status_name"], "Ready");
+    assert_eq!(
+        released["ip_addresses"],
+        json!(["10.11.130.151"]),
+        "STATIC stays"
+    );
+
+    // The last link removed: a LINK_UP remains.
+    let last = admin.signed(
+        "POST",
+        &format!("{iface}?op=unlink_subnet"),
+        Some(&format!("id={static_link}")),
+    );
+    assert_eq!(last.json()["links"][0]["mode"], "link_up");
+    assert_eq!(
+        machine_status(&admin, &id)["default_gateways"]["ipv4"]["link_id"],
+        Value::Null
+    );
+    let unknown = admin.signed("GET", &format!("nodes/{id}/interfaces/999/"), None);
+    assert_eq!(
+        (unknown.status, unknown.body.as_str()),
+        (404, "No Interface matches the given query.")
+    );
+}

@@ -8,6 +8,7 @@ use crate::render;
 use crate::world::network::subnet_json;
 
 mod machines;
+mod network;
 use crate::world::{now_unix, Failure, Outcome, User, World};
 
 /// The `/MAAS/api/2.0/` path split into its resource pattern and id.
@@ -24,18 +25,18 @@ impl Route {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
-        let pattern = match segments.as_slice() {
-            [] => String::new(),
-            [one] => format!("{one}/"),
-            [first, _, rest @ ..] => {
-                let mut p = format!("{first}/{{id}}/");
-                for r in rest {
-                    p.push_str(r);
-                    p.push('/');
+        // Collections alternate with ids: `nodes/{id}/interfaces/{id}/`.
+        let pattern: String = segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i % 2 == 1 {
+                    "{id}/".to_owned()
+                } else {
+                    format!("{s}/")
                 }
-                p
-            }
-        };
+            })
+            .collect();
         Route { pattern, segments }
     }
 }
@@ -264,6 +265,13 @@ fn dispatch(
                 "No Subnet matches the given query.".into(),
             )),
         },
+        (["ipaddresses"], _, _) => network::ip_addresses(world, user, req, op, params),
+        (["nodes", id, "interfaces"], _, _) => {
+            network::interfaces(world, user, req, id, None, op, params)
+        }
+        (["nodes", id, "interfaces", iface], _, _) => {
+            network::interfaces(world, user, req, id, Some(iface), op, params)
+        }
         (["events"], "GET", Some("query")) => {
             Ok(Response::json(200, &world.query_events(user, &req.query)?))
         }
@@ -470,6 +478,8 @@ fn is_known_collection(name: &str) -> bool {
         "users"
             | "events"
             | "subnets"
+            | "ipaddresses"
+            | "nodes"
             | "machines"
             | "dnsresources"
             | "domains"
@@ -490,8 +500,8 @@ mod tests {
         assert_eq!(Route::parse("machines/").pattern, "machines/");
         assert_eq!(Route::parse("machines/abc123/").pattern, "machines/{id}/");
         assert_eq!(
-            Route::parse("boot-resources/7/upload/18/").pattern,
-            "boot-resources/{id}/upload/18/"
+            Route::parse("nodes/abc123/interfaces/7/").pattern,
+            "nodes/{id}/interfaces/{id}/"
         );
     }
 

@@ -462,6 +462,22 @@ pub fn format_created(t: SystemTime) -> String {
     )
 }
 
+/// A Django `DateTimeField` as the API renders it:
+/// `2018-12-14T20:01:45.856` (UTC, milliseconds).
+pub fn format_iso(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
 /// Days since 1970-01-01 → (year, month 1..=12, day 1..=31), the
 /// proleptic Gregorian algorithm of Howard Hinnant's `civil_from_days`.
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
@@ -490,6 +506,8 @@ mod tests {
         assert_eq!(format_created(UNIX_EPOCH), "Thu, 01 Jan. 1970 00:00:00");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(format_created(leap), "Tue, 29 Feb. 2000 00:00:00");
+        let iso = UNIX_EPOCH + Duration::from_millis(1_544_817_705_856);
+        assert_eq!(format_iso(iso), "2018-12-14T20:01:45.856");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::inventory::{Inventory, MachineEntry, Settings, SubnetEntry};
 use crate::status::Status;
 
+mod addresses;
 mod dns;
 pub mod events;
 mod machines;

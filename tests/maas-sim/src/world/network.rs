@@ -168,6 +168,8 @@ pub struct Link {
 /// An address reserved with `ipaddresses/?op=reserve` (USER_RESERVED).
 #[derive(Debug, Clone)]
 pub struct Reservation {
+    /// Its StaticIPAddress id (links and reservations share the sequence).
+    pub id: i64,
     pub ip: IpAddr,
     pub subnet_id: i64,
     pub username: String,
