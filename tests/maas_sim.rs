@@ -1429,3 +1429,70 @@ fn static_links_give_machines_their_address() {
         (404, "No Interface matches the given query.")
     );
 }
+
+/// `erase`, `quick_erase` and `secure_erase` each take the machine
+/// through Disk erasing (`ReleaseForm.clean` adds the `wipe-disks` script
+/// for any of them); `/_sim/state` records which were asked for.
+#[test]
+fn release_erase_modes_are_recorded() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0", "--release-seconds", "30"]);
+    let raw = Raw::new(&sim);
+    for (form, erase, quick, secure) in [
+        ("erase=true", true, false, false),
+        ("quick_erase=true&comment=fast", false, true, false),
+        ("erase=true&secure_erase=true", true, false, true),
+        ("", false, false, false),
+    ] {
+        let m = raw
+            .signed("POST", "machines/?op=allocate", Some("pool=cp-pool"))
+            .json();
+        let id = m["system_id"].as_str().unwrap().to_owned();
+        raw.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""));
+        let released = raw
+            .signed("POST", &format!("machines/{id}/?op=release"), Some(form))
+            .json();
+        let wipe = erase || quick || secure;
+        assert_eq!(
+            released["status_name"],
+            if wipe { "Disk erasing" } else { "Releasing" },
+            "{form}"
+        );
+        let last = &sim.machine_state(&id)["last_release"];
+        assert_eq!(
+            (
+                last["erase"].clone(),
+                last["quick_erase"].clone(),
+                last["secure_erase"].clone()
+            ),
+            (json!(erase), json!(quick), json!(secure)),
+            "{form}"
+        );
+        assert_eq!(last["user"], "admin");
+        if wipe {
+            assert_eq!(
+                released["osystem"], "ubuntu",
+                "cleared when MAAS releases it after the erasure, not before"
+            );
+            let log = events(&raw, &id, "&level=DEBUG&limit=3");
+            assert_eq!(
+                types(&log)[..2],
+                ["Power cycling".to_owned(), "Node changed status".to_owned()][..]
+            );
+            assert_eq!(
+                log["events"][1]["description"],
+                "From 'Deployed' to 'Disk erasing'"
+            );
+            assert_eq!(log["events"][2]["type"], "User erasing disk");
+        }
+        assert_eq!(sim.complete(&id), "Ready");
+        let done = machine_status(&raw, &id);
+        assert_eq!(
+            (done["owner"].clone(), done["osystem"].clone()),
+            (Value::Null, json!(""))
+        );
+        assert_eq!(
+            events(&raw, &id, "&limit=1")["events"][0]["type"],
+            "Released"
+        );
+    }
+}

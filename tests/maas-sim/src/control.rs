@@ -2,7 +2,7 @@
 //!
 //! | call | effect |
 //! | --- | --- |
-//! | `GET /_sim/state` | machines (status, owner, agent_name, owner data, IPs ...) and DNS resources |
+//! | `GET /_sim/state` | machines (status, status_message, error_description, owner, agent_name, owner data, IPs, interfaces with links, `last_release`: who released it with which erase flags and comment) and DNS resources |
 //! | `GET /_sim/calls`, `DELETE /_sim/calls` | request counts by `"METHOD pattern[ op=OP]"`; reset |
 //! | `GET /_sim/stats` | `{"connections": n}`: TCP connections accepted so far |
 //! | `POST /_sim/faults` (JSON [`Fault`]), `GET`, `DELETE /_sim/faults` | add, list, clear fault rules |
