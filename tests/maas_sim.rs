@@ -1496,3 +1496,83 @@ fn release_erase_modes_are_recorded() {
         );
     }
 }
+
+/// Out-of-band controls for the MAAS watch tests (issue 11): an operator's
+/// release, a redeploy that loses the owner data, and latency on every
+/// API call.
+#[test]
+fn out_of_band_release_redeploy_and_latency() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0", "--release-seconds", "30"]);
+    let admin = Raw::new(&sim);
+    let operator = Raw::with_key(&sim, &sim.non_admin_key().unwrap());
+    let m = operator
+        .signed(
+            "POST",
+            "machines/?op=allocate",
+            Some("pool=cp-pool&agent_name=capmaas%2Fns%2Fm%2F1"),
+        )
+        .json();
+    let id = m["system_id"].as_str().unwrap().to_owned();
+    operator.signed(
+        "POST",
+        &format!("machines/{id}/?op=set_owner_data"),
+        Some("capmaas-identity=ns%2Fm"),
+    );
+    operator.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""));
+    assert_eq!(machine_status(&operator, &id)["status_name"], "Deployed");
+
+    assert_eq!(
+        sim.release_out_of_band(&id, json!({"comment": "reclaimed"})),
+        "Releasing"
+    );
+    let log = events(&admin, &id, "&level=DEBUG&limit=4");
+    let release = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "User releasing node")
+        .expect("the operator's release");
+    assert_eq!(release["description"], "(admin) - reclaimed");
+    assert_eq!(sim.machine_state(&id)["last_release"]["user"], "admin");
+    assert_eq!(sim.complete(&id), "Ready");
+
+    // Redeployed by its owner's account: the release finished, then a new
+    // allocation and deployment; the owner data and agent_name are gone.
+    let m = operator
+        .signed(
+            "POST",
+            "machines/?op=allocate",
+            Some(&format!("system_id={id}&agent_name=a1")),
+        )
+        .json();
+    assert_eq!(m["status_name"], "Allocated");
+    operator.signed(
+        "POST",
+        &format!("machines/{id}/?op=set_owner_data"),
+        Some("capmaas-identity=ns%2Fm"),
+    );
+    operator.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""));
+    assert_eq!(sim.redeploy_out_of_band(&id, json!({})), "Deploying");
+    let state = sim.machine_state(&id);
+    assert_eq!(state["owner"], "operator");
+    assert_eq!(state["owner_data"], json!({}));
+    assert_eq!(state["agent_name"], "");
+    let redeployed = types(&events(&admin, &id, "&level=DEBUG&limit=30"));
+    for step in [
+        "Released",
+        "User acquiring node",
+        "User starting deployment",
+    ] {
+        assert!(
+            redeployed.iter().any(|t| t == step),
+            "{step} in {redeployed:?}"
+        );
+    }
+
+    // Latency on every API call, not on /_sim/.
+    sim.set_latency_ms(300);
+    let started = Instant::now();
+    assert_eq!(admin.signed("GET", "users/?op=whoami", None).status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    sim.set_latency_ms(0);
+}

@@ -240,6 +240,23 @@ impl MaasSim {
         );
     }
 
+    /// Every API call (not `/_sim/`) takes at least `ms` from now on.
+    pub fn set_latency_ms(&self, ms: u64) {
+        self.control("POST", "settings", Some(json!({"latency_ms": ms})));
+    }
+
+    /// An operator releases it behind the client's back; `body` may name
+    /// `user`, `erase`, `quick_erase`, `secure_erase`, `comment`.
+    pub fn release_out_of_band(&self, system_id: &str, body: Value) -> String {
+        self.machine_action_with(system_id, "release", body)
+    }
+
+    /// Someone (default: its owner) releases it and deploys it again;
+    /// `body` may name `user`, `distro_series`, `agent_name`, `comment`.
+    pub fn redeploy_out_of_band(&self, system_id: &str, body: Value) -> String {
+        self.machine_action_with(system_id, "redeploy", body)
+    }
+
     fn machine_action_with(&self, system_id: &str, action: &str, body: Value) -> String {
         self.control(
             "POST",

@@ -188,6 +188,8 @@ pub struct Settings {
     pub release_seconds: f64,
     /// Series used when a deploy names none.
     pub default_distro_series: String,
+    /// Every API call (not `/_sim/`) takes at least this long.
+    pub latency_ms: u64,
 }
 
 impl Default for Settings {
@@ -196,6 +198,7 @@ impl Default for Settings {
             deploy_seconds: 10.0,
             release_seconds: 2.0,
             default_distro_series: "jammy".into(),
+            latency_ms: 0,
         }
     }
 }

@@ -413,6 +413,16 @@ fn handle(shared: &Shared, req: Request) -> Reply {
         None => format!("{} {}", req.method, route.pattern),
     };
 
+    // Every API call takes at least the configured latency (a MAAS region
+    // far away, or busy), outside the lock.
+    let latency = shared.world().settings.latency_ms;
+    if latency > 0 {
+        shared.pause(Duration::from_millis(latency));
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Reply::Drop;
+        }
+    }
+
     // Count, authenticate, pick a fault: one short critical section.
     let (user, fault) = {
         let mut world = shared.world();
