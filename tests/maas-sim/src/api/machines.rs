@@ -47,7 +47,7 @@ pub(super) fn list_machines(
         wanted.is_empty() || wanted.contains(&value)
     };
     let tags = all("tags");
-    let list: Vec<Value> = world
+    let list: Vec<String> = world
         .machines
         .iter()
         .filter(|m| world.can_view(m, user))
@@ -69,9 +69,9 @@ pub(super) fn list_machines(
         })
         .filter(|m| any_of("owner", m.owner.as_deref().unwrap_or("")))
         .filter(|m| tags.iter().all(|t| m.tags.iter().any(|x| x == t)))
-        .map(|m| render::machine(world, m))
+        .map(|m| render::machine_text(world, m))
         .collect();
-    Ok(Response::json(200, &json!(list)))
+    Ok(Response::json_text(200, format!("[{}]", list.join(","))))
 }
 
 /// `POST machines/?op=release` (`MachinesHandler.release`): unknown ids →

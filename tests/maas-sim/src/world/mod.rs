@@ -142,6 +142,8 @@ pub struct Machine {
     /// The last release asked for (who, erase flags, comment), for tests.
     pub last_release: Option<Value>,
     pub hardware_uuid: String,
+    /// The members of its JSON that never change, rendered once.
+    pub static_json: String,
 }
 
 impl Machine {
@@ -524,7 +526,11 @@ impl World {
             fail_reason: None,
             last_release: None,
             hardware_uuid: format!("{:08x}-0000-4000-8000-{:012x}", seq, seq * 7919),
+            static_json: String::new(),
         });
+        if let Some(m) = self.machines.last_mut() {
+            m.static_json = crate::render::machine_static(m);
+        }
         Ok(system_id)
     }
 

@@ -107,6 +107,8 @@ pub struct Vlan {
     pub fabric: String,
     pub fabric_id: i64,
     pub mtu: u32,
+    /// Its JSON, rendered once.
+    pub json: String,
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +123,8 @@ pub struct SubnetRec {
     pub space: String,
     pub description: String,
     pub managed: bool,
+    /// Its JSON, rendered once (subnets do not change).
+    pub json: String,
 }
 
 /// How an interface is linked to a subnet (`INTERFACE_LINK_TYPE`).
@@ -230,13 +234,18 @@ impl World {
                 .find(|s| s.vlan.fabric == fabric && s.vlan.vid == vid)
             {
                 Some(s) => s.vlan.clone(),
-                None => Vlan {
-                    id: 5001 + self.subnets.len() as i64,
-                    vid,
-                    fabric,
-                    fabric_id,
-                    mtu: e.vlan.as_ref().and_then(|v| v.mtu).unwrap_or(1500),
-                },
+                None => {
+                    let mut vlan = Vlan {
+                        id: 5001 + self.subnets.len() as i64,
+                        vid,
+                        fabric,
+                        fabric_id,
+                        mtu: e.vlan.as_ref().and_then(|v| v.mtu).unwrap_or(1500),
+                        json: String::new(),
+                    };
+                    vlan.json = vlan_json(&vlan).to_string();
+                    vlan
+                }
             };
             if let Some(gw) = &e.gateway_ip {
                 let ok = gw.parse::<IpAddr>().is_ok_and(|ip| cidr.contains(ip));
@@ -244,7 +253,7 @@ impl World {
                     return Err(format!("subnet {}: gateway {gw} is not in it", e.cidr));
                 }
             }
-            self.subnets.push(SubnetRec {
+            let mut subnet = SubnetRec {
                 id: self.subnets.len() as i64 + 1,
                 name: e.name.clone().unwrap_or_else(|| e.cidr.clone()),
                 cidr,
@@ -255,7 +264,10 @@ impl World {
                 space: e.space.clone().unwrap_or_else(|| "undefined".into()),
                 description: e.description.clone().unwrap_or_default(),
                 managed: true,
-            });
+                json: String::new(),
+            };
+            subnet.json = subnet_json(&subnet).to_string();
+            self.subnets.push(subnet);
         }
         Ok(())
     }
