@@ -4,9 +4,10 @@
 //!
 //! `cargo test -p maas-sim --release --test scale -- --ignored --nocapture`
 
-use std::io::{Read, Write};
+mod wire;
+
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 fn inventory(machines: usize) -> maas_sim::Inventory {
     let list: Vec<String> = (0..machines)
@@ -30,42 +31,19 @@ fn inventory(machines: usize) -> maas_sim::Inventory {
 }
 
 /// One signed `GET machines/` on a kept-alive connection; the body size.
-fn list(stream: &mut TcpStream, nonce: &str) -> usize {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let request = format!(
-        "GET /MAAS/api/2.0/machines/ HTTP/1.1\r\nHost: sim\r\nAuthorization: OAuth \
-         oauth_consumer_key=\"ck\", oauth_token=\"tk\", oauth_signature=\"%26secret\", \
-         oauth_signature_method=\"PLAINTEXT\", oauth_timestamp=\"{now}\", oauth_nonce=\"{nonce}\"\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+fn list(stream: &mut TcpStream) -> usize {
+    wire::send(stream, "ck:tk:secret", "GET", "/MAAS/api/2.0/machines/", "");
+    let (head, body) = wire::receive(stream);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut body = vec![0; length];
-    stream.read_exact(&mut body).unwrap();
-    length
+    body.len()
 }
 
-fn timed(addr: SocketAddr, rounds: usize, tag: &str) -> (Duration, usize) {
+fn timed(addr: SocketAddr, rounds: usize) -> (Duration, usize) {
     let mut stream = TcpStream::connect(addr).unwrap();
     let started = Instant::now();
     let mut size = 0;
-    for r in 0..rounds {
-        size = list(&mut stream, &format!("{tag}-{r}"));
+    for _ in 0..rounds {
+        size = list(&mut stream);
     }
     (started.elapsed() / rounds as u32, size)
 }
@@ -77,13 +55,11 @@ fn list_cost_at_1000_machines() {
     let server = maas_sim::start("127.0.0.1:0", inventory(1000)).unwrap();
     println!("world of 1000 machines built in {:?}", built.elapsed());
     let addr = server.addr();
-    let (each, size) = timed(addr, 20, "one");
+    let (each, size) = timed(addr, 20);
     println!("GET machines/, 1 connection: {each:?} per list, {size} bytes");
     let started = Instant::now();
     let per_thread: Vec<Duration> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..20)
-            .map(|t| s.spawn(move || timed(addr, 5, &format!("c{t}")).0))
-            .collect();
+        let handles: Vec<_> = (0..20).map(|_| s.spawn(move || timed(addr, 5).0)).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let worst = per_thread.iter().max().unwrap();

@@ -287,28 +287,16 @@ fn dispatch(
         (["dnsresources"], "POST", None) => {
             admin_only(user)?;
             let i = world.create_dns(params)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
+            dns_json(world, i)
         }
         (["dnsresources"], _, Some(_)) => unknown_op(req, op),
         (["dnsresources"], _, None) => not_allowed(),
-        (["dnsresources", id], "GET", None) => {
-            let i = world.dns_index(id)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
-        }
+        (["dnsresources", id], "GET", None) => dns_json(world, world.dns_index(id)?),
         (["dnsresources", id], "PUT", None) => {
             let i = world.dns_index(id)?;
             admin_only(user)?;
             world.update_dns(i, params)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
+            dns_json(world, i)
         }
         (["dnsresources", id], "DELETE", None) => {
             let i = world.dns_index(id)?;
@@ -470,6 +458,13 @@ fn dispatch(
         (_, _, None) if !seg.is_empty() && is_known_collection(seg[0]) => not_allowed(),
         _ => Ok(Response::html(404, "<h1>Not Found</h1>")),
     }
+}
+
+fn dns_json(world: &World, index: usize) -> Outcome<Response> {
+    Ok(Response::json(
+        200,
+        &render::dns_resource(world, &world.dns[index]),
+    ))
 }
 
 fn is_known_collection(name: &str) -> bool {

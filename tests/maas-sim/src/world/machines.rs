@@ -416,14 +416,18 @@ impl World {
         m.power_state = "on".into();
         m.error_description.clear();
         let failing = m.fail_reason.is_some();
-        let plan: &[(f64, Step)] = match (m.ephemeral_deploy, failing) {
-            (false, false) => &DEPLOY_STEPS,
-            (false, true) => &DEPLOY_STEPS_FAILING,
-            (true, false) => &EPHEMERAL_STEPS,
-            (true, true) => &EPHEMERAL_STEPS_FAILING,
+        let (steps, before_failure): (&[(f64, Step)], usize) = if m.ephemeral_deploy {
+            (&EPHEMERAL_STEPS, EPHEMERAL_STEPS_BEFORE_FAILURE)
+        } else {
+            (&DEPLOY_STEPS, DEPLOY_STEPS_BEFORE_FAILURE)
         };
         let duration = Duration::from_secs_f64(self.settings.deploy_seconds.max(0.0));
-        self.schedule(index, now, duration, plan);
+        if failing {
+            self.schedule(index, now, duration, &steps[..before_failure]);
+            self.schedule(index, now, duration, &[(0.80, Step::DeployDone)]);
+        } else {
+            self.schedule(index, now, duration, steps);
+        }
     }
 
     /// Appends `plan` (fractions of `duration` from `start`) to the
@@ -992,51 +996,9 @@ const DEPLOY_STEPS: [(f64, Step); 16] = [
     ),
     (1.00, Step::DeployDone),
 ];
-/// The same deployment failing where curtin fails: at the end of its
-/// install command.
-const DEPLOY_STEPS_FAILING: [(f64, Step); 11] = [
-    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
-    (
-        0.10,
-        Step::Event(events::NODE_PXE_REQUEST, "installation", ""),
-    ),
-    (0.10, Step::Event(events::PERFORMING_PXE_BOOT, "", "")),
-    (0.20, Step::Event(events::LOADING_EPHEMERAL, "", "")),
-    (
-        0.30,
-        Step::Event(events::CONFIGURING_STORAGE, "", STAGE_PARTITIONING),
-    ),
-    (
-        0.30,
-        Step::Event(
-            events::NODE_INSTALL_EVENT,
-            "'curtin' configuring storage",
-            STAGE_PARTITIONING,
-        ),
-    ),
-    (0.45, Step::Event(events::INSTALLING_OS, "", STAGE_EXTRACT)),
-    (
-        0.45,
-        Step::Event(
-            events::NODE_INSTALL_EVENT,
-            "'curtin' writing install sources to disk",
-            STAGE_EXTRACT,
-        ),
-    ),
-    (
-        0.65,
-        Step::Event(events::CONFIGURING_OS, "", STAGE_CURTHOOKS),
-    ),
-    (
-        0.65,
-        Step::Event(
-            events::NODE_INSTALL_EVENT,
-            "'curtin' configuring installed system",
-            STAGE_CURTHOOKS,
-        ),
-    ),
-    (0.80, Step::DeployDone),
-];
+/// How many of [`DEPLOY_STEPS`] a failing deployment goes through: curtin
+/// fails at the end of its install command, after configuring the OS.
+const DEPLOY_STEPS_BEFORE_FAILURE: usize = 10;
 /// A deployment to memory (`ephemeral_deploy`): no curtin, no reboot.
 const EPHEMERAL_STEPS: [(f64, Step); 6] = [
     (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
@@ -1056,16 +1018,9 @@ const EPHEMERAL_STEPS: [(f64, Step); 6] = [
     ),
     (1.00, Step::DeployDone),
 ];
-const EPHEMERAL_STEPS_FAILING: [(f64, Step); 5] = [
-    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
-    (
-        0.10,
-        Step::Event(events::NODE_PXE_REQUEST, "installation", ""),
-    ),
-    (0.10, Step::Event(events::PERFORMING_PXE_BOOT, "", "")),
-    (0.30, Step::Event(events::LOADING_EPHEMERAL, "", "")),
-    (0.80, Step::DeployDone),
-];
+/// How many of [`EPHEMERAL_STEPS`] a failing deployment to memory goes
+/// through.
+const EPHEMERAL_STEPS_BEFORE_FAILURE: usize = 4;
 /// A disk erasure (fractions of `release_seconds`): the ephemeral boot that
 /// runs `wipe-disks`, then MAAS releases the machine.
 const ERASE_STEPS: [(f64, Step); 5] = [
