@@ -509,13 +509,16 @@ fn failed_deployment_and_broken_machines() {
         .deploy(&host.system_id, &DeployRequest::default())
         .unwrap_err();
     assert!(err.is_conflict());
+    // A failed deployment leaves the machine on (MAAS's mark_failed does not
+    // power it off), so its release waits for the power-off.
     assert_eq!(
         client
             .release(&host.system_id, &ReleaseRequest::default())
             .unwrap()
             .status,
-        MachineStatus::Ready
+        MachineStatus::Releasing
     );
+    assert_eq!(sim.complete(&host.system_id), "Ready");
 
     let other = allocate_cp(&client, "g");
     sim.mark_broken(&other.system_id);

@@ -28,6 +28,12 @@ pub fn story_inventory_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/inventory/story.json")
 }
 
+/// `tests/inventory/tenants.json`: two non-admin users, each with its own
+/// key and (RBAC-style) only its own pool.
+pub fn tenants_inventory_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/inventory/tenants.json")
+}
+
 pub fn story_inventory() -> Value {
     let text =
         std::fs::read_to_string(story_inventory_path()).expect("read tests/inventory/story.json");
@@ -109,6 +115,13 @@ impl MaasSim {
         }
     }
 
+    /// Where the DNS responder listens, when started with
+    /// `["--dns-listen", "127.0.0.1:0"]`; query it with
+    /// `maas_sim::dns::lookup(addr, name, 1 /* A */, false /* UDP */)`.
+    pub fn dns_addr(&self) -> Option<std::net::SocketAddr> {
+        self.server.as_ref().and_then(|s| s.dns_addr())
+    }
+
     /// Stops the simulator now (as dropping it does): clients see MAAS go
     /// away.
     pub fn stop(&mut self) {
@@ -130,6 +143,20 @@ impl MaasSim {
         config.timeout = Duration::from_secs(10);
         config.connect_timeout = Duration::from_secs(2);
         config
+    }
+
+    /// The first key of `username` in the inventory.
+    pub fn key_of(&self, username: &str) -> String {
+        self.api_keys
+            .iter()
+            .find(|k| k.1 == username)
+            .map(|k| k.0.clone())
+            .unwrap_or_else(|| panic!("no API key for user {username} in the inventory"))
+    }
+
+    /// A client with the key of `username`.
+    pub fn client_for(&self, username: &str) -> capmaas::maas::Client {
+        capmaas::maas::Client::new(self.client_config(&self.key_of(username))).expect("client")
     }
 
     /// The key of the first non-admin user in the inventory.
@@ -213,6 +240,34 @@ impl MaasSim {
         );
     }
 
+    /// Every API call (not `/_sim/`) takes at least `ms` from now on.
+    pub fn set_latency_ms(&self, ms: u64) {
+        self.control("POST", "settings", Some(json!({"latency_ms": ms})));
+    }
+
+    /// An operator releases it behind the client's back; `body` may name
+    /// `user`, `erase`, `quick_erase`, `secure_erase`, `comment`.
+    pub fn release_out_of_band(&self, system_id: &str, body: Value) -> String {
+        self.machine_action_with(system_id, "release", body)
+    }
+
+    /// Someone (default: its owner) releases it and deploys it again;
+    /// `body` may name `user`, `distro_series`, `agent_name`, `comment`.
+    pub fn redeploy_out_of_band(&self, system_id: &str, body: Value) -> String {
+        self.machine_action_with(system_id, "redeploy", body)
+    }
+
+    fn machine_action_with(&self, system_id: &str, action: &str, body: Value) -> String {
+        self.control(
+            "POST",
+            &format!("machines/{system_id}/{action}"),
+            Some(body),
+        )["status_name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     fn machine_action(&self, system_id: &str, action: &str) -> String {
         self.control("POST", &format!("machines/{system_id}/{action}"), None)["status_name"]
             .as_str()
@@ -233,6 +288,12 @@ impl MaasSim {
         self.machine_action(system_id, "fail-deployment")
     }
 
+    /// Fails the running (or next) deployment with curtin's `reason`.
+    pub fn fail_deployment_because(&self, system_id: &str, reason: &str) -> String {
+        self.machine_action_with(system_id, "fail-deployment", json!({"reason": reason}))
+    }
+
+    /// An operator (the inventory's first admin) marks it broken.
     pub fn mark_broken(&self, system_id: &str) -> String {
         self.machine_action(system_id, "mark-broken")
     }

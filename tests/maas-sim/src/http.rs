@@ -61,6 +61,16 @@ impl Response {
         }
     }
 
+    /// A body that is already JSON text.
+    pub fn json_text(status: u16, body: String) -> Response {
+        Response {
+            status,
+            content_type: "application/json; charset=utf-8",
+            headers: Vec::new(),
+            body: body.into_bytes(),
+        }
+    }
+
     pub fn text(status: u16, body: &str) -> Response {
         Response {
             status,

@@ -8,8 +8,10 @@
 //! canonical/maas's source, cited where each behaviour is implemented) for
 //! the calls a Cluster API provider makes, and keeps a machine state
 //! machine: Ready → Allocated → Deploying → Deployed (after
-//! `deploy_seconds`), release → Releasing / Disk erasing → Ready. Time moves
-//! lazily: pending transitions complete when the next request looks.
+//! `deploy_seconds`), release → Releasing / Disk erasing → Ready, with the
+//! event log MAAS records on the way (`GET events/?op=query`: curtin's
+//! stages spread over the deployment). Time moves lazily: what falls due
+//! happens when the next request looks, stamped with the time it was due.
 //!
 //! ```text
 //! let server = maas_sim::start("127.0.0.1:0", Inventory::default_story())?;
@@ -24,6 +26,7 @@
 
 mod api;
 pub mod control;
+pub mod dns;
 mod http;
 pub mod inventory;
 mod render;
@@ -49,23 +52,28 @@ const API_PREFIX: &str = "/MAAS/api/2.0/";
 const SIM_PREFIX: &str = "/_sim/";
 
 pub const USAGE: &str =
-    "usage: maas-sim [--listen ADDR] [--inventory FILE] [--deploy-seconds N] [--release-seconds N]
+    "usage: maas-sim [--listen ADDR] [--dns-listen ADDR] [--inventory FILE] [--deploy-seconds N] [--release-seconds N]
 
 Serves a simulated MAAS 2.0 API under /MAAS/api/2.0/ and test controls under /_sim/.
 
   --listen ADDR          address to bind (default 127.0.0.1:5240; port 0 picks a free port)
+  --dns-listen ADDR      also serve MAAS's DNS records (UDP and TCP) on ADDR, e.g.
+                         127.0.0.1:5353 (off by default; port 0 picks a free port)
   --inventory FILE       inventory JSON (default: the built-in story inventory)
   --deploy-seconds N     Deploying -> Deployed after N seconds (default: inventory, else 10)
   --release-seconds N    Releasing -> Ready after N seconds (default: inventory, else 2)
   --print-default-inventory   print the built-in inventory and exit
 
-The first stdout line is the base URL, e.g. http://127.0.0.1:40123/MAAS";
+The first stdout line is the base URL, e.g. http://127.0.0.1:40123/MAAS; with
+--dns-listen the second is the DNS address, e.g. dns 127.0.0.1:40124";
 
 /// What to serve and where.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Address for the HTTP API, e.g. `127.0.0.1:0` (a free port).
     pub listen: String,
+    /// Address for the DNS responder (UDP and TCP); None: no DNS.
+    pub dns_listen: Option<String>,
     pub inventory: Inventory,
     /// Override the inventory's `settings.deploy_seconds`.
     pub deploy_seconds: Option<f64>,
@@ -86,6 +94,7 @@ impl Options {
     pub fn new() -> Options {
         Options {
             listen: "127.0.0.1:0".into(),
+            dns_listen: None,
             inventory: Inventory::default_story(),
             deploy_seconds: None,
             release_seconds: None,
@@ -101,6 +110,7 @@ impl Options {
         S: AsRef<str>,
     {
         let mut listen = "127.0.0.1:5240".to_owned();
+        let mut dns_listen = None;
         let mut inventory_file = None;
         let mut deploy_seconds = None;
         let mut release_seconds = None;
@@ -112,6 +122,7 @@ impl Options {
             };
             match arg.as_str() {
                 "--listen" => listen = value("--listen")?,
+                "--dns-listen" => dns_listen = Some(value("--dns-listen")?),
                 "--inventory" => inventory_file = Some(value("--inventory")?),
                 "--deploy-seconds" => deploy_seconds = Some(seconds(&value("--deploy-seconds")?)?),
                 "--release-seconds" => {
@@ -132,6 +143,7 @@ impl Options {
         };
         Ok(Command::Serve(Box::new(Options {
             listen,
+            dns_listen,
             inventory,
             deploy_seconds,
             release_seconds,
@@ -157,11 +169,17 @@ pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    dns: Option<dns::DnsServer>,
 }
 
 impl Server {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the DNS responder listens (UDP and TCP), if it was asked for.
+    pub fn dns_addr(&self) -> Option<SocketAddr> {
+        self.dns.as_ref().map(|d| d.addr)
     }
 
     /// What users would put in MAAS_ENDPOINT: `http://127.0.0.1:PORT/MAAS`.
@@ -189,18 +207,12 @@ impl Server {
         };
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.shared.wake_sleepers();
+        if let Some(dns) = self.dns.take() {
+            dns.join();
+        }
         // The acceptor blocks in accept(): one connection wakes it. If even
         // that fails, the thread is left behind rather than hanging here.
-        let target = match self.addr.ip() {
-            IpAddr::V4(ip) if ip.is_unspecified() => {
-                SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.addr.port())
-            }
-            IpAddr::V6(ip) if ip.is_unspecified() => {
-                SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), self.addr.port())
-            }
-            _ => self.addr,
-        };
-        if TcpStream::connect_timeout(&target, Duration::from_secs(2)).is_ok() {
+        if TcpStream::connect_timeout(&loopback_of(self.addr), Duration::from_secs(2)).is_ok() {
             let _ = accept.join();
         }
     }
@@ -209,6 +221,20 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Where to connect to reach a listener bound to `addr` (an unspecified
+/// address is reached on loopback).
+fn loopback_of(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
+        }
+        _ => addr,
     }
 }
 
@@ -258,8 +284,10 @@ impl Shared {
 pub fn start(listen: &str, inventory: Inventory) -> io::Result<Server> {
     start_with(Options {
         listen: listen.to_owned(),
+        dns_listen: None,
         inventory,
-        ..Options::new()
+        deploy_seconds: None,
+        release_seconds: None,
     })
 }
 
@@ -283,6 +311,10 @@ pub fn start_with(options: Options) -> io::Result<Server> {
         next_connection: AtomicU64::new(0),
         sleepers: (Mutex::new(()), Condvar::new()),
     });
+    let dns = match &options.dns_listen {
+        Some(listen) => Some(dns::DnsServer::start(listen, &shared)?),
+        None => None,
+    };
     let accept_shared = Arc::clone(&shared);
     let accept = std::thread::Builder::new()
         .name("maas-sim-accept".into())
@@ -291,6 +323,7 @@ pub fn start_with(options: Options) -> io::Result<Server> {
         addr,
         shared,
         accept: Some(accept),
+        dns,
     })
 }
 
@@ -379,6 +412,16 @@ fn handle(shared: &Shared, req: Request) -> Reply {
         Some(op) => format!("{} {} op={op}", req.method, route.pattern),
         None => format!("{} {}", req.method, route.pattern),
     };
+
+    // Every API call takes at least the configured latency (a MAAS region
+    // far away, or busy), outside the lock.
+    let latency = shared.world().settings.latency_ms;
+    if latency > 0 {
+        shared.pause(Duration::from_millis(latency));
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Reply::Drop;
+        }
+    }
 
     // Count, authenticate, pick a fault: one short critical section.
     let (user, fault) = {

@@ -35,10 +35,13 @@ fn run() -> Result<(), String> {
     let listen = options.listen.clone();
     let server = maas_sim::start_with(*options).map_err(|e| match e.kind() {
         std::io::ErrorKind::InvalidInput => format!("inventory: {e}"),
-        _ => format!("listening on {listen}: {e}"),
+        _ => format!("listening on {listen} (or --dns-listen): {e}"),
     })?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", server.base_url()).map_err(|e| e.to_string())?;
+    if let Some(dns) = server.dns_addr() {
+        writeln!(stdout, "dns {dns}").map_err(|e| e.to_string())?;
+    }
     stdout.flush().map_err(|e| e.to_string())?;
     drop(stdout);
     server.wait();

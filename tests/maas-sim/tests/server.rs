@@ -2,47 +2,21 @@
 //! stopping it closes open connections and cuts injected latency short, so
 //! a test that drops its simulator does not leave threads or sockets behind.
 
-use std::io::{Read, Write};
+mod wire;
+
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+/// The story inventory's admin key.
+const KEY: &str = "SimConsumerKey0001:SimTokenKey0000001:SimTokenSecret000000000000000001";
+
 fn request(stream: &mut TcpStream, method: &str, path: &str, body: &str) {
-    // The story inventory's admin key, signed PLAINTEXT as MAAS clients do.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let auth = format!(
-        "OAuth oauth_consumer_key=\"SimConsumerKey0001\", oauth_token=\"SimTokenKey0000001\", \
-         oauth_signature=\"%26SimTokenSecret000000000000000001\", oauth_signature_method=\"PLAINTEXT\", \
-         oauth_timestamp=\"{now}\", oauth_nonce=\"{path}-{now}\""
-    );
-    let text = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sim\r\nAuthorization: {auth}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(text.as_bytes()).unwrap();
+    wire::send(stream, KEY, method, path, body);
 }
 
-/// Reads one response with a Content-Length body.
 fn response(stream: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "connection closed");
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).unwrap();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut body = vec![0; length];
-    stream.read_exact(&mut body).unwrap();
-    head + &String::from_utf8(body).unwrap()
+    wire::receive(stream).0
 }
 
 #[test]

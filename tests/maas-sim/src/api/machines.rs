@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{admin_only, not_allowed, unknown_op};
+use super::{not_allowed, unknown_op};
 use crate::http::{Request, Response};
 use crate::render;
 use crate::status::Status;
@@ -31,6 +31,10 @@ pub(super) fn list_machines(
     if !bad.is_empty() {
         return Err(Failure::Fields(400, Value::Object(bad)));
     }
+    let names = world.unknown_names(params);
+    if !names.is_empty() {
+        return Err(Failure::Fields(400, Value::Object(names)));
+    }
     let all = |key: &str| -> Vec<&str> {
         params
             .iter()
@@ -43,10 +47,10 @@ pub(super) fn list_machines(
         wanted.is_empty() || wanted.contains(&value)
     };
     let tags = all("tags");
-    let list: Vec<Value> = world
+    let list: Vec<String> = world
         .machines
         .iter()
-        .filter(|m| world.visible(m, user))
+        .filter(|m| world.can_view(m, user))
         .filter(|m| {
             !allocated_only
                 || (m.status == Status::Allocated && m.owner.as_deref() == Some(&user.username))
@@ -59,47 +63,66 @@ pub(super) fn list_machines(
         .filter(|m| any_of("agent_name", &m.agent_name))
         .filter(|m| any_of("status", m.status.filter_word()))
         .filter(|m| any_of("power_state", &m.power_state))
-        .filter(|m| any_of("mac_address", &m.mac_address))
+        .filter(|m| {
+            let macs = all("mac_address");
+            macs.is_empty() || macs.iter().any(|mac| m.has_mac(mac))
+        })
         .filter(|m| any_of("owner", m.owner.as_deref().unwrap_or("")))
         .filter(|m| tags.iter().all(|t| m.tags.iter().any(|x| x == t)))
-        .map(|m| render::machine(world, m))
+        .map(|m| render::machine_text(world, m))
         .collect();
-    Ok(Response::json(200, &json!(list)))
+    Ok(Response::json_text(200, format!("[{}]", list.join(","))))
 }
 
+/// `POST machines/?op=release` (`MachinesHandler.release`): unknown ids →
+/// 400, ids the caller may not edit → 403, Ready is skipped, anything
+/// outside `RELEASABLE_STATUSES` (Releasing included) → 409; answers the
+/// ids it started releasing. (Set semantics: the lists in the messages
+/// follow the machines' order here, Python's set order there.)
 pub(super) fn bulk_release(
     world: &mut World,
     user: &User,
     params: &[(String, String)],
 ) -> Outcome<Response> {
-    let ids: Vec<String> = params
-        .iter()
-        .filter(|(k, _)| k == "machines")
-        .map(|(_, v)| v.clone())
-        .collect();
-    let mut indexes = Vec::new();
-    for id in &ids {
-        indexes.push(world.machine_index(id)?);
+    let mut wanted: Vec<&str> = Vec::new();
+    for (k, v) in params {
+        if k == "machines" && !wanted.contains(&v.as_str()) {
+            wanted.push(v);
+        }
     }
-    use Status::*;
+    let unknown: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|id| world.machine_index(id).is_err())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Failure::Text(
+            400,
+            format!("Unknown machine(s): {}.", unknown.join(", ")),
+        ));
+    }
+    let indexes: Vec<usize> = (0..world.machines.len())
+        .filter(|&i| wanted.contains(&world.machines[i].system_id.as_str()))
+        .collect();
+    let denied: Vec<&str> = indexes
+        .iter()
+        .map(|&i| &world.machines[i])
+        .filter(|m| m.locked || !world.can_view(m, user))
+        .map(|m| m.system_id.as_str())
+        .collect();
+    if !denied.is_empty() {
+        return Err(Failure::Text(
+            403,
+            format!(
+                "You don't have the required permission to release the following machine(s): {}.",
+                denied.join(", ")
+            ),
+        ));
+    }
     let bad: Vec<String> = indexes
         .iter()
         .map(|&i| &world.machines[i])
-        .filter(|m| {
-            !matches!(
-                m.status,
-                Ready
-                    | Releasing
-                    | Allocated
-                    | Reserved
-                    | Broken
-                    | Deploying
-                    | Deployed
-                    | FailedDeployment
-                    | FailedDiskErasing
-                    | FailedReleasing
-            )
-        })
+        .filter(|m| m.status != Status::Ready && !m.status.releasable())
         .map(|m| format!("{} ('{}')", m.system_id, m.status.name()))
         .collect();
     if !bad.is_empty() {
@@ -116,10 +139,33 @@ pub(super) fn bulk_release(
         .filter(|(k, _)| k == "comment")
         .cloned()
         .collect();
-    for &i in &indexes {
-        world.release(i, user, &comment)?;
+    let mut released = Vec::new();
+    for i in indexes {
+        if world.machines[i].status != Status::Ready {
+            world.release(i, user, &comment)?;
+            released.push(world.machines[i].system_id.clone());
+        }
     }
-    Ok(Response::json(200, &json!(ids)))
+    Ok(Response::json(200, &json!(released)))
+}
+
+/// The permission a machine operation needs (`get_node_or_404(perm=...)`
+/// in `src/maasserver/api/machines.py` and `nodes.py`, MAAS 3.5).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Perm {
+    View,
+    Edit,
+    Lock,
+    Admin,
+}
+
+fn perm_for(method: &str, op: Option<&str>) -> Perm {
+    match (method, op) {
+        ("GET", _) => Perm::View,
+        ("POST", Some("lock" | "unlock")) => Perm::Lock,
+        ("POST", Some("mark_fixed")) | ("PUT" | "DELETE", None) => Perm::Admin,
+        _ => Perm::Edit,
+    }
 }
 
 pub(super) fn machine_call(
@@ -131,7 +177,15 @@ pub(super) fn machine_call(
     params: &[(String, String)],
 ) -> Outcome<Response> {
     let index = world.machine_index(id)?;
-    if !world.visible(&world.machines[index], user) {
+    // `get_node_or_404`: a locked machine refuses edit (and admin) access;
+    // a permission failure is a 403 with an empty body.
+    let m = &world.machines[index];
+    let allowed = match perm_for(&req.method, op) {
+        Perm::View | Perm::Lock => world.can_view(m, user),
+        Perm::Edit => !m.locked && world.can_view(m, user),
+        Perm::Admin => !m.locked && user.is_superuser,
+    };
+    if !allowed {
         return Err(Failure::Text(403, String::new()));
     }
     let machine_json = |w: &World| Ok(Response::json(200, &render::machine(w, &w.machines[index])));
@@ -154,7 +208,7 @@ pub(super) fn machine_call(
             machine_json(world)
         }
         ("POST", Some("power_off")) => {
-            world.power_off(index, user)?;
+            world.power_off(index, user, params)?;
             if world.machines[index].power_type == "manual" {
                 return Ok(Response::json(200, &Value::Null));
             }
@@ -165,20 +219,20 @@ pub(super) fn machine_call(
             machine_json(world)
         }
         ("POST", Some("abort")) => {
-            world.abort(index)?;
+            world.abort(index, user, comment(params))?;
             machine_json(world)
         }
         ("POST", Some("mark_broken")) => {
-            let m = &world.machines[index];
-            if m.owner.as_deref().is_some_and(|o| o != user.username) {
+            // `if node.owner_id != request.user.id: raise MAASAPIForbidden()`:
+            // only the owner, even for admins, and never an unowned machine.
+            if world.machines[index].owner.as_deref() != Some(user.username.as_str()) {
                 return Err(Failure::Text(403, String::new()));
             }
-            world.mark_broken(index);
+            world.mark_broken(index, user, comment(params));
             machine_json(world)
         }
         ("POST", Some("mark_fixed")) => {
-            admin_only(user)?;
-            world.mark_fixed(index)?;
+            world.mark_fixed(index, user, comment(params))?;
             machine_json(world)
         }
         ("POST", Some("lock" | "unlock")) => {
@@ -194,16 +248,21 @@ pub(super) fn machine_call(
             machine_json(world)
         }
         ("PUT", None) => {
-            admin_only(user).map_err(|_| Failure::Text(403, String::new()))?;
             world.update_machine(index, params)?;
             machine_json(world)
         }
         ("DELETE", None) => {
-            admin_only(user).map_err(|_| Failure::Text(403, String::new()))?;
             world.machines.remove(index);
             Ok(Response::empty(204))
         }
         (_, Some(_)) => unknown_op(req, op),
         (_, None) => not_allowed(),
     }
+}
+
+fn comment(params: &[(String, String)]) -> Option<&str> {
+    params
+        .iter()
+        .find(|(k, _)| k == "comment")
+        .map(|(_, v)| v.as_str())
 }

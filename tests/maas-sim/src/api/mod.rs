@@ -5,8 +5,10 @@ use serde_json::{json, Value};
 
 use crate::http::{Request, Response};
 use crate::render;
+use crate::world::network::subnet_json;
 
 mod machines;
+mod network;
 use crate::world::{now_unix, Failure, Outcome, User, World};
 
 /// The `/MAAS/api/2.0/` path split into its resource pattern and id.
@@ -23,18 +25,18 @@ impl Route {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
-        let pattern = match segments.as_slice() {
-            [] => String::new(),
-            [one] => format!("{one}/"),
-            [first, _, rest @ ..] => {
-                let mut p = format!("{first}/{{id}}/");
-                for r in rest {
-                    p.push_str(r);
-                    p.push('/');
+        // Collections alternate with ids: `nodes/{id}/interfaces/{id}/`.
+        let pattern: String = segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i % 2 == 1 {
+                    "{id}/".to_owned()
+                } else {
+                    format!("{s}/")
                 }
-                p
-            }
-        };
+            })
+            .collect();
         Route { pattern, segments }
     }
 }
@@ -227,10 +229,16 @@ fn dispatch(
             &render::user(&user.username, user.is_superuser),
         )),
         (["users"], "GET", None) => {
-            let users: Vec<Value> = world
-                .credentials
-                .iter()
-                .map(|c| render::user(&c.user.username, c.user.is_superuser))
+            // One entry per user, however many keys it has.
+            let mut users: Vec<&User> = Vec::new();
+            for c in &world.credentials {
+                if !users.iter().any(|u| u.username == c.user.username) {
+                    users.push(&c.user);
+                }
+            }
+            let users: Vec<Value> = users
+                .into_iter()
+                .map(|u| render::user(&u.username, u.is_superuser))
                 .collect();
             Ok(Response::json(200, &json!(users)))
         }
@@ -246,6 +254,27 @@ fn dispatch(
         }
         (["machines"], "POST", Some("release")) => machines::bulk_release(world, user, params),
         (["machines"], _, _) => unknown_op(req, op),
+        (["subnets"], "GET", None) => Ok(Response::json(
+            200,
+            &json!(world.subnets.iter().map(subnet_json).collect::<Vec<_>>()),
+        )),
+        (["subnets", id], "GET", None) => match world.subnet_by_ref(id) {
+            Some(s) => Ok(Response::json(200, &subnet_json(s))),
+            None => Err(Failure::Text(
+                404,
+                "No Subnet matches the given query.".into(),
+            )),
+        },
+        (["ipaddresses"], _, _) => network::ip_addresses(world, user, req, op, params),
+        (["nodes", id, "interfaces"], _, _) => {
+            network::interfaces(world, user, req, id, None, op, params)
+        }
+        (["nodes", id, "interfaces", iface], _, _) => {
+            network::interfaces(world, user, req, id, Some(iface), op, params)
+        }
+        (["events"], "GET", Some("query")) => {
+            Ok(Response::json(200, &world.query_events(user, &req.query)?))
+        }
         (["machines", id], _, _) => machines::machine_call(world, user, req, id, op, params),
         (["dnsresources"], "GET", None) => {
             let found = world.list_dns(params)?;
@@ -258,28 +287,16 @@ fn dispatch(
         (["dnsresources"], "POST", None) => {
             admin_only(user)?;
             let i = world.create_dns(params)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
+            dns_json(world, i)
         }
         (["dnsresources"], _, Some(_)) => unknown_op(req, op),
         (["dnsresources"], _, None) => not_allowed(),
-        (["dnsresources", id], "GET", None) => {
-            let i = world.dns_index(id)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
-        }
+        (["dnsresources", id], "GET", None) => dns_json(world, world.dns_index(id)?),
         (["dnsresources", id], "PUT", None) => {
             let i = world.dns_index(id)?;
             admin_only(user)?;
             world.update_dns(i, params)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
+            dns_json(world, i)
         }
         (["dnsresources", id], "DELETE", None) => {
             let i = world.dns_index(id)?;
@@ -320,9 +337,16 @@ fn dispatch(
                 "No Zone matches the given query.".into(),
             )),
         },
+        // With RBAC a user lists only the pools it may view, and reading
+        // another is a 403 (`ResourcePoolHandler`, `get_resource_pool_or_404`).
         (["resourcepools"], "GET", None) => Ok(Response::json(
             200,
-            &json!(world.pools.iter().map(render::pool).collect::<Vec<_>>()),
+            &json!(world
+                .pools
+                .iter()
+                .filter(|p| world.pool_visible(&p.name, user))
+                .map(render::pool)
+                .collect::<Vec<_>>()),
         )),
         (["resourcepool", id], "GET", None) => {
             match world
@@ -330,6 +354,9 @@ fn dispatch(
                 .iter()
                 .find(|p| p.id.to_string() == *id || p.name == *id)
             {
+                Some(p) if !world.pool_visible(&p.name, user) => {
+                    Err(Failure::Text(403, String::new()))
+                }
                 Some(p) => Ok(Response::json(200, &render::pool(p))),
                 None => Err(Failure::Text(
                     404,
@@ -398,7 +425,7 @@ fn dispatch(
             let list: Vec<Value> = world
                 .machines
                 .iter()
-                .filter(|m| m.tags.iter().any(|t| t == name) && world.visible(m, user))
+                .filter(|m| m.tags.iter().any(|t| t == name) && world.can_view(m, user))
                 .map(|m| render::machine(world, m))
                 .collect();
             Ok(Response::json(200, &json!(list)))
@@ -433,10 +460,21 @@ fn dispatch(
     }
 }
 
+fn dns_json(world: &World, index: usize) -> Outcome<Response> {
+    Ok(Response::json(
+        200,
+        &render::dns_resource(world, &world.dns[index]),
+    ))
+}
+
 fn is_known_collection(name: &str) -> bool {
     matches!(
         name,
         "users"
+            | "events"
+            | "subnets"
+            | "ipaddresses"
+            | "nodes"
             | "machines"
             | "dnsresources"
             | "domains"
@@ -457,8 +495,8 @@ mod tests {
         assert_eq!(Route::parse("machines/").pattern, "machines/");
         assert_eq!(Route::parse("machines/abc123/").pattern, "machines/{id}/");
         assert_eq!(
-            Route::parse("boot-resources/7/upload/18/").pattern,
-            "boot-resources/{id}/upload/18/"
+            Route::parse("nodes/abc123/interfaces/7/").pattern,
+            "nodes/{id}/interfaces/{id}/"
         );
     }
 

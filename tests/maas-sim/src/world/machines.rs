@@ -4,16 +4,80 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
+use super::events;
 use super::{
-    fail, field_error, split_list, truthy, BootResourceRec, Failure, Machine, Outcome, Pending,
-    User, World,
+    fail, field_error, split_list, truthy, BootResourceRec, Failure, Machine, Outcome, Scheduled,
+    Step, User, World,
 };
 use crate::status::Status;
 
 impl World {
     // ---- allocate --------------------------------------------------------
+
+    /// The name checks `FilterNodeForm` makes for allocate and for lists
+    /// (`clean_zone`, `clean_pool`, `clean_tags`, `clean_owner` in
+    /// `src/maasserver/node_constraint_filter_forms.py`): each unknown name
+    /// is a field error, all of them in one 400.
+    pub fn unknown_names(&self, params: &[(String, String)]) -> Map<String, Value> {
+        let mut errors = Map::new();
+        let given = |key: &str| -> Vec<String> {
+            params
+                .iter()
+                .filter(|(k, _)| k == key)
+                .flat_map(|(_, v)| split_list(v))
+                .collect()
+        };
+        for field in ["zone", "not_in_zone"] {
+            let unknown: Vec<String> = given(field)
+                .into_iter()
+                .filter(|z| !self.zones.iter().any(|x| &x.name == z))
+                .collect();
+            if !unknown.is_empty() {
+                errors.insert(
+                    field.into(),
+                    json!([format!("No such zone(s): {}.", unknown.join(", "))]),
+                );
+            }
+        }
+        for field in ["pool", "not_in_pool"] {
+            let unknown: Vec<String> = given(field)
+                .into_iter()
+                .filter(|p| !self.pools.iter().any(|x| &x.name == p))
+                .collect();
+            if !unknown.is_empty() {
+                errors.insert(
+                    field.into(),
+                    json!([format!("No such pool(s): {}.", unknown.join(", "))]),
+                );
+            }
+        }
+        let unknown: Vec<String> = given("tags")
+            .into_iter()
+            .chain(given("not_tags"))
+            .filter(|t| !self.tags.contains(t))
+            .map(|t| format!("'{t}'"))
+            .collect();
+        if !unknown.is_empty() {
+            errors.insert(
+                "tags".into(),
+                json!([format!("No such tag(s): {}.", unknown.join(", "))]),
+            );
+        }
+        // Owners are given whole (no comma splitting); the first unknown one
+        // is named.
+        if let Some((_, owner)) = params
+            .iter()
+            .find(|(k, v)| k == "owner" && !self.credentials.iter().any(|c| &c.user.username == v))
+        {
+            errors.insert(
+                "owner".into(),
+                json!([format!("No such owner: '{owner}'.")]),
+            );
+        }
+        errors
+    }
 
     pub fn allocate(&mut self, user: &User, params: &[(String, String)]) -> Outcome<usize> {
         // AcquireNodeForm's fields; anything else but IGNORED is a 400.
@@ -67,39 +131,16 @@ impl World {
             },
             None => None,
         };
+        let names = self.unknown_names(params);
+        if !names.is_empty() {
+            return Err(Failure::Fields(400, Value::Object(names)));
+        }
         let zones = all("zone");
         let not_zones = all("not_in_zone");
-        let unknown: Vec<&str> = zones
-            .iter()
-            .chain(not_zones.iter())
-            .filter(|z| !self.zones.iter().any(|x| &x.name == *z))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return field_error("zone", format!("No such zone(s): {}.", unknown.join(", ")));
-        }
         let pools = all("pool");
         let not_pools = all("not_in_pool");
-        let unknown: Vec<&str> = pools
-            .iter()
-            .chain(not_pools.iter())
-            .filter(|p| !self.pools.iter().any(|x| &x.name == *p))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return field_error("pool", format!("No such pool(s): {}.", unknown.join(", ")));
-        }
         let tags = all("tags");
         let not_tags = all("not_tags");
-        let unknown: Vec<String> = tags
-            .iter()
-            .chain(not_tags.iter())
-            .filter(|t| !self.tags.contains(t))
-            .map(|t| format!("'{t}'"))
-            .collect();
-        if !unknown.is_empty() {
-            return field_error("tags", format!("No such tag(s): {}.", unknown.join(", ")));
-        }
         let arches = all("arch");
         for arch in &arches {
             let family = arch.split('/').next().unwrap_or("");
@@ -127,7 +168,7 @@ impl World {
                 let m = &self.machines[i];
                 m.status == Status::Ready
                     && !m.locked
-                    && self.visible(m, user)
+                    && self.can_view(m, user)
                     && cpu.is_none_or(|c| f64::from(m.cpu_count) >= c)
                     && mem.is_none_or(|c| m.memory as f64 >= c)
                     && (zones.is_empty() || zones.contains(&m.zone))
@@ -170,17 +211,13 @@ impl World {
         if one("dry_run").is_some_and(|v| truthy(&v)) {
             return Ok(index);
         }
-        let m = &mut self.machines[index];
-        m.status = Status::Allocated;
-        m.owner = Some(user.username.clone());
-        m.agent_name = one("agent_name").unwrap_or_default();
-        m.status_message = Some(format!(
-            "From 'Ready' to 'Allocated' (to {})",
-            user.username
-        ));
-        if let Some(comment) = one("comment") {
-            m.comments.push(comment);
-        }
+        let comment = one("comment");
+        self.acquire(
+            index,
+            user,
+            one("agent_name").unwrap_or_default(),
+            comment.as_deref(),
+        );
         Ok(index)
     }
 
@@ -227,6 +264,29 @@ impl World {
         Some((os, series, arches))
     }
 
+    /// `Machine.acquire`: the request event, then owner, agent_name and
+    /// Allocated.
+    fn acquire(&mut self, index: usize, user: &User, agent_name: String, comment: Option<&str>) {
+        let now = Instant::now();
+        self.request_event(
+            index,
+            events::REQUEST_NODE_ACQUIRE,
+            user,
+            "acquire",
+            comment,
+            now,
+        );
+        let m = &mut self.machines[index];
+        m.owner = Some(user.username.clone());
+        m.agent_name = agent_name;
+        self.set_status(index, Status::Allocated, now);
+    }
+
+    /// `MachineHandler.deploy` (MAAS 3.5): a Ready machine is acquired
+    /// first (its `agent_name` and `comment` go to the acquisition; on an
+    /// Allocated machine `agent_name` is ignored), then the form is
+    /// checked, then `power_on` starts the deployment. Every check comes
+    /// before any change, as the request's transaction would roll back.
     pub fn deploy(
         &mut self,
         index: usize,
@@ -239,6 +299,13 @@ impl World {
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v.clone())
         };
+        if ["install_kvm", "register_vmhost"]
+            .iter()
+            .any(|k| one(k).is_some_and(|v| truthy(&v)))
+            && !user.is_superuser
+        {
+            return fail(403, "Only administratros can deploy VM hosts");
+        }
         let m = &self.machines[index];
         match m.status {
             Status::Ready => {
@@ -246,12 +313,8 @@ impl World {
                     return fail(409, "Can't allocate a machine belonging to another user.");
                 }
             }
-            Status::Allocated => {
-                if m.owner.as_deref() != Some(&user.username) && !user.is_superuser {
-                    return Err(Failure::Text(403, String::new()));
-                }
-            }
-            ref other => {
+            Status::Allocated => {}
+            other => {
                 return fail(
                     409,
                     format!(
@@ -260,9 +323,6 @@ impl World {
                     ),
                 )
             }
-        }
-        if one("install_kvm").is_some_and(|v| truthy(&v)) && !user.is_superuser {
-            return Err(Failure::Text(403, String::new()));
         }
         let wanted = one("distro_series")
             .filter(|s| !s.is_empty())
@@ -306,17 +366,16 @@ impl World {
                 );
             }
         }
-        let deploy_for = Duration::from_secs_f64(self.settings.deploy_seconds.max(0.0));
+        let comment = one("comment");
+        // Claimed "post commit" in MAAS; here first, so that exhaustion
+        // changes nothing.
+        let ready = m.status == Status::Ready;
+        self.claim_auto_ips(index)?;
+        if ready {
+            let agent_name = one("agent_name").unwrap_or_default();
+            self.acquire(index, user, agent_name, comment.as_deref());
+        }
         let m = &mut self.machines[index];
-        if m.status == Status::Ready {
-            m.owner = Some(user.username.clone());
-        }
-        if let Some(agent) = one("agent_name") {
-            m.agent_name = agent;
-        }
-        if let Some(comment) = one("comment") {
-            m.comments.push(comment);
-        }
         m.osystem = os;
         m.distro_series = series;
         m.hwe_kernel = Some(
@@ -326,68 +385,244 @@ impl World {
         );
         m.ephemeral_deploy = one("ephemeral_deploy").is_some_and(|v| truthy(&v));
         m.user_data = one("user_data");
-        start_deployment(m, deploy_for);
+        self.start_deployment(index, user, comment.as_deref());
         Ok(())
+    }
+
+    /// `Node.start` on an Allocated machine: the request event, Deploying,
+    /// the power-on, then the deployment's steps spread over
+    /// `deploy_seconds` (curtin's stages as MAAS records them: PXE boot,
+    /// ephemeral, storage, OS, curthooks, reboot, cloud-init).
+    fn start_deployment(&mut self, index: usize, user: &User, comment: Option<&str>) {
+        let now = Instant::now();
+        self.request_event(
+            index,
+            events::REQUEST_NODE_START_DEPLOYMENT,
+            user,
+            "start",
+            comment,
+            now,
+        );
+        self.set_status(index, Status::Deploying, now);
+        self.record(index, events::DEPLOYING, "", "", "", now);
+        let powered = self.machines[index].power_state == "on";
+        let power = if powered {
+            events::NODE_POWER_CYCLE_STARTING
+        } else {
+            events::NODE_POWER_ON_STARTING
+        };
+        self.record(index, power, "", "", "", now);
+        let m = &mut self.machines[index];
+        m.power_state = "on".into();
+        m.error_description.clear();
+        let failing = m.fail_reason.is_some();
+        let (steps, before_failure): (&[(f64, Step)], usize) = if m.ephemeral_deploy {
+            (&EPHEMERAL_STEPS, EPHEMERAL_STEPS_BEFORE_FAILURE)
+        } else {
+            (&DEPLOY_STEPS, DEPLOY_STEPS_BEFORE_FAILURE)
+        };
+        let duration = Duration::from_secs_f64(self.settings.deploy_seconds.max(0.0));
+        if failing {
+            self.schedule(index, now, duration, &steps[..before_failure]);
+            self.schedule(index, now, duration, &[(0.80, Step::DeployDone)]);
+        } else {
+            self.schedule(index, now, duration, steps);
+        }
+    }
+
+    /// Appends `plan` (fractions of `duration` from `start`) to the
+    /// machine's timeline.
+    fn schedule(&mut self, index: usize, start: Instant, duration: Duration, plan: &[(f64, Step)]) {
+        let m = &mut self.machines[index];
+        for (fraction, step) in plan {
+            m.timeline.push_back(Scheduled {
+                at: start + duration.mul_f64(*fraction),
+                step: step.clone(),
+            });
+        }
+    }
+
+    /// Applies a step that fell due at `at` (see [`World::advance`]).
+    pub(super) fn apply(&mut self, index: usize, step: Step, at: Instant) {
+        match step {
+            Step::Event(kind, description, action) => {
+                self.record(index, kind, description, "", action, at)
+            }
+            Step::DeployDone => self.finish_deployment(index, at),
+            Step::ReleaseDone => {
+                self.machines[index].power_state = "off".into();
+                self.record(index, events::NODE_POWERED_OFF, "", "", "", at);
+                self.finalize_release(index, at);
+            }
+            Step::EraseDone => {
+                // The erasure's cloud-init finished: `node.release()` with no
+                // user, then the power-off is confirmed.
+                self.record(index, events::REQUEST_NODE_RELEASE, "", "", "release", at);
+                self.clear_deployment(index);
+                self.set_status(index, Status::Releasing, at);
+                self.record(index, events::RELEASING, "", "", "", at);
+                self.record(index, events::NODE_POWER_OFF_STARTING, "", "", "", at);
+                self.machines[index].power_state = "off".into();
+                self.record(index, events::NODE_POWERED_OFF, "", "", "", at);
+                self.finalize_release(index, at);
+            }
+        }
+    }
+
+    /// The end of a deployment: Deployed, or, when a failure was asked
+    /// for, what MAAS does when curtin reports one (the metadata server's
+    /// `NODE_INSTALL_EVENT_FAILED`, then `mark_failed` with its comment).
+    fn finish_deployment(&mut self, index: usize, at: Instant) {
+        match self.machines[index].fail_reason.take() {
+            Some(reason) => {
+                self.record(
+                    index,
+                    events::NODE_INSTALL_EVENT_FAILED,
+                    format!("'curtin' {reason}"),
+                    "",
+                    "cmd-install",
+                    at,
+                );
+                self.record(
+                    index,
+                    events::REQUEST_NODE_MARK_FAILED_SYSTEM,
+                    INSTALLATION_FAILED,
+                    "",
+                    "mark_failed",
+                    at,
+                );
+                self.set_status(index, Status::FailedDeployment, at);
+                self.machines[index].error_description = INSTALLATION_FAILED.into();
+            }
+            None => {
+                self.set_status(index, Status::Deployed, at);
+                self.record(index, events::DEPLOYED, "", "", "", at);
+            }
+        }
     }
 
     // ---- release ---------------------------------------------------------
 
+    /// `MachineHandler.release`: Ready and Releasing are no-ops; a
+    /// releasable machine starts releasing: with any erase flag through
+    /// Disk erasing (the `wipe-disks` script, `ReleaseForm.clean`), else
+    /// Releasing until the power-off is confirmed, or Ready at once when
+    /// the power is already off or cannot be controlled (`manual`).
     pub fn release(
         &mut self,
         index: usize,
         user: &User,
         params: &[(String, String)],
     ) -> Outcome<()> {
-        let release_for = Duration::from_secs_f64(self.settings.release_seconds.max(0.0));
-        let m = &mut self.machines[index];
-        if m.owner.as_deref().is_some_and(|o| o != user.username) && !user.is_superuser {
-            return Err(Failure::Text(403, String::new()));
+        let status = self.machines[index].status;
+        if matches!(status, Status::Ready | Status::Releasing) {
+            return Ok(());
         }
-        if m.locked {
-            return Err(Failure::Text(403, String::new()));
-        }
-        use Status::*;
-        match m.status {
-            Ready | Releasing => return Ok(()),
-            Allocated | Reserved | Broken | Deploying | Deployed | FailedDeployment
-            | FailedDiskErasing | FailedReleasing => {}
-            ref other => {
-                return fail(
-                    409,
-                    format!(
-                        "Machine cannot be released in its current state ('{}').",
-                        other.name()
-                    ),
-                )
-            }
+        if !status.releasable() {
+            return fail(
+                409,
+                format!(
+                    "Machine cannot be released in its current state ('{}').",
+                    status.name()
+                ),
+            );
         }
         let flag = |key: &str| params.iter().any(|(k, v)| k == key && truthy(v));
-        let erase = flag("erase") || flag("secure_erase") || flag("quick_erase");
-        if let Some((_, comment)) = params.iter().find(|(k, _)| k == "comment") {
-            m.comments.push(comment.clone());
+        let (erase, quick, secure) = (flag("erase"), flag("quick_erase"), flag("secure_erase"));
+        let comment = params
+            .iter()
+            .find(|(k, _)| k == "comment")
+            .map(|(_, v)| v.as_str());
+        let now = Instant::now();
+        let release_for = Duration::from_secs_f64(self.settings.release_seconds.max(0.0));
+        self.machines[index].last_release = Some(json!({
+            "user": user.username, "erase": erase, "quick_erase": quick,
+            "secure_erase": secure, "comment": comment,
+        }));
+        if erase || quick || secure {
+            self.request_event(
+                index,
+                events::REQUEST_NODE_ERASE_DISK,
+                user,
+                "start disk erasing",
+                comment,
+                now,
+            );
+            self.set_status(index, Status::DiskErasing, now);
+            let power = if self.machines[index].power_state == "on" {
+                events::NODE_POWER_CYCLE_STARTING
+            } else {
+                events::NODE_POWER_ON_STARTING
+            };
+            self.record(index, power, "", "", "", now);
+            self.machines[index].power_state = "on".into();
+            self.schedule(index, now, release_for, &ERASE_STEPS);
+            return Ok(());
         }
+        self.request_event(
+            index,
+            events::REQUEST_NODE_RELEASE,
+            user,
+            "release",
+            comment,
+            now,
+        );
+        self.start_release(index, now);
+        Ok(())
+    }
+
+    /// `Node._release`: Releasing, the deployment's settings cleared, the
+    /// power-off asked for; finished at once when the power is off or
+    /// cannot be controlled, else when the power-off is confirmed.
+    fn start_release(&mut self, index: usize, now: Instant) {
+        let release_for = Duration::from_secs_f64(self.settings.release_seconds.max(0.0));
+        let m = &mut self.machines[index];
+        let powered_off = m.power_state == "off";
+        let manual = m.power_type == "manual";
+        m.timeline.clear();
+        m.fail_reason = None;
+        self.clear_deployment(index);
+        self.set_status(index, Status::Releasing, now);
+        self.record(index, events::RELEASING, "", "", "", now);
+        if powered_off || manual {
+            self.finalize_release(index, now);
+            return;
+        }
+        self.record(index, events::NODE_POWER_OFF_STARTING, "", "", "", now);
+        if release_for.is_zero() {
+            self.apply(index, Step::ReleaseDone, now);
+        } else {
+            self.schedule(index, now, release_for, &[(1.0, Step::ReleaseDone)]);
+        }
+    }
+
+    /// What `_release` clears at once.
+    fn clear_deployment(&mut self, index: usize) {
+        let m = &mut self.machines[index];
         m.agent_name.clear();
         m.osystem.clear();
         m.distro_series.clear();
         m.hwe_kernel = None;
-        m.fail_deployment = false;
-        m.status_before_broken = None;
-        if erase {
-            m.status = DiskErasing;
-            m.status_message = Some("Disk erasing".into());
-            m.pending = Some((Pending::Release, Instant::now() + release_for));
-        } else if m.power_state == "off" || release_for.is_zero() {
-            finish_release(m);
-        } else {
-            m.status = Releasing;
-            m.status_message = Some("Releasing".into());
-            m.pending = Some((Pending::Release, Instant::now() + release_for));
-        }
-        Ok(())
+    }
+
+    /// `Node._finalize_release`: Ready, no owner, owner data deleted, the
+    /// deployment's addresses released.
+    fn finalize_release(&mut self, index: usize, at: Instant) {
+        self.set_status(index, Status::Ready, at);
+        self.release_auto_ips(index);
+        let m = &mut self.machines[index];
+        m.owner = None;
+        m.owner_data.clear();
+        m.ephemeral_deploy = false;
+        m.user_data = None;
+        m.timeline.clear();
+        self.record(index, events::RELEASED, "", "", "", at);
     }
 
     // ---- power -----------------------------------------------------------
 
+    /// `NodeHandler.power_on`: an unowned machine cannot start; on an
+    /// Allocated machine it is a deployment with the defaults.
     pub fn power_on(
         &mut self,
         index: usize,
@@ -395,15 +630,10 @@ impl World {
         params: &[(String, String)],
     ) -> Outcome<()> {
         let m = &self.machines[index];
-        let Some(owner) = m.owner.clone() else {
+        if m.owner.is_none() {
             return fail(409, "Can't start node: it hasn't been allocated.");
-        };
-        if owner != user.username && !user.is_superuser {
-            return Err(Failure::Text(403, String::new()));
         }
         if m.status == Status::Allocated {
-            // MAAS starts a deployment with the defaults (deploy records
-            // the comment).
             let defaults: Vec<(String, String)> = params
                 .iter()
                 .filter(|(k, _)| k == "user_data" || k == "comment")
@@ -411,20 +641,45 @@ impl World {
                 .collect();
             return self.deploy(index, user, &defaults);
         }
-        let m = &mut self.machines[index];
-        m.power_state = "on".into();
-        if let Some((_, comment)) = params.iter().find(|(k, _)| k == "comment") {
-            m.comments.push(comment.clone());
-        }
+        let comment = params
+            .iter()
+            .find(|(k, _)| k == "comment")
+            .map(|(_, v)| v.as_str());
+        let now = Instant::now();
+        self.request_event(
+            index,
+            events::REQUEST_NODE_START,
+            user,
+            "start",
+            comment,
+            now,
+        );
+        self.record(index, events::NODE_POWER_ON_STARTING, "", "", "", now);
+        self.machines[index].power_state = "on".into();
+        self.record(index, events::NODE_POWERED_ON, "", "", "", now);
         Ok(())
     }
 
-    pub fn power_off(&mut self, index: usize, user: &User) -> Outcome<()> {
-        let m = &mut self.machines[index];
-        if m.owner.as_deref().is_some_and(|o| o != user.username) && !user.is_superuser {
-            return Err(Failure::Text(403, String::new()));
+    /// `NodeHandler.power_off`: no state check; a power type MAAS cannot
+    /// drive (`manual`) is left alone.
+    pub fn power_off(
+        &mut self,
+        index: usize,
+        user: &User,
+        params: &[(String, String)],
+    ) -> Outcome<()> {
+        let comment = params
+            .iter()
+            .find(|(k, _)| k == "comment")
+            .map(|(_, v)| v.as_str());
+        let now = Instant::now();
+        self.request_event(index, events::REQUEST_NODE_STOP, user, "stop", comment, now);
+        if self.machines[index].power_type == "manual" {
+            return Ok(());
         }
-        m.power_state = "off".into();
+        self.record(index, events::NODE_POWER_OFF_STARTING, "", "", "", now);
+        self.machines[index].power_state = "off".into();
+        self.record(index, events::NODE_POWERED_OFF, "", "", "", now);
         Ok(())
     }
 
@@ -443,21 +698,26 @@ impl World {
                 "Cannot set workload annotation: it hasn't been acquired.",
             );
         }
-        for (k, _) in params {
-            if k != "op"
-                && !k
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '-')
-            {
-                return fail(500, "Invalid character in key name");
+        // `request.POST.items()`: each key once, with its last value. Only
+        // keys being set are checked against `DATA_KEY_RE` (`[\w.-]+$`,
+        // `src/maasserver/models/ownerdata.py`); the ValueError is an
+        // unhandled 500 and the request's transaction is rolled back.
+        let mut items: Vec<(&str, &str)> = Vec::new();
+        for (k, v) in params.iter().filter(|(k, _)| k != "op") {
+            match items.iter_mut().find(|(key, _)| key == k) {
+                Some(item) => item.1 = v,
+                None => items.push((k, v)),
             }
         }
+        if items.iter().any(|(k, v)| !v.is_empty() && !is_data_key(k)) {
+            return fail(500, "Invalid character in key name");
+        }
         let m = &mut self.machines[index];
-        for (k, v) in params.iter().filter(|(k, _)| k != "op") {
+        for (k, v) in items {
             if v.is_empty() {
                 m.owner_data.remove(k);
             } else {
-                m.owner_data.insert(k.clone(), v.clone());
+                m.owner_data.insert(k.to_owned(), v.to_owned());
             }
         }
         Ok(())
@@ -465,8 +725,9 @@ impl World {
 
     // ---- other machine ops -------------------------------------------------
 
-    pub fn abort(&mut self, index: usize) -> Outcome<()> {
-        let m = &mut self.machines[index];
+    /// `abort_deploying`: back to Allocated, the power-off asked for.
+    pub fn abort(&mut self, index: usize, user: &User, comment: Option<&str>) -> Outcome<()> {
+        let m = &self.machines[index];
         if m.status != Status::Deploying {
             return fail(
                 409,
@@ -477,31 +738,88 @@ impl World {
                 ),
             );
         }
-        m.status = Status::Allocated;
-        m.pending = None;
+        let now = Instant::now();
+        self.request_event(
+            index,
+            events::REQUEST_NODE_ABORT_DEPLOYMENT,
+            user,
+            "abort deploying",
+            comment,
+            now,
+        );
+        self.record(index, events::ABORTED_DEPLOYMENT, "", "", "", now);
+        self.set_status(index, Status::Allocated, now);
+        let m = &mut self.machines[index];
+        m.timeline.clear();
+        m.fail_reason = None;
         m.power_state = "off".into();
         Ok(())
     }
 
-    pub fn mark_broken(&mut self, index: usize) {
-        let m = &mut self.machines[index];
-        if m.status != Status::Broken {
-            m.status_before_broken = Some(m.status);
+    /// `Node.mark_broken` (MAAS 3.5): a releasable machine is released
+    /// first (`_release`: settings cleared, powered off, finished at once
+    /// only if it was off), then Broken with no owner. A machine that was
+    /// on keeps its owner data and addresses: MAAS finishes a release only
+    /// from Releasing.
+    pub fn mark_broken(&mut self, index: usize, user: &User, comment: Option<&str>) {
+        let now = Instant::now();
+        self.request_event(
+            index,
+            events::REQUEST_NODE_MARK_BROKEN,
+            user,
+            "mark broken",
+            comment,
+            now,
+        );
+        if self.machines[index].status.releasable() {
+            let m = &mut self.machines[index];
+            m.timeline.clear();
+            m.fail_reason = None;
+            let powered_off = m.power_state == "off" || m.power_type == "manual";
+            self.clear_deployment(index);
+            self.set_status(index, Status::Releasing, now);
+            self.record(index, events::RELEASING, "", "", "", now);
+            if powered_off {
+                self.finalize_release(index, now);
+            } else {
+                self.record(index, events::NODE_POWER_OFF_STARTING, "", "", "", now);
+                self.machines[index].power_state = "off".into();
+                self.record(index, events::NODE_POWERED_OFF, "", "", "", now);
+            }
         }
-        m.status = Status::Broken;
-        m.status_message = Some("Marked broken".into());
-        m.pending = None;
+        self.machines[index].timeline.clear();
+        self.set_status(index, Status::Broken, now);
+        let m = &mut self.machines[index];
+        m.owner = None;
+        m.error_description = comment.unwrap_or_default().to_owned();
     }
 
-    pub fn mark_fixed(&mut self, index: usize) -> Outcome<()> {
-        let m = &mut self.machines[index];
-        if m.status != Status::Broken {
+    /// `Node.mark_fixed`: Broken → Deployed if it was Deployed just
+    /// before, else Ready.
+    pub fn mark_fixed(&mut self, index: usize, user: &User, comment: Option<&str>) -> Outcome<()> {
+        if self.machines[index].status != Status::Broken {
             return fail(409, "Can't mark a non-broken node as 'Ready'.");
         }
-        m.status = match m.status_before_broken.take() {
-            Some(Status::Deployed) => Status::Deployed,
-            _ => Status::Ready,
+        let now = Instant::now();
+        self.request_event(
+            index,
+            events::REQUEST_NODE_MARK_FIXED,
+            user,
+            "mark fixed",
+            comment,
+            now,
+        );
+        let next = if self.machines[index].previous_status == Status::Deployed {
+            Status::Deployed
+        } else {
+            Status::Ready
         };
+        self.set_status(index, next, now);
+        let m = &mut self.machines[index];
+        m.error_description.clear();
+        m.osystem.clear();
+        m.distro_series.clear();
+        m.hwe_kernel = None;
         Ok(())
     }
 
@@ -603,28 +921,130 @@ fn deployable_os_release(b: &BootResourceRec) -> Option<(String, String)> {
     }
 }
 
-fn start_deployment(m: &mut Machine, deploy_for: Duration) {
-    m.status = Status::Deploying;
-    m.status_message = Some("Deploying".into());
-    m.power_state = "on".into();
-    m.ip_addresses = m.configured_ips.clone();
-    m.pending = Some((Pending::Deploy, Instant::now() + deploy_for));
-}
+/// curtin's default failure message (its `cmd-install` stage).
+pub(super) const DEFAULT_CURTIN_FAILURE: &str = "curtin command install";
+/// `mark_failed`'s comment when curtin fails (`api_twisted.py`).
+const INSTALLATION_FAILED: &str =
+    "Installation failed (refer to the installation log for more information).";
 
-pub(super) fn finish_release(m: &mut Machine) {
-    m.status = Status::Ready;
-    m.status_message = Some("Released".into());
-    m.power_state = "off".into();
-    m.owner = None;
-    m.owner_data.clear();
-    m.agent_name.clear();
-    m.osystem.clear();
-    m.distro_series.clear();
-    m.hwe_kernel = None;
-    m.ephemeral_deploy = false;
-    m.ip_addresses.clear();
-    m.user_data = None;
-    m.pending = None;
+/// A deployment as MAAS records it (fractions of `deploy_seconds`): the
+/// power-on, the PXE boot into the ephemeral image, curtin's stages (the
+/// INFO events of `EVENT_STATUS_MESSAGES` with curtin's own DEBUG
+/// messages), the reboot, the local boot and cloud-init's final stage.
+const DEPLOY_STEPS: [(f64, Step); 16] = [
+    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
+    (
+        0.10,
+        Step::Event(events::NODE_PXE_REQUEST, "installation", ""),
+    ),
+    (0.10, Step::Event(events::PERFORMING_PXE_BOOT, "", "")),
+    (0.20, Step::Event(events::LOADING_EPHEMERAL, "", "")),
+    (
+        0.30,
+        Step::Event(events::CONFIGURING_STORAGE, "", STAGE_PARTITIONING),
+    ),
+    (
+        0.30,
+        Step::Event(
+            events::NODE_INSTALL_EVENT,
+            "'curtin' configuring storage",
+            STAGE_PARTITIONING,
+        ),
+    ),
+    (0.45, Step::Event(events::INSTALLING_OS, "", STAGE_EXTRACT)),
+    (
+        0.45,
+        Step::Event(
+            events::NODE_INSTALL_EVENT,
+            "'curtin' writing install sources to disk",
+            STAGE_EXTRACT,
+        ),
+    ),
+    (
+        0.65,
+        Step::Event(events::CONFIGURING_OS, "", STAGE_CURTHOOKS),
+    ),
+    (
+        0.65,
+        Step::Event(
+            events::NODE_INSTALL_EVENT,
+            "'curtin' configuring installed system",
+            STAGE_CURTHOOKS,
+        ),
+    ),
+    (
+        0.80,
+        Step::Event(
+            events::NODE_INSTALL_EVENT,
+            "'curtin' curtin command install",
+            "cmd-install",
+        ),
+    ),
+    (0.80, Step::Event(events::REBOOTING, "", "")),
+    (
+        0.90,
+        Step::Event(events::NODE_PXE_REQUEST, "local boot", ""),
+    ),
+    (0.90, Step::Event(events::PERFORMING_PXE_BOOT, "", "")),
+    (
+        0.95,
+        Step::Event(
+            events::NODE_INSTALL_EVENT,
+            "'cloudinit' running modules for final",
+            "modules-final",
+        ),
+    ),
+    (1.00, Step::DeployDone),
+];
+/// How many of [`DEPLOY_STEPS`] a failing deployment goes through: curtin
+/// fails at the end of its install command, after configuring the OS.
+const DEPLOY_STEPS_BEFORE_FAILURE: usize = 10;
+/// A deployment to memory (`ephemeral_deploy`): no curtin, no reboot.
+const EPHEMERAL_STEPS: [(f64, Step); 6] = [
+    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
+    (
+        0.10,
+        Step::Event(events::NODE_PXE_REQUEST, "installation", ""),
+    ),
+    (0.10, Step::Event(events::PERFORMING_PXE_BOOT, "", "")),
+    (0.30, Step::Event(events::LOADING_EPHEMERAL, "", "")),
+    (
+        0.90,
+        Step::Event(
+            events::NODE_INSTALL_EVENT,
+            "'cloudinit' running modules for final",
+            "modules-final",
+        ),
+    ),
+    (1.00, Step::DeployDone),
+];
+/// How many of [`EPHEMERAL_STEPS`] a failing deployment to memory goes
+/// through.
+const EPHEMERAL_STEPS_BEFORE_FAILURE: usize = 4;
+/// A disk erasure (fractions of `release_seconds`): the ephemeral boot that
+/// runs `wipe-disks`, then MAAS releases the machine.
+const ERASE_STEPS: [(f64, Step); 5] = [
+    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
+    (
+        0.15,
+        Step::Event(events::NODE_PXE_REQUEST, "commissioning", ""),
+    ),
+    (0.15, Step::Event(events::PERFORMING_PXE_BOOT, "", "")),
+    (0.30, Step::Event(events::LOADING_EPHEMERAL, "", "")),
+    (1.00, Step::EraseDone),
+];
+const STAGE_PARTITIONING: &str = "cmd-install/stage-partitioning";
+const STAGE_EXTRACT: &str = "cmd-install/stage-extract";
+const STAGE_CURTHOOKS: &str = "cmd-install/stage-curthooks";
+
+/// Python's `re.match(r"[\w.-]+$", key)`: one or more word characters,
+/// dots or dashes, and `$` also matches before one final newline.
+fn is_data_key(key: &str) -> bool {
+    let key = key.strip_suffix('\n').unwrap_or(key);
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '-')
 }
 
 /// `label:size(tags),size,...` → sizes in GB (tags are ignored).
@@ -741,6 +1161,18 @@ mod tests {
         assert!(!storage_fits(&[200.0], &[120, 960]));
         assert!(storage_fits(&[100.0, 500.0], &[120, 960]));
         assert!(!storage_fits(&[100.0, 500.0, 500.0], &[120, 960]));
+    }
+
+    #[test]
+    fn owner_data_keys_follow_maas_pattern() {
+        assert!(is_data_key("capmaas-identity"));
+        assert!(is_data_key("a.b_c-9"));
+        assert!(is_data_key("ключ"));
+        assert!(is_data_key("trailing\n"));
+        assert!(!is_data_key(""));
+        assert!(!is_data_key("a/b"));
+        assert!(!is_data_key("a b"));
+        assert!(!is_data_key("a\n\n"));
     }
 
     #[test]

@@ -3,22 +3,31 @@
 //! here runs under one mutex, so each request is atomic like a MAAS
 //! transaction (a failed call changes nothing).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::inventory::{Inventory, MachineEntry, Settings};
+use crate::inventory::{Inventory, MachineEntry, Settings, SubnetEntry};
 use crate::status::Status;
 
+mod addresses;
 mod dns;
+pub mod events;
 mod machines;
+pub mod network;
+
+pub use events::{Event, EventType, StatusEvent};
+use machines::DEFAULT_CURTIN_FAILURE;
+pub use network::{Interface, Reservation, SubnetRec};
 
 /// A MAAS user behind an API key.
 #[derive(Debug, Clone)]
 pub struct User {
     pub username: String,
     pub is_superuser: bool,
+    /// Pools this user may view and deploy from (RBAC); None = all.
+    pub pools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -64,11 +73,25 @@ pub struct DnsRec {
     pub ips: Vec<String>,
 }
 
-/// A transition that completes on its own after a delay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pending {
-    Deploy,
-    Release,
+/// Something due later in a machine's life. Time moves lazily: `advance`
+/// does what fell due when the next request looks, with the time it was
+/// due (events carry that time).
+#[derive(Debug, Clone)]
+pub struct Scheduled {
+    pub at: Instant,
+    pub step: Step,
+}
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Record an event: type, description, action.
+    Event(EventType, &'static str, &'static str),
+    /// The deployment ends: Deployed, or Failed deployment if asked for.
+    DeployDone,
+    /// The power-off of a release is confirmed: the release finishes.
+    ReleaseDone,
+    /// The disk erasure ends: MAAS then releases the machine.
+    EraseDone,
 }
 
 #[derive(Debug, Clone)]
@@ -85,13 +108,20 @@ pub struct Machine {
     pub pool: String,
     pub tags: Vec<String>,
     pub architecture: String,
-    pub configured_ips: Vec<String>,
-    pub mac_address: String,
+    /// Boot interface first.
+    pub interfaces: Vec<Interface>,
+    /// The link chosen as IPv4 default gateway (`link_subnet
+    /// default_gateway=true`).
+    pub gateway_link_ipv4: Option<i64>,
     pub power_type: String,
     pub description: String,
 
     pub status: Status,
-    pub status_message: Option<String>,
+    /// The status before the last change (`Node.previous_status`).
+    pub previous_status: Status,
+    /// Latest INFO-or-above event: `status_message`, `status_action`.
+    pub status_event: StatusEvent,
+    pub error_description: String,
     pub power_state: String,
     pub owner: Option<String>,
     pub owner_data: BTreeMap<String, String>,
@@ -102,15 +132,37 @@ pub struct Machine {
     pub ephemeral_deploy: bool,
     pub swap_size: Option<i64>,
     pub locked: bool,
-    pub ip_addresses: Vec<String>,
     pub user_data: Option<String>,
     pub comments: Vec<String>,
-    pub pending: Option<(Pending, Instant)>,
-    /// Set by the test control: the next (or current) deployment fails.
-    pub fail_deployment: bool,
-    /// Status before Broken, for mark_fixed.
-    pub status_before_broken: Option<Status>,
+    /// What happens next on its own (deployment, release, erasure steps).
+    pub timeline: VecDeque<Scheduled>,
+    /// Set by the test control: the next (or current) deployment fails,
+    /// with this curtin message.
+    pub fail_reason: Option<String>,
+    /// The last release asked for (who, erase flags, comment), for tests.
+    pub last_release: Option<Value>,
     pub hardware_uuid: String,
+    /// The members of its JSON that never change, rendered once.
+    pub static_json: String,
+}
+
+impl Machine {
+    /// Its links' addresses, boot interface first
+    /// (`Node.static_ip_addresses`).
+    pub fn ip_addresses(&self) -> Vec<String> {
+        self.interfaces
+            .iter()
+            .flat_map(|i| &i.links)
+            .filter_map(|l| l.ip.clone())
+            .collect()
+    }
+
+    /// Whether one of its interfaces has this MAC (any case).
+    pub fn has_mac(&self, mac: &str) -> bool {
+        self.interfaces
+            .iter()
+            .any(|i| i.mac_address.eq_ignore_ascii_case(mac))
+    }
 }
 
 /// What a fault rule does to a matching request.
@@ -168,9 +220,10 @@ pub struct World {
     pub zones: Vec<Named>,
     pub pools: Vec<Named>,
     pub tags: Vec<String>,
-    pub subnet_cidr: String,
-    pub subnet_gateway: Option<String>,
-    pub subnet_name: String,
+    pub subnets: Vec<SubnetRec>,
+    /// Addresses reserved through `ipaddresses/?op=reserve`.
+    pub reservations: Vec<Reservation>,
+    next_link_id: i64,
     pub boot_resources: Vec<BootResourceRec>,
     pub machines: Vec<Machine>,
     pub dns: Vec<DnsRec>,
@@ -183,6 +236,11 @@ pub struct World {
     pub calls: BTreeMap<String, u64>,
     /// TCP connections accepted (clients should reuse theirs).
     pub connections: u64,
+    /// The event log, oldest first (ids increase).
+    pub events: Vec<Event>,
+    next_event_id: u64,
+    /// An instant and the wall-clock time it stands for.
+    clock: (Instant, SystemTime),
 }
 
 /// A MAAS-style failure: status and body.
@@ -246,9 +304,9 @@ impl World {
                 description: "Default pool".into(),
             }],
             tags: Vec::new(),
-            subnet_cidr: "10.0.0.0/24".into(),
-            subnet_gateway: Some("10.0.0.1".into()),
-            subnet_name: "10.0.0.0/24".into(),
+            subnets: Vec::new(),
+            reservations: Vec::new(),
+            next_link_id: 0,
             boot_resources: Vec::new(),
             machines: Vec::new(),
             dns: Vec::new(),
@@ -258,6 +316,9 @@ impl World {
             faults: Vec::new(),
             calls: BTreeMap::new(),
             connections: 0,
+            events: Vec::new(),
+            next_event_id: 0,
+            clock: (Instant::now(), SystemTime::now()),
         };
         for entry in &inventory.api_keys {
             let parts: Vec<&str> = entry.key.split(':').collect();
@@ -274,6 +335,7 @@ impl World {
                 user: User {
                     username: entry.username.clone(),
                     is_superuser: entry.is_superuser,
+                    pools: entry.pools.clone(),
                 },
             });
         }
@@ -310,12 +372,24 @@ impl World {
                 });
             }
         }
-        world.tags = inventory.tags.clone();
-        if let Some(subnet) = &inventory.subnet {
-            world.subnet_cidr = subnet.cidr.clone();
-            world.subnet_gateway = subnet.gateway_ip.clone();
-            world.subnet_name = subnet.name.clone().unwrap_or_else(|| subnet.cidr.clone());
+        for c in &world.credentials {
+            for pool in c.user.pools.iter().flatten() {
+                if !world.pools.iter().any(|p| &p.name == pool) {
+                    return Err(format!(
+                        "inventory api key for {}: unknown pool {pool}",
+                        c.user.username
+                    ));
+                }
+            }
         }
+        world.tags = inventory.tags.clone();
+        let subnets: Vec<SubnetEntry> = inventory
+            .subnet
+            .iter()
+            .chain(&inventory.subnets)
+            .cloned()
+            .collect();
+        world.load_subnets(&subnets)?;
         for (i, b) in inventory.boot_resources.iter().enumerate() {
             world.boot_resources.push(BootResourceRec {
                 id: i as i64 + 1,
@@ -396,8 +470,16 @@ impl World {
             }
         }
         let seq = self.next_seq;
-        self.next_seq += 1;
         let deployed_like = matches!(status, Status::Deployed | Status::Deploying);
+        let interfaces = self.build_interfaces(
+            seq,
+            &m.hostname,
+            &m.interfaces,
+            &m.ip_addresses,
+            m.mac_address.as_deref(),
+            deployed_like,
+        )?;
+        self.next_seq += 1;
         self.machines.push(Machine {
             seq,
             system_id: system_id.clone(),
@@ -417,19 +499,14 @@ impl World {
                 .architecture
                 .clone()
                 .unwrap_or_else(|| "amd64/generic".into()),
-            configured_ips: m.ip_addresses.clone(),
-            mac_address: m.mac_address.clone().unwrap_or_else(|| {
-                format!(
-                    "52:54:00:{:02x}:{:02x}:{:02x}",
-                    seq >> 16 & 0xff,
-                    seq >> 8 & 0xff,
-                    seq & 0xff
-                )
-            }),
+            interfaces,
+            gateway_link_ipv4: None,
             power_type: m.power_type.clone().unwrap_or_else(|| "ipmi".into()),
             description: m.description.clone().unwrap_or_default(),
             status,
-            status_message: None,
+            previous_status: status,
+            status_event: StatusEvent::default(),
+            error_description: String::new(),
             power_state: m
                 .power_state
                 .clone()
@@ -443,18 +520,17 @@ impl World {
             ephemeral_deploy: false,
             swap_size: None,
             locked: false,
-            ip_addresses: if deployed_like {
-                m.ip_addresses.clone()
-            } else {
-                Vec::new()
-            },
             user_data: None,
             comments: Vec::new(),
-            pending: None,
-            fail_deployment: false,
-            status_before_broken: None,
+            timeline: VecDeque::new(),
+            fail_reason: None,
+            last_release: None,
             hardware_uuid: format!("{:08x}-0000-4000-8000-{:012x}", seq, seq * 7919),
+            static_json: String::new(),
         });
+        if let Some(m) = self.machines.last_mut() {
+            m.static_json = crate::render::machine_static(m);
+        }
         Ok(system_id)
     }
 
@@ -486,31 +562,20 @@ impl World {
         }
     }
 
-    /// Completes transitions whose time has come. Called on every request,
-    /// so the simulation needs no timer thread.
+    /// Does what fell due, in time order across machines. Called on every
+    /// request, so the simulation needs no timer thread.
     pub fn advance(&mut self, now: Instant) {
-        for m in &mut self.machines {
-            let Some((pending, at)) = m.pending else {
-                continue;
-            };
-            if now < at {
-                continue;
-            }
-            m.pending = None;
-            match pending {
-                Pending::Deploy => {
-                    if m.fail_deployment {
-                        m.fail_deployment = false;
-                        m.status = Status::FailedDeployment;
-                        m.status_message = Some("Failed deployment".into());
-                        m.power_state = "off".into();
-                    } else {
-                        m.status = Status::Deployed;
-                        m.status_message = Some("Deployed".into());
-                    }
+        let mut due: Vec<(Instant, usize, Step)> = Vec::new();
+        for (i, m) in self.machines.iter_mut().enumerate() {
+            while m.timeline.front().is_some_and(|s| s.at <= now) {
+                if let Some(s) = m.timeline.pop_front() {
+                    due.push((s.at, i, s.step));
                 }
-                Pending::Release => machines::finish_release(m),
             }
+        }
+        due.sort_by_key(|(at, i, _)| (*at, *i));
+        for (at, i, step) in due {
+            self.apply(i, step, at);
         }
     }
 
@@ -521,29 +586,50 @@ impl World {
             .map_or_else(|| fail(404, "No Machine matches the given query."), Ok)
     }
 
-    /// Machines a user may see: admins see all, others not those owned by
-    /// someone else.
-    pub fn visible(&self, m: &Machine, user: &User) -> bool {
-        user.is_superuser || m.owner.as_deref().is_none_or(|o| o == user.username)
+    /// `NodePermission.view` on a machine (`_can_view` in
+    /// `src/maasserver/auth/local.py`, MAAS 3.5): admins see every machine;
+    /// other users see unowned machines and their own, and with RBAC only
+    /// in the pools they were granted. For machines `edit` is the same test
+    /// plus "not locked" (see `api::machines`).
+    pub fn can_view(&self, m: &Machine, user: &User) -> bool {
+        user.is_superuser
+            || (m.owner.as_deref().is_none_or(|o| o == user.username)
+                && self.pool_visible(&m.pool, user))
+    }
+
+    /// Whether `user` may see the pool (RBAC `view`); always without RBAC.
+    pub fn pool_visible(&self, pool: &str, user: &User) -> bool {
+        user.is_superuser
+            || user
+                .pools
+                .as_ref()
+                .is_none_or(|pools| pools.iter().any(|p| p == pool))
     }
 
     // ---- test controls -----------------------------------------------------
 
-    /// Finishes a pending transition at once.
+    /// Finishes what is pending (deployment, release, erasure) now.
     pub fn complete(&mut self, index: usize) {
-        if let Some((kind, _)) = self.machines[index].pending {
-            self.machines[index].pending = Some((kind, Instant::now()));
-            self.advance(Instant::now());
+        let now = Instant::now();
+        for s in &mut self.machines[index].timeline {
+            s.at = now;
         }
+        self.advance(now);
     }
 
-    /// Makes the current deployment fail now, or the next one fail.
-    pub fn fail_deployment(&mut self, index: usize) {
+    /// Makes the running deployment fail now, or the next one fail, with
+    /// `reason` as curtin's message.
+    pub fn fail_deployment(&mut self, index: usize, reason: Option<String>) {
+        let now = Instant::now();
         let m = &mut self.machines[index];
-        m.fail_deployment = true;
+        m.fail_reason = Some(reason.unwrap_or_else(|| DEFAULT_CURTIN_FAILURE.to_owned()));
         if m.status == Status::Deploying {
-            m.pending = Some((Pending::Deploy, Instant::now()));
-            self.advance(Instant::now());
+            m.timeline.clear();
+            m.timeline.push_back(Scheduled {
+                at: now,
+                step: Step::DeployDone,
+            });
+            self.advance(now);
         }
     }
 
@@ -559,6 +645,8 @@ impl World {
                     "fqdn": format!("{}.{}", m.hostname, self.domain_name(m.domain_id)),
                     "status": m.status.code(),
                     "status_name": m.status.name(),
+                    "status_message": m.status_event.message,
+                    "error_description": m.error_description,
                     "power_state": m.power_state,
                     "owner": m.owner,
                     "agent_name": m.agent_name,
@@ -567,7 +655,16 @@ impl World {
                     "distro_series": m.distro_series,
                     "hwe_kernel": m.hwe_kernel,
                     "ephemeral_deploy": m.ephemeral_deploy,
-                    "ip_addresses": m.ip_addresses,
+                    "ip_addresses": m.ip_addresses(),
+                    "interfaces": m.interfaces.iter().map(|i| json!({
+                        "name": i.name,
+                        "mac_address": i.mac_address,
+                        "links": i.links.iter().map(|l| json!({
+                            "mode": l.mode.name(),
+                            "subnet": l.subnet_id.and_then(|id| self.subnet(id)).map(|s| &s.cidr_text),
+                            "ip_address": l.ip,
+                        })).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
                     "zone": m.zone,
                     "pool": m.pool,
                     "tags": m.tags,
@@ -575,6 +672,7 @@ impl World {
                     "user_data": m.user_data,
                     "comments": m.comments,
                     "locked": m.locked,
+                    "last_release": m.last_release,
                 })
             })
             .collect();
