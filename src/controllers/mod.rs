@@ -26,6 +26,7 @@ mod error;
 #[cfg(test)]
 pub(crate) mod fake;
 mod finalizer;
+pub mod identity;
 pub mod machine;
 pub mod mappers;
 pub mod ports;
