@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use super::capi::{self, CapiManager, Provider};
 use super::maas_sim::{story_inventory, MaasSim};
 use super::netns::Network;
-use super::story::{kube_client, maas_sim_bin, tail, Capmaas};
+use super::story::{kube_client, tail, Capmaas};
 use super::workload_sim::{Booted, WorkloadSim};
 use super::ControlPlane;
 
@@ -192,7 +192,6 @@ impl KcpLab {
         let release = options.release_seconds.to_string();
         let dns = format!("{NAMESERVER}:53");
         let sim = MaasSim::start_with_args(
-            maas_sim_bin(),
             Some(&inventory()),
             &[
                 "--deploy-seconds",

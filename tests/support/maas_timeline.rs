@@ -62,6 +62,9 @@ impl MaasTimeline {
             .spawn(move || {
                 let mut events = Vec::new();
                 let mut statuses: BTreeMap<String, String> = BTreeMap::new();
+                // MAAS drops a released machine's automatic address: events
+                // carry the last address each machine had.
+                let mut last_ip: BTreeMap<String, String> = BTreeMap::new();
                 let mut ips: Option<BTreeSet<String>> = None;
                 loop {
                     if let Some(state) = state(addr) {
@@ -69,15 +72,18 @@ impl MaasTimeline {
                         for m in state["machines"].as_array().into_iter().flatten() {
                             let hostname = text(&m["hostname"]);
                             let to = text(&m["status_name"]);
+                            if let Some(ip) = m["ip_addresses"][0].as_str() {
+                                last_ip.insert(hostname.clone(), ip.to_string());
+                            }
                             let from = statuses.insert(hostname.clone(), to.clone());
                             // The first sample is recorded too (from "").
                             if from.as_ref() != Some(&to) {
-                                let ip = m["ip_addresses"][0].as_str().unwrap_or_default();
+                                let ip = last_ip.get(&hostname).cloned().unwrap_or_default();
                                 events.push(Event {
                                     at,
                                     change: Change::Status {
                                         hostname,
-                                        ip: ip.to_string(),
+                                        ip,
                                         from: from.unwrap_or_default(),
                                         to,
                                     },

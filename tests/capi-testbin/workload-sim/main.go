@@ -70,7 +70,7 @@ func main() {
 	verbosity := flag.Int("v", 1, "log verbosity (4 logs every workload API request)")
 	flag.Parse()
 	// --kubeconfig (the management cluster) is controller-runtime's flag.
-	if flag.Lookup("kubeconfig").Value.String() == "" || *maasURL == "" {
+	if kubeconfig := flag.Lookup("kubeconfig"); kubeconfig == nil || kubeconfig.Value.String() == "" || *maasURL == "" {
 		fmt.Fprintln(os.Stderr, "usage: workload-sim --kubeconfig FILE --maas-sim URL [--api-port 6443] [--status-addr ADDR]")
 		os.Exit(2)
 	}
@@ -91,8 +91,7 @@ func main() {
 		log.Error(err, "listening for /state", "address", *statusAddr)
 		os.Exit(1)
 	}
-	// The test reads the address from the first line of standard output.
-	fmt.Printf("http://%s\n", listener.Addr())
+	fmt.Printf("GET http://%s/state lists the booted machines\n", listener.Addr())
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /state", sim.serveState)
 	status := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
