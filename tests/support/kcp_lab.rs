@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use super::capi::{self, CapiManager, Provider};
 use super::maas_sim::{story_inventory, MaasSim};
 use super::netns::Network;
-use super::story::{kube_client, tail, Capmaas};
+use super::story::{aligned, kube_client, maas_line, tail, Capmaas};
 use super::workload_sim::{Booted, WorkloadSim};
 use super::ControlPlane;
 
@@ -443,27 +443,20 @@ pub fn resolve(host: &str) -> Result<BTreeSet<String>, String> {
 // ---------------------------------------------------------------------------
 // What the lab looks like right now.
 
+/// The KubeadmControlPlane's or the MachineDeployment's version and
+/// replica counts (spec and status).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ControlPlaneStatus {
+pub struct Replicas {
     pub version: String,
     pub desired: u64,
     pub replicas: u64,
     pub ready: u64,
     pub up_to_date: u64,
     pub available: u64,
+    /// KCP's `status.initialization.controlPlaneInitialized`.
     pub initialized: bool,
     /// The `Available` condition's status.
     pub available_condition: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeploymentStatus {
-    pub version: String,
-    pub desired: u64,
-    pub replicas: u64,
-    pub ready: u64,
-    pub up_to_date: u64,
-    pub available: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -487,8 +480,8 @@ impl MachineRow {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    pub control_plane: ControlPlaneStatus,
-    pub workers: DeploymentStatus,
+    pub control_plane: Replicas,
+    pub workers: Replicas,
     pub machines: Vec<MachineRow>,
     /// Whether the Cluster object exists.
     pub cluster_exists: bool,
@@ -578,21 +571,7 @@ impl Snapshot {
                 or_dash(&m.ips.join(",")),
             ]);
         }
-        let mut widths = [0usize; 7];
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.len());
-            }
-        }
-        for row in &rows {
-            let cells: Vec<String> = row
-                .iter()
-                .zip(widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            out.push_str(cells.join("  ").trim_end());
-            out.push('\n');
-        }
+        out.push_str(&aligned(&rows));
         let dns: Vec<&str> = self.dns.iter().map(String::as_str).collect();
         let records: Vec<&str> = self.dns_records.iter().map(String::as_str).collect();
         out.push_str(&format!(
@@ -612,12 +591,7 @@ impl Snapshot {
             })
             .collect();
         out.push_str(&format!("booted: {}\n", or_dash(&booted.join(", "))));
-        let maas: Vec<String> = self
-            .maas
-            .iter()
-            .map(|(status, hosts)| format!("{status} {}", hosts.join(" ")))
-            .collect();
-        out.push_str(&format!("MAAS: {}\n", maas.join("; ")));
+        out.push_str(&maas_line(&self.maas));
         out
     }
 }
@@ -711,24 +685,8 @@ pub fn snapshot(
         .filter(|fqdn| fqdn.starts_with(&format!("{CLUSTER}-")))
         .collect();
     Ok(Snapshot {
-        control_plane: ControlPlaneStatus {
-            version: string(&kcp["spec"]["version"]),
-            desired: count(&kcp["spec"]["replicas"]),
-            replicas: count(&kcp["status"]["replicas"]),
-            ready: count(&kcp["status"]["readyReplicas"]),
-            up_to_date: count(&kcp["status"]["upToDateReplicas"]),
-            available: count(&kcp["status"]["availableReplicas"]),
-            initialized: kcp["status"]["initialization"]["controlPlaneInitialized"] == true,
-            available_condition: condition_status(&kcp, "Available"),
-        },
-        workers: DeploymentStatus {
-            version: string(&md["spec"]["template"]["spec"]["version"]),
-            desired: count(&md["spec"]["replicas"]),
-            replicas: count(&md["status"]["replicas"]),
-            ready: count(&md["status"]["readyReplicas"]),
-            up_to_date: count(&md["status"]["upToDateReplicas"]),
-            available: count(&md["status"]["availableReplicas"]),
-        },
+        control_plane: replicas(&kcp, &kcp["spec"]["version"]),
+        workers: replicas(&md, &md["spec"]["template"]["spec"]["version"]),
         machines: rows,
         cluster_exists: !cluster.is_null(),
         dns,
@@ -736,6 +694,20 @@ pub fn snapshot(
         booted: workloads.booted()?,
         maas,
     })
+}
+
+fn replicas(obj: &Value, version: &Value) -> Replicas {
+    let status = &obj["status"];
+    Replicas {
+        version: string(version),
+        desired: count(&obj["spec"]["replicas"]),
+        replicas: count(&status["replicas"]),
+        ready: count(&status["readyReplicas"]),
+        up_to_date: count(&status["upToDateReplicas"]),
+        available: count(&status["availableReplicas"]),
+        initialized: status["initialization"]["controlPlaneInitialized"] == true,
+        available_condition: condition_status(obj, "Available"),
+    }
 }
 
 /// The MaasCluster's `status.network.dnsName`.
