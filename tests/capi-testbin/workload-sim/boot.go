@@ -107,8 +107,8 @@ func (s *simulator) boot(ctx context.Context, mm maasMachine, o owner) error {
 	return nil
 }
 
-// powerOff: the machine's API server stops answering, its Node and static
-// pods leave the workload cluster.
+// powerOff: the machine's API server refuses new connections, its Node and
+// static pods leave the workload cluster.
 func (s *simulator) powerOff(ctx context.Context, m *machine) {
 	if m.api != nil {
 		m.api.close()

@@ -18,8 +18,9 @@
 //     `<cluster>-etcd` Secrets in the management cluster).
 //
 // A booted machine that MAAS no longer reports Deployed (released, or gone)
-// "powers off": its listener and every connection to it close, and its Node
-// and static pods disappear from the workload cluster.
+// "powers off": its API server refuses new connections (see
+// apiListener.close for why open ones stay), and its Node and static pods
+// disappear from the workload cluster.
 //
 // The workload clusters are the in-memory ones of
 // sigs.k8s.io/cluster-api/test/infrastructure/inmemory: one resource group

@@ -188,8 +188,7 @@ func (ws *workloadServer) etcdCert(serverName string) *tls.Certificate {
 // apiListener is one control-plane machine's API server endpoint.
 type apiListener struct {
 	address  string
-	server   *http.Server
-	listener *trackingListener
+	listener net.Listener
 }
 
 // serveAPI starts the machine's API server on ip:port with a serving
@@ -219,7 +218,6 @@ func (ws *workloadServer) serveAPI(log logr.Logger, ip string, port int, endpoin
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", address, err)
 	}
-	tracking := &trackingListener{Listener: l, conns: map[net.Conn]struct{}{}}
 	server := &http.Server{
 		Handler:           ws.handler,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -235,11 +233,11 @@ func (ws *workloadServer) serveAPI(log logr.Logger, ip string, port int, endpoin
 		},
 	}
 	go func() {
-		if err := server.ServeTLS(tracking, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := server.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			log.Error(err, "API server stopped", "address", address)
 		}
 	}()
-	return &apiListener{address: address, server: server, listener: tracking}, nil
+	return &apiListener{address: address, listener: l}, nil
 }
 
 // serverErrorLog is net/http's log of the API servers without the
@@ -256,50 +254,14 @@ func (f filteredWriter) Write(p []byte) (int, error) {
 	return f.w.Write(p)
 }
 
-// close stops accepting and cuts every connection, hijacked ones
-// (port-forwards, watches) included: the machine is gone.
+// close refuses new connections, as a powered-off machine does. Connections
+// already open stay: the in-memory API server cannot replay deletions to a
+// client that re-watches after its connection broke (it only resends objects
+// newer than the client's resourceVersion), so cutting the managers'
+// long-lived connections would leave their caches stale for good (a Node
+// deleted meanwhile stays in KCP's cache), which a real API server's watch
+// cache prevents. New connections, what the API probes open every call,
+// see the machine gone.
 func (a *apiListener) close() {
-	_ = a.server.Close()
-	a.listener.closeAll()
-}
-
-// trackingListener remembers accepted connections so that closing the
-// listener can close them all, also those http.Server handed off.
-type trackingListener struct {
-	net.Listener
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func (t *trackingListener) Accept() (net.Conn, error) {
-	c, err := t.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	t.conns[c] = struct{}{}
-	t.mu.Unlock()
-	return &trackedConn{Conn: c, owner: t}, nil
-}
-
-func (t *trackingListener) closeAll() {
-	_ = t.Listener.Close()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for c := range t.conns {
-		_ = c.Close()
-	}
-	t.conns = map[net.Conn]struct{}{}
-}
-
-type trackedConn struct {
-	net.Conn
-	owner *trackingListener
-}
-
-func (c *trackedConn) Close() error {
-	c.owner.mu.Lock()
-	delete(c.owner.conns, c.Conn)
-	c.owner.mu.Unlock()
-	return c.Conn.Close()
+	_ = a.listener.Close()
 }
