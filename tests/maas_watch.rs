@@ -492,8 +492,10 @@ fn one_list_per_interval_at_1000_machines() {
     let queries = calls.get(EVENT_QUERIES).copied().unwrap_or(0);
     let most = (started.elapsed().as_secs_f64() / interval.as_secs_f64()).ceil() as u64 + 1;
     assert!(lists >= 2 && lists <= most, "{lists} lists, at most {most}");
+    // One query per interval; the count may catch an interval between its
+    // list and its query at either end of the window.
     assert!(
-        queries >= lists.saturating_sub(1) && queries <= lists,
+        queries.abs_diff(lists) <= 1,
         "{queries} event queries for {lists} lists: {calls:?}"
     );
     assert_eq!(calls.len(), 2, "lists and event queries only: {calls:?}");
