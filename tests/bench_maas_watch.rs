@@ -225,14 +225,15 @@ fn measure(machines: usize, window: Duration) {
 
     for phase in ["idle (all Deployed)", "a tenth Releasing (in transit)"] {
         if phase.starts_with("a tenth") {
-            let state = sim.control("GET", "state", None);
-            for m in state["machines"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .take(machines / 10)
-            {
-                let id = m["system_id"].as_str().unwrap();
+            // The ids from the watch's own view: reading the simulator's
+            // state would put megabytes into this process's numbers.
+            let mut ids: Vec<String> = watch
+                .machines(&source)
+                .into_iter()
+                .map(|m| m.machine.system_id.clone())
+                .collect();
+            ids.sort();
+            for id in ids.iter().take(machines / 10) {
                 sim.control("POST", &format!("machines/{id}/release"), Some(json!({})));
             }
             // Let one interval see them enter transit.

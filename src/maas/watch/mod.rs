@@ -144,6 +144,11 @@ impl WatchConfig {
         self
     }
 
+    pub fn events(mut self, level: Option<EventLevel>) -> Self {
+        self.events = level;
+        self
+    }
+
     /// A view is fresh while its last good list started less than two
     /// intervals ago: one late or failed list does not make it stale.
     pub fn fresh_for(&self) -> Duration {
@@ -277,6 +282,7 @@ impl MaasWatch {
             shared: Arc::clone(&shared),
             handler: Box::new(handler),
             stop,
+            stopping: false,
             wake: wake_rx,
             sources: HashMap::new(),
         };
@@ -522,6 +528,8 @@ struct Worker {
     shared: Arc<Shared>,
     handler: Box<dyn Fn(&MachineChange) + Send>,
     stop: Receiver<()>,
+    /// Set once `stop` fired (a message on it is consumed when seen).
+    stopping: bool,
     wake: Receiver<()>,
     sources: HashMap<SourceId, SourceState>,
 }
@@ -552,7 +560,7 @@ impl Worker {
                 .min()
                 .unwrap_or(Duration::from_secs(3600));
             crossbeam_channel::select! {
-                recv(self.stop) -> _ => break,
+                recv(self.stop) -> _ => self.stopping = true,
                 recv(self.wake) -> _ => {}
                 default(wait) => {}
             }
@@ -560,8 +568,12 @@ impl Worker {
         log::debug!("MAAS watch stopped");
     }
 
-    fn stopped(&self) -> bool {
-        !matches!(self.stop.try_recv(), Err(TryRecvError::Empty))
+    /// Whether `stop` fired: a message, or every sender gone.
+    fn stopped(&mut self) -> bool {
+        if !self.stopping {
+            self.stopping = !matches!(self.stop.try_recv(), Err(TryRecvError::Empty));
+        }
+        self.stopping
     }
 
     /// Adopts the sources last set: new ones are due now, dropped ones are

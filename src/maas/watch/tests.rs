@@ -400,6 +400,43 @@ fn stops_within_a_second_with_a_long_interval() {
     assert!(asked.elapsed() < Duration::from_secs(1));
 }
 
+/// A stop message that arrives while the thread is busy listing is seen
+/// between sources, and the thread does not wait out the interval after.
+#[test]
+fn a_stop_seen_between_sources_ends_the_thread() {
+    let (stop, stop_rx) = crossbeam_channel::bounded(1);
+    let (listing_tx, listing) = crossbeam_channel::bounded::<()>(8);
+    struct Slow(FakeMaas, Sender<()>);
+    impl Reader for Slow {
+        fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error> {
+            let _ = self.1.try_send(());
+            std::thread::sleep(Duration::from_millis(200));
+            self.0.machines_owned_by(owner)
+        }
+        fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
+            self.0.events(query)
+        }
+    }
+    let watch = MaasWatch::spawn(WatchConfig::default(), |_| {}, stop_rx).unwrap();
+    let sources: Vec<(SourceId, Arc<dyn Reader>)> = (0..3)
+        .map(|i| {
+            let reader: Arc<dyn Reader> =
+                Arc::new(Slow(FakeMaas::new("capmaas"), listing_tx.clone()));
+            (
+                SourceId::new(format!("http://maas-{i}/"), "capmaas"),
+                reader,
+            )
+        })
+        .collect();
+    watch.set_readers(sources);
+    listing.recv_timeout(EVENTUALLY).unwrap();
+    stop.send(()).unwrap();
+    assert!(
+        watch.join(Duration::from_secs(1)),
+        "stopped after the list in flight, not after the 15 s interval"
+    );
+}
+
 #[test]
 fn a_panicking_handler_does_not_stop_the_watch() {
     let (stop, stop_rx) = crossbeam_channel::bounded(1);
