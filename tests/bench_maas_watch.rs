@@ -25,24 +25,9 @@ use std::time::{Duration, Instant};
 use capmaas::maas::watch::{MaasWatch, SourceId, WatchConfig};
 use capmaas::maas::{ApiKey, Client, ClientConfig};
 use serde_json::{json, Value};
+use support::maas_sim::MaasSim;
 
 const KEY: &str = "SimConsumerKey0001:SimTokenKey0000001:SimTokenSecret000000000000000001";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn sh(command: &str) -> String {
-    Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
 
 /// `n` machines Deployed for the admin, powered on, with an address each.
 fn inventory(n: usize) -> Value {
@@ -64,12 +49,10 @@ fn inventory(n: usize) -> Value {
     })
 }
 
-/// The simulator as a child process.
+/// The simulator as a child process, driven through the tests' helper.
 struct Sim {
     child: Child,
-    /// `http://127.0.0.1:PORT`
-    base: String,
-    agent: ureq::Agent,
+    sim: MaasSim,
 }
 
 impl Sim {
@@ -84,7 +67,8 @@ impl Sim {
         );
         let dir = support::tempdir("bench-maas-watch").unwrap();
         let file = dir.join("inventory.json");
-        std::fs::write(&file, inventory(machines).to_string()).unwrap();
+        let inventory = inventory(machines);
+        std::fs::write(&file, inventory.to_string()).unwrap();
         let mut child = Command::new(bin)
             .args(["--listen", "127.0.0.1:0", "--release-seconds", "100000"])
             .arg("--inventory")
@@ -96,37 +80,10 @@ impl Sim {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let url = line.trim().to_owned();
-        let base = url.trim_end_matches("/MAAS").to_owned();
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        Sim { child, base, agent }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/MAAS", self.base)
-    }
-
-    fn control(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let url = format!("{}/_sim/{path}", self.base);
-        let mut response = match (method, body) {
-            ("GET", _) => self.agent.get(&url).call(),
-            ("DELETE", _) => self.agent.delete(&url).call(),
-            (_, Some(body)) => self
-                .agent
-                .post(&url)
-                .content_type("application/json")
-                .send(body.to_string().as_str()),
-            (_, None) => self.agent.post(&url).send_empty(),
+        Sim {
+            child,
+            sim: MaasSim::attach(line.trim(), &inventory),
         }
-        .unwrap();
-        serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap()
-    }
-
-    fn calls(&self) -> BTreeMap<String, u64> {
-        serde_json::from_value(self.control("GET", "calls", None)).unwrap()
     }
 }
 
@@ -149,7 +106,8 @@ fn status_kib(field: &str) -> u64 {
 
 /// CPU seconds (user + system) of the thread named `name`.
 fn thread_cpu(name: &str) -> f64 {
-    let ticks = sh("getconf CLK_TCK").parse::<f64>().unwrap_or(100.0);
+    // USER_HZ: 100 on every Linux this runs on.
+    let ticks = 100.0;
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         if comm.trim() != name {
@@ -189,8 +147,8 @@ fn mib(kib: u64) -> String {
 fn measure(machines: usize, window: Duration) {
     println!("\n== {machines} machines, 50 ms latency, default interval (15 s) ==");
     let sim = Sim::start(machines);
-    sim.control("POST", "settings", Some(json!({"latency_ms": 50})));
-    let mut config = ClientConfig::new(sim.url(), ApiKey::parse(KEY).unwrap());
+    sim.sim.set_latency_ms(50);
+    let mut config = ClientConfig::new(sim.sim.url.clone(), ApiKey::parse(KEY).unwrap());
     config.timeout = Duration::from_secs(60);
     let client = Client::new(config).unwrap();
     let source = SourceId::of(&client, "admin");
@@ -234,7 +192,7 @@ fn measure(machines: usize, window: Duration) {
                 .collect();
             ids.sort();
             for id in ids.iter().take(machines / 10) {
-                sim.control("POST", &format!("machines/{id}/release"), Some(json!({})));
+                sim.sim.release_out_of_band(id, json!({}));
             }
             // Let one interval see them enter transit.
             std::thread::sleep(Duration::from_secs(16));
@@ -242,11 +200,11 @@ fn measure(machines: usize, window: Duration) {
         let (ls0, lc0) = histogram("maas_watch_list_duration_seconds", &label);
         let (es0, ec0) = histogram("maas_api_request_duration_seconds", "events_query");
         let cpu0 = thread_cpu("maas-watch");
-        sim.control("DELETE", "calls", None);
+        sim.sim.reset_calls();
         let t0 = Instant::now();
         std::thread::sleep(window);
         let elapsed = t0.elapsed();
-        let calls = sim.calls();
+        let calls = sim.sim.calls();
         let cpu = thread_cpu("maas-watch") - cpu0;
         let (ls1, lc1) = histogram("maas_watch_list_duration_seconds", &label);
         let (es1, ec1) = histogram("maas_api_request_duration_seconds", "events_query");
@@ -287,10 +245,15 @@ fn measure(machines: usize, window: Duration) {
 #[test]
 #[ignore = "benchmark: cargo build --release -p maas-sim && cargo test --release --test bench_maas_watch -- --ignored --nocapture"]
 fn maas_watch_cost_at_100_and_1000_machines() {
-    println!("machine: nproc {}", sh("nproc"));
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("?", |(_, m)| m.trim());
     println!(
-        "machine: CPU {}",
-        sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'")
+        "machine: {} cores ({model})",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
         "build: {}",
@@ -300,7 +263,12 @@ fn maas_watch_cost_at_100_and_1000_machines() {
             "release"
         }
     );
-    let window = Duration::from_secs(env_or("BENCH_WINDOW_SECONDS", 60));
+    let window = Duration::from_secs(
+        std::env::var("BENCH_WINDOW_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60),
+    );
     for machines in [100, 1000] {
         measure(machines, window);
     }

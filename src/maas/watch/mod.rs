@@ -35,10 +35,10 @@
 //!
 //! A failing list changes nothing: the view is kept (and goes stale, see
 //! [`WatchHandle::is_fresh`]), nothing is reported gone, and the source is
-//! tried again after a backoff of 5 s doubling to 5 minutes (with jitter;
-//! a `Retry-After` is honoured), reset by the next success. The watch's
-//! MAAS calls are not retried by the client: the next attempt is the
-//! watch's own.
+//! tried again after a backoff of 5 s doubling to 5 minutes (each delay up
+//! to twice its step at random; a `Retry-After` is honoured), reset by the
+//! next success. The watch's MAAS calls are not retried by the client: the
+//! next attempt is the watch's own.
 //!
 //! The handler runs on the watch thread after the view is updated (so a
 //! reconcile it triggers reads at least that list); keep it quick. The
@@ -62,7 +62,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -341,6 +341,22 @@ struct Shared {
     wake: Sender<()>,
 }
 
+impl Shared {
+    /// The views, for reading. A panic under the lock leaves whole values
+    /// behind, so poisoning is ignored.
+    fn views(&self) -> RwLockReadGuard<'_, HashMap<SourceId, View>> {
+        self.views.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn views_mut(&self) -> RwLockWriteGuard<'_, HashMap<SourceId, View>> {
+        self.views.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wanted(&self) -> MutexGuard<'_, Vec<(SourceId, Arc<dyn Reader>)>> {
+        self.wanted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// One source's machines.
 #[derive(Default)]
 struct View {
@@ -373,31 +389,21 @@ impl WatchHandle {
                 unique.push((id, reader));
             }
         }
-        *self
-            .shared
-            .wanted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = unique;
+        *self.shared.wanted() = unique;
         let _ = self.shared.wake.try_send(());
     }
 
     /// The sources currently set.
     pub fn sources(&self) -> Vec<SourceId> {
         self.shared
-            .wanted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .wanted()
             .iter()
             .map(|(id, _)| id.clone())
             .collect()
     }
 
     fn read<T>(&self, source: &SourceId, f: impl FnOnce(Option<&View>) -> T) -> T {
-        let views = self
-            .shared
-            .views
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let views = self.shared.views();
         f(views.get(source))
     }
 
@@ -457,11 +463,7 @@ impl WatchHandle {
             return;
         }
         let now = Instant::now();
-        let mut views = self
-            .shared
-            .views
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut views = self.shared.views_mut();
         let Some(view) = views.get_mut(source) else {
             return;
         };
@@ -579,12 +581,7 @@ impl Worker {
     /// Adopts the sources last set: new ones are due now, dropped ones are
     /// forgotten (view and gauges).
     fn sync_sources(&mut self) {
-        let wanted = self
-            .shared
-            .wanted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let wanted = self.shared.wanted().clone();
         let mut removed: Vec<SourceId> = self
             .sources
             .keys()
@@ -617,11 +614,7 @@ impl Worker {
         if removed.is_empty() {
             return;
         }
-        let mut views = self
-            .shared
-            .views
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut views = self.shared.views_mut();
         for id in removed.drain(..) {
             log::info!("MAAS watch: no longer listing machines of {id}");
             self.sources.remove(&id);
@@ -702,11 +695,7 @@ impl Worker {
 
     /// Replaces the source's view with the list.
     fn apply(&self, id: &SourceId, list: Vec<Machine>, listed_at: Instant) -> Applied {
-        let mut views = self
-            .shared
-            .views
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut views = self.shared.views_mut();
         let view = views.entry(id.clone()).or_default();
         let (machines, changes) = diff::apply_list(id, &view.machines, list, listed_at);
         view.machines = machines;
@@ -748,11 +737,7 @@ impl Worker {
             .max(error.retry_after().unwrap_or_default());
         state.next_due = Instant::now() + delay;
         let stale = {
-            let mut views = self
-                .shared
-                .views
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut views = self.shared.views_mut();
             let view = views.entry(id.clone()).or_default();
             view.last_error = Some(error.to_string());
             view.machines.len()
@@ -832,9 +817,7 @@ impl Worker {
 
     fn machine_of(&self, id: &SourceId, system_id: &str) -> Option<ListedMachine> {
         self.shared
-            .views
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+            .views()
             .get(id)?
             .machines
             .get(system_id)
@@ -843,11 +826,7 @@ impl Worker {
 
     /// Machines per source and the time of each source's last good list.
     fn publish_gauges(&self) {
-        let views = self
-            .shared
-            .views
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let views = self.shared.views();
         let mut machines = Vec::new();
         let mut last_success = Vec::new();
         for (id, state) in &self.sources {
@@ -911,9 +890,10 @@ fn unix_seconds(at: Instant) -> f64 {
     now - at.elapsed().as_secs_f64()
 }
 
-/// Exponential backoff with jitter: each delay is the current step to 1.5
-/// times it, capped at `max`; the step doubles per failure and resets on
-/// success.
+/// Exponential backoff with jitter, as the informers back off (the maas
+/// layer cannot use theirs): each delay is the current step plus up to as
+/// much again at random, capped at `max`; the step doubles per failure and
+/// resets on success.
 struct Backoff {
     initial: Duration,
     max: Duration,
@@ -932,7 +912,7 @@ impl Backoff {
     fn next_delay(&mut self) -> Duration {
         let mut byte = [0u8; 1];
         let jitter = match getrandom::getrandom(&mut byte) {
-            Ok(()) => 1.0 + f64::from(byte[0]) / 255.0 * 0.5,
+            Ok(()) => 1.0 + f64::from(byte[0]) / 255.0,
             Err(_) => 1.0,
         };
         let delay = self.step.mul_f64(jitter).min(self.max);

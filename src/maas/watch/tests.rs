@@ -191,7 +191,7 @@ fn a_failing_list_keeps_the_view_reports_nothing_and_backs_off() {
     run.maas.remove("a");
     let base = run.maas.list_calls();
     // The first failure comes within an interval, the next three after
-    // 150, 300 and 600 ms (+0 to 50 % each).
+    // 150, 300 and 600 ms (up to twice that each).
     let deadline = Instant::now() + EVENTUALLY;
     while run.maas.list_calls() < base + 1 {
         assert!(Instant::now() < deadline);
@@ -459,10 +459,10 @@ fn a_panicking_handler_does_not_stop_the_watch() {
 fn backoff_grows_to_its_cap_and_resets() {
     let mut backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
     let delays: Vec<Duration> = (0..10).map(|_| backoff.next_delay()).collect();
-    assert!(delays[0] >= Duration::from_secs(5) && delays[0] <= Duration::from_millis(7500));
+    assert!(delays[0] >= Duration::from_secs(5) && delays[0] <= Duration::from_secs(10));
     assert!(delays[3] >= Duration::from_secs(40));
     assert!(delays.iter().all(|d| *d <= Duration::from_secs(300)));
     assert_eq!(delays[9], Duration::from_secs(300));
     backoff.reset();
-    assert!(backoff.next_delay() <= Duration::from_millis(7500));
+    assert!(backoff.next_delay() <= Duration::from_secs(10));
 }
