@@ -98,11 +98,6 @@ impl EventLog {
         }
     }
 
-    /// Machines currently followed.
-    pub fn tracked(&self) -> usize {
-        self.floors.len()
-    }
-
     /// One interval's events: per machine, its new events oldest first,
     /// machines in the order of their first new event. No call when nothing
     /// is tracked.

@@ -31,7 +31,7 @@
 //!   transit, so a failed deployment's reason is read), only for events
 //!   newer than those seen, each reported once, oldest first, as
 //!   [`MachineChange::Events`]. Which events count as a machine's is
-//!   explained in [`events`]. Nothing in transit: no call.
+//!   explained in `watch/events.rs`. Nothing in transit: no call.
 //!
 //! A failing list changes nothing: the view is kept (and goes stale, see
 //! [`WatchHandle::is_fresh`]), nothing is reported gone, and the source is
@@ -53,9 +53,11 @@
 //! MAAS calls themselves count in `maas_api_requests_total` like any other.
 
 mod diff;
-pub mod events;
+mod events;
+/// An in-memory MAAS behind [`Reader`], for tests of this module and of
+/// the wiring ([`WatchHandle::set_readers`]).
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 mod orphans;
 
 use std::collections::{HashMap, HashSet};
@@ -382,7 +384,9 @@ impl WatchHandle {
         );
     }
 
-    fn set_readers(&self, sources: Vec<(SourceId, Arc<dyn Reader>)>) {
+    /// [`WatchHandle::set_sources`] with any [`Reader`]: the crate's tests
+    /// drive a real watch with an in-memory MAAS (`fake::FakeMaas`).
+    pub(crate) fn set_readers(&self, sources: Vec<(SourceId, Arc<dyn Reader>)>) {
         let mut unique: Vec<(SourceId, Arc<dyn Reader>)> = Vec::new();
         for (id, reader) in sources {
             if !unique.iter().any(|(known, _)| *known == id) {
@@ -757,7 +761,7 @@ impl Worker {
         }
     }
 
-    /// The events step of one interval (see [`events`]).
+    /// The events step of one interval (see `events.rs`).
     fn follow_events(
         &mut self,
         id: &SourceId,
