@@ -228,6 +228,29 @@ impl Client {
         }
     }
 
+    /// The same server and credentials over connections of its own, which
+    /// [`close`](Client::close) can cut without touching this client's. For
+    /// a long-lived watch that must stop at once on shutdown.
+    pub fn with_own_connections(&self) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                agent: ureq::Agent::new_with_config(self.inner.agent.config().clone()),
+                server: self.inner.server.clone(),
+                namespace: self.inner.namespace.clone(),
+                auth: self.inner.auth.clone(),
+                token_cache: Mutex::new(None),
+            }),
+            timeout: self.timeout,
+        }
+    }
+
+    /// Closes every connection of this client and of the clones sharing
+    /// them: a request in flight, a watch blocked on a read included, fails
+    /// at once, and later requests fail too.
+    pub fn close(&self) {
+        self.inner.agent.clone().shutdown();
+    }
+
     /// The config's default namespace (kubeconfig context, or the pod's).
     pub fn default_namespace(&self) -> Option<&str> {
         self.inner.namespace.as_deref()
@@ -251,25 +274,30 @@ impl Client {
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ObjectList, Error> {
-        let (items, resource_version) = self.list_map(r, ns, p, Some)?;
+        let (items, resource_version) = self.list_map(r, ns, p, |mut item: Value| {
+            fill_type(&mut item, r);
+            Some(item)
+        })?;
         Ok(ObjectList {
             items,
             resource_version,
         })
     }
 
-    /// [`list`](Client::list), with each object passed through `f` as its
-    /// page arrives (`None` drops it): a large list then never exists whole
-    /// as `Value`s, only as what `f` keeps (informers keep compact JSON).
-    /// A restart after an expired continue token discards what `f` returned
-    /// so far, so the result is still one snapshot.
-    pub fn list_map<T>(
+    /// [`list`](Client::list), with each object decoded as `T` and passed
+    /// through `f` as its page arrives (`None` drops it): a large list never
+    /// exists whole, only as what `f` keeps (informers keep typed objects;
+    /// `T` may be `Box<RawValue>` to decode each item later). Items are as
+    /// the server sent them: without `apiVersion` and `kind`. A restart
+    /// after an expired continue token discards what `f` returned so far, so
+    /// the result is still one snapshot.
+    pub fn list_map<T: DeserializeOwned, U>(
         &self,
         r: &Resource,
         ns: Option<&str>,
         p: &ListParams,
-        mut f: impl FnMut(Value) -> Option<T>,
-    ) -> Result<(Vec<T>, String), Error> {
+        mut f: impl FnMut(T) -> Option<U>,
+    ) -> Result<(Vec<U>, String), Error> {
         let path = r.path(ns, None, None);
         let mut restarts = 0;
         'restart: loop {
@@ -281,7 +309,7 @@ impl Client {
                 if let Some(token) = &continue_token {
                     query.push(("continue", token.clone()));
                 }
-                let page: ListPage = match self.json(Method::GET, path.clone(), query, None) {
+                let page: ListPage<T> = match self.json(Method::GET, path.clone(), query, None) {
                     Err(e) if e.is_gone() && continue_token.is_some() => {
                         if restarts >= MAX_LIST_RESTARTS {
                             return Err(e);
@@ -296,10 +324,7 @@ impl Client {
                     page.items
                         .unwrap_or_default()
                         .into_iter()
-                        .filter_map(|mut item| {
-                            fill_type(&mut item, r);
-                            f(item)
-                        }),
+                        .filter_map(&mut f),
                 );
                 match page.metadata.continue_token {
                     Some(token) if !token.is_empty() => continue_token = Some(token),
@@ -312,12 +337,14 @@ impl Client {
     /// Opens a watch. Errors before the first event (including a 410 for an
     /// expired `resource_version`) come back here; later ones from the
     /// stream. The client deadline is `timeout_seconds` plus a margin.
-    pub fn watch(
+    /// Objects are decoded as `T` (`Value`, a typed struct, or
+    /// `Box<RawValue>`).
+    pub fn watch<T: DeserializeOwned>(
         &self,
         r: &Resource,
         ns: Option<&str>,
         p: &WatchParams,
-    ) -> Result<WatchStream, Error> {
+    ) -> Result<WatchStream<T>, Error> {
         let path = r.path(ns, None, None);
         let mut query = selectors(&p.label_selector, &p.field_selector);
         query.push(("watch", "true".to_string()));
@@ -753,11 +780,12 @@ impl Client {
 }
 
 #[derive(Deserialize)]
-struct ListPage {
+#[serde(bound = "T: DeserializeOwned")]
+struct ListPage<T> {
     #[serde(default)]
     metadata: ListMeta,
     #[serde(default)]
-    items: Option<Vec<Value>>,
+    items: Option<Vec<T>>,
 }
 
 #[derive(Deserialize, Default)]
