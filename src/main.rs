@@ -11,22 +11,22 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use capmaas::api::{capi, meta};
-use capmaas::controllers::adapters::{self, Caches};
+use capmaas::api::capi;
+use capmaas::controllers::adapters;
 use capmaas::controllers::api_poller::ApiPoller;
+use capmaas::controllers::caches::Caches;
 use capmaas::controllers::{self, mappers, ports::SystemClock, Context, Next, Options};
 use capmaas::kube::{self, resources};
 use capmaas::maas;
 use capmaas::runtime::{
-    self, Action, Event, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
-    Leadership, ObjectKey, Shutdown, WorkQueue,
+    self, Action, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate, Leadership,
+    Object, ObjectKey, Shutdown, Store, WorkQueue,
 };
 use capmaas::serve::{self, Health};
-use serde_json::Value;
 
 const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical MAAS
 
@@ -347,9 +347,6 @@ fn init_logging() {
     }
 }
 
-/// Maps one informer event to the keys to reconcile.
-type Mapper = dyn Fn(&Event, Option<&Caches>) -> mappers::Keys + Send;
-
 /// The key of an informer event mapped onto the two queues.
 fn enqueue(keys: mappers::Keys, clusters: &WorkQueue, machines: &WorkQueue) {
     for key in keys.maas_clusters {
@@ -404,71 +401,77 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     let cluster_queue = WorkQueue::new("maascluster");
     let machine_queue = WorkQueue::new("maasmachine");
 
-    // Informers. Mappers reach the other stores through `caches` once all
-    // informers exist; until then each event maps to its own key only.
-    let caches: Arc<OnceLock<Caches>> = Arc::new(OnceLock::new());
+    // The stores first: informers fill them, mappers and reconcilers read
+    // them, so every event can be mapped from the first one on.
+    let stores = Caches::new();
     let informer_config = |resource| {
         let mut c = InformerConfig::new(resource).namespace(config.namespace.clone());
-        // A list page is held whole as `Value`s (~6x its JSON) while it is
-        // cut down and encoded: smaller pages, lower peak memory at start.
+        // A list page is held whole (as JSON text) while its objects are
+        // decoded: smaller pages, lower peak memory at start.
         c.page_size = LIST_PAGE_SIZE;
         if let Some(filter) = &config.watch_filter {
             c = c.label_selector(format!("{}={filter}", capi::WATCH_FILTER_LABEL));
         }
         c
     };
-    // Each kind is cached cut down to what the controllers and mappers read
-    // (the projections sit beside the types that read them).
-    let spawn = |resource: kube::Resource, project: fn(&mut Value), map: Box<Mapper>| {
-        let (cq, mq, caches) = (cluster_queue.clone(), machine_queue.clone(), caches.clone());
+    fn spawn<T: Object>(
+        kube: &kube::Client,
+        config: InformerConfig,
+        store: &Store<T>,
+        map: impl Fn(&runtime::Event<T>) -> mappers::Keys + Send + 'static,
+        queues: (&WorkQueue, &WorkQueue),
+        shutdown: &Shutdown,
+    ) -> Result<Informer, String> {
+        let (cq, mq) = (queues.0.clone(), queues.1.clone());
+        let plural = config.resource.plural;
         Informer::spawn(
             kube.clone(),
-            informer_config(resource).transform(project),
-            move |event: &Event| enqueue(map(event, caches.get()), &cq, &mq),
+            config,
+            store.clone(),
+            move |event: &runtime::Event<T>| enqueue(map(event), &cq, &mq),
             shutdown.clone(),
         )
-        .map_err(|e| format!("{} informer: {e}", resource.plural))
-    };
-    let clusters = spawn(
-        resources::CLUSTERS,
-        capi::project_cluster,
-        Box::new(mappers::on_cluster),
+        .map_err(|e| format!("{plural} informer: {e}"))
+    }
+    let queues = (&cluster_queue, &machine_queue);
+    let c = stores.clone();
+    let _clusters = spawn(
+        &kube,
+        informer_config(resources::CLUSTERS),
+        &stores.clusters,
+        move |e| mappers::on_cluster(e, &c),
+        queues,
+        &shutdown,
     )?;
-    let machines = spawn(
-        resources::MACHINES,
-        capi::project_machine,
-        Box::new(|e, _| mappers::on_machine(e)),
+    let _machines = spawn(
+        &kube,
+        informer_config(resources::MACHINES),
+        &stores.machines,
+        mappers::on_machine,
+        queues,
+        &shutdown,
     )?;
-    let maas_clusters = spawn(
-        resources::MAAS_CLUSTERS,
-        meta::project_own_kind,
-        Box::new(mappers::on_maas_cluster),
+    let c = stores.clone();
+    let _maas_clusters = spawn(
+        &kube,
+        informer_config(resources::MAAS_CLUSTERS),
+        &stores.maas_clusters,
+        move |e| mappers::on_maas_cluster(e, &c),
+        queues,
+        &shutdown,
     )?;
-    let maas_machines = spawn(
-        resources::MAAS_MACHINES,
-        meta::project_own_kind,
-        Box::new(mappers::on_maas_machine),
+    let c = stores.clone();
+    let _maas_machines = spawn(
+        &kube,
+        informer_config(resources::MAAS_MACHINES),
+        &stores.maas_machines,
+        move |e| mappers::on_maas_machine(e, &c),
+        queues,
+        &shutdown,
     )?;
-    let stores = Caches {
-        clusters: clusters.store(),
-        machines: machines.store(),
-        maas_clusters: maas_clusters.store(),
-        maas_machines: maas_machines.store(),
-    };
-    let _ = caches.set(stores.clone());
 
-    for (name, store) in [
-        ("clusters", &stores.clusters),
-        ("machines", &stores.machines),
-        ("maasclusters", &stores.maas_clusters),
-        ("maasmachines", &stores.maas_machines),
-    ] {
-        while !store.wait_until_synced(Duration::from_secs(1)) {
-            if shutdown.is_triggered() {
-                return Ok(ExitCode::SUCCESS);
-            }
-            log::debug!("waiting for the {name} cache");
-        }
+    if !stores.wait_until_synced(&shutdown) {
+        return Ok(ExitCode::SUCCESS);
     }
     health.set_synced(true);
     log::info!("caches synced");
@@ -554,18 +557,20 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         },
         gate.clone(),
     ));
-    for (store, queue) in [
-        (&stores.maas_clusters, &cluster_queue),
-        (&stores.maas_machines, &machine_queue),
-    ] {
-        runtime::spawn_resync(
-            store.clone(),
-            queue.clone(),
-            config.sync_period,
-            shutdown.clone(),
-        )
-        .map_err(|e| format!("resync: {e}"))?;
-    }
+    runtime::spawn_resync(
+        stores.maas_clusters.clone(),
+        cluster_queue.clone(),
+        config.sync_period,
+        shutdown.clone(),
+    )
+    .map_err(|e| format!("resync: {e}"))?;
+    runtime::spawn_resync(
+        stores.maas_machines.clone(),
+        machine_queue.clone(),
+        config.sync_period,
+        shutdown.clone(),
+    )
+    .map_err(|e| format!("resync: {e}"))?;
     log::info!("controllers running");
 
     let lost_leadership = crossbeam_channel::select! {

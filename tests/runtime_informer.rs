@@ -35,9 +35,9 @@ enum Seen {
 
 /// Starts an informer whose handler reports `Seen` entries (with the
 /// ConfigMap's `data.n` for adds and updates).
-fn start(config: InformerConfig, shutdown: &Shutdown) -> (Store, Receiver<Seen>) {
+fn start(config: InformerConfig, shutdown: &Shutdown) -> (Store<Value>, Receiver<Seen>) {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let handler = move |event: &Event| {
+    let handler = move |event: &Event<Value>| {
         let obj = event.object();
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
         let n = obj["data"]["n"].as_str().unwrap_or("").to_string();
@@ -48,8 +48,9 @@ fn start(config: InformerConfig, shutdown: &Shutdown) -> (Store, Receiver<Seen>)
         };
         let _ = tx.send(seen);
     };
-    let informer = Informer::spawn(admin(), config, handler, shutdown.clone()).unwrap();
-    (informer.store(), rx)
+    let store = Store::new();
+    Informer::spawn(admin(), config, store.clone(), handler, shutdown.clone()).unwrap();
+    (store, rx)
 }
 
 fn next(rx: &Receiver<Seen>) -> Seen {
@@ -273,7 +274,7 @@ fn informer_events_reach_workers_through_the_queue() {
     let queue = WorkQueue::new(&format!("wiring-{ns}"));
     let handler = {
         let queue = queue.clone();
-        move |event: &Event| {
+        move |event: &Event<Value>| {
             if let Some(key) = event.key() {
                 queue.add(key);
             }
@@ -282,8 +283,8 @@ fn informer_events_reach_workers_through_the_queue() {
     let config = InformerConfig::new(CONFIG_MAPS)
         .namespace(Some(ns.clone()))
         .field_selector("metadata.name=wired");
-    let informer = Informer::spawn(admin(), config, handler, shutdown.clone()).unwrap();
-    let store = informer.store();
+    let store = Store::<Value>::new();
+    Informer::spawn(admin(), config, store.clone(), handler, shutdown.clone()).unwrap();
     assert!(store.wait_until_synced(EVENTUALLY));
 
     // The reconcile reads the cache, as controllers do, and records what

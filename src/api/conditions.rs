@@ -10,7 +10,6 @@
 //!   default merge strategy does; `Paused` is never part of it.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 pub const READY: &str = "Ready";
 pub const PAUSED: &str = "Paused";
@@ -45,8 +44,6 @@ pub struct Condition {
     pub reason: String,
     #[serde(default)]
     pub message: String,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 /// What a controller wants a condition to say; `set` turns it into a stored
@@ -129,7 +126,6 @@ pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, generation: i6
             last_transition_time: now.to_string(),
             reason: reason.to_string(),
             message: desired.message,
-            extra: Map::new(),
         }),
     }
 }

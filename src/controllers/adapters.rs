@@ -5,13 +5,13 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::caches::Caches;
 use super::ports::*;
 use crate::api::capi::{self, Cluster, Machine};
 use crate::api::{MaasCluster, MaasMachine};
@@ -20,39 +20,12 @@ use crate::kube::{self, Resource};
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
 };
-use crate::runtime::{EventRecorder, ObjectKey, Store, WorkQueue};
-
-/// The informer stores the controllers read from.
-#[derive(Clone)]
-pub struct Caches {
-    pub clusters: Store,
-    pub machines: Store,
-    pub maas_clusters: Store,
-    pub maas_machines: Store,
-}
+use crate::runtime::{EventRecorder, ObjectKey, WorkQueue};
 
 pub struct Kube {
     pub client: kube::Client,
     pub caches: Caches,
     pub events: EventRecorder,
-}
-
-fn cached<T: DeserializeOwned>(store: &Store, namespace: &str, name: &str) -> Option<T> {
-    let value = store.get(&ObjectKey::new(namespace, name))?;
-    decode(&value)
-}
-
-fn decode<T: DeserializeOwned>(value: &Value) -> Option<T> {
-    match T::deserialize(value) {
-        Ok(obj) => Some(obj),
-        Err(e) => {
-            let key = ObjectKey::of(value)
-                .map(|k| k.to_string())
-                .unwrap_or_default();
-            log::warn!("cannot read {key} from the cache: {e}");
-            None
-        }
-    }
 }
 
 fn resource(kind: Kind) -> &'static Resource {
@@ -80,30 +53,28 @@ fn resource_version(obj: &Value) -> String {
 }
 
 impl KubeApi for Kube {
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
-        cached(&self.caches.clusters, namespace, name)
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
+        self.caches.clusters.get(&ObjectKey::new(namespace, name))
     }
 
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
-        cached(&self.caches.machines, namespace, name)
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
+        self.caches.machines.get(&ObjectKey::new(namespace, name))
     }
 
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
-        cached(&self.caches.maas_clusters, namespace, name)
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>> {
+        self.caches
+            .maas_clusters
+            .get(&ObjectKey::new(namespace, name))
     }
 
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
-        cached(&self.caches.maas_machines, namespace, name)
-    }
-
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.caches
             .maas_machines
-            .list_namespace(namespace)
-            .iter()
-            .filter(|obj| kube::meta::label(obj, capi::CLUSTER_NAME_LABEL) == Some(cluster))
-            .filter_map(|obj| decode(obj))
-            .collect()
+            .get(&ObjectKey::new(namespace, name))
+    }
+
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
+        self.caches.maas_machines_of_cluster(namespace, cluster)
     }
 
     fn secret_value(

@@ -125,12 +125,12 @@ impl FakeKube {
         kind: &'static str,
         ns: &str,
         name: &str,
-    ) -> Option<T> {
+    ) -> Option<Arc<T>> {
         let key = (kind, ns.to_string(), name.to_string());
         let value = lock(&self.stale)
             .remove(&key)
             .or_else(|| lock(&self.objects).get(&key).cloned())?;
-        Some(serde_json::from_value(value).unwrap())
+        Some(Arc::new(serde_json::from_value(value).unwrap()))
     }
 
     fn apply(
@@ -196,21 +196,21 @@ impl FakeKube {
 }
 
 impl KubeApi for FakeKube {
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
         self.read(CLUSTER, namespace, name)
     }
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
         self.read(MACHINE, namespace, name)
     }
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>> {
         self.read(Kind::MaasCluster.as_str(), namespace, name)
     }
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.read(Kind::MaasMachine.as_str(), namespace, name)
     }
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
         let objects = lock(&self.objects);
-        let mut out: Vec<MaasMachine> = objects
+        let mut out: Vec<Arc<MaasMachine>> = objects
             .iter()
             .filter(|((kind, ns, _), v)| {
                 *kind == Kind::MaasMachine.as_str()
@@ -218,9 +218,9 @@ impl KubeApi for FakeKube {
                     && v["metadata"]["labels"][crate::api::capi::CLUSTER_NAME_LABEL]
                         == json!(cluster)
             })
-            .map(|(_, v)| serde_json::from_value(v.clone()).unwrap())
+            .map(|(_, v)| Arc::new(serde_json::from_value(v.clone()).unwrap()))
             .collect();
-        out.sort_by(|a: &MaasMachine, b| a.metadata.name.cmp(&b.metadata.name));
+        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         out
     }
     fn secret_value(

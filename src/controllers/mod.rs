@@ -21,6 +21,7 @@
 
 pub mod adapters;
 pub mod api_poller;
+pub mod caches;
 pub mod cluster;
 mod error;
 #[cfg(test)]

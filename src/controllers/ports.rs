@@ -14,6 +14,7 @@
 //! - [`Clock`]: wall time, fixed in tests.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -171,13 +172,14 @@ pub enum EventType {
 }
 
 pub trait KubeApi: Send + Sync {
-    // Reads, from the informer caches.
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster>;
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine>;
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster>;
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine>;
-    /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`.
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine>;
+    // Reads, from the informer caches: the cached objects themselves.
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>>;
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>>;
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>>;
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>>;
+    /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`,
+    /// by name.
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>>;
 
     /// One key of one Secret, by a direct GET (Secrets are never cached).
     /// `Ok(None)` when the Secret or the key does not exist.

@@ -5,27 +5,29 @@
 //! CRDs. The data flow, one thread per box:
 //!
 //! ```text
-//! Informer (per kind) ──► Store (ns/name → JSON text)  ──► handler(&Event) ──► WorkQueue
-//!   list → watch → resume / 410 → relist                    (controllers map          │
-//!                                                            events to keys)          ▼
+//! Store<T> (created first) ◄── Informer<T> (per kind) ──► handler(&Event<T>) ──► WorkQueue
+//!   ns/name → Arc<T>             list → watch → resume      (controllers map          │
+//!                                / 410 → relist             events to keys)           ▼
 //!                  LeaderElector ──► LeaderGate ──────────────────────────► run_workers(reconcile)
 //! ```
 //!
 //! # The API in one place
 //!
 //! - [`ObjectKey`]: `namespace/name` of an object (namespace empty for
-//!   cluster-scoped kinds). `ObjectKey::of(&obj)`.
+//!   cluster-scoped kinds). [`Object`] (in `object`): what a cached type
+//!   must tell: its key and resourceVersion. The `api` structs implement it;
+//!   so does `serde_json::Value`.
+//! - [`Store<T>`](Store) (in `cache`): `namespace/name → Arc<T>`, created
+//!   before its informer and shared with every reader. `get`, `list`,
+//!   `list_namespace`, `find`, `keys`, `is_synced`, `wait_until_synced`.
 //! - [`Informer`] (in `informer`): `Informer::spawn(client,
-//!   InformerConfig::new(resource).namespace(..).label_selector(..)
-//!   .transform(..),
-//!   |event: &Event| ..., shutdown)` → `informer.store()`. [`Event`] is
-//!   `Added(obj)`, `Modified { old, new }` or `Deleted(obj)` with
-//!   `Arc<Value>` objects; the handler runs on the watch thread after the
-//!   store has applied the change. This is where controllers map events to
-//!   keys (a Machine → its MaasMachine, ...).
-//! - [`Store`] (in `cache`, objects kept as compact JSON, decoded per read):
-//!   `get`, `list`, `list_namespace`, `find`, `keys`,
-//!   `is_synced`, `wait_until_synced`.
+//!   InformerConfig::new(resource).namespace(..).label_selector(..), store,
+//!   |event: &Event<T>| ..., shutdown)`; `informer.stop()` after shutdown.
+//!   Each object is decoded once, from the wire straight into `T`. [`Event`]
+//!   is `Added(obj)`, `Modified { old, new }` or `Deleted(obj)` with
+//!   `Arc<T>` objects (the store's own); the handler runs on the watch
+//!   thread after the store has applied the change. This is where
+//!   controllers map events to keys (a Machine → its MaasMachine, ...).
 //! - [`WorkQueue`] (in `queue`): client-go semantics. `add`, `add_after`,
 //!   `add_rate_limited`, `forget`, `num_requeues`, `get` (blocks; `None`
 //!   after shutdown), `done`, `len`, `shutdown`. Retry policy: [`RateLimit`].
@@ -77,57 +79,21 @@ mod cache;
 mod events;
 mod informer;
 mod leader;
+mod object;
 mod queue;
 mod shutdown;
 mod workers;
 
-use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use serde_json::Value;
 
 pub use cache::Store;
 pub use events::{EventRecorder, DEDUP_WINDOW};
 pub use informer::{Event, Informer, InformerConfig};
 pub use leader::{default_identity, LeaderConfig, LeaderElector, LeaderGate, Leadership};
+pub use object::{Object, ObjectKey};
 pub use queue::{RateLimit, WorkQueue};
 pub use shutdown::{join_within, listen_for_signals, Shutdown};
 pub use workers::{run_workers, spawn_resync, Action};
-
-/// Identifies one object of a kind: `namespace/name`, with an empty
-/// namespace for cluster-scoped objects. Displays as `ns/name` (or `name`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjectKey {
-        ObjectKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// The key of an object, from its `metadata`; `None` without a name.
-    pub fn of(obj: &Value) -> Option<ObjectKey> {
-        let metadata = obj.get("metadata")?;
-        let name = metadata.get("name")?.as_str()?;
-        let namespace = metadata.get("namespace").and_then(Value::as_str);
-        Some(ObjectKey::new(namespace.unwrap_or(""), name))
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            f.write_str(&self.name)
-        } else {
-            write!(f, "{}/{}", self.namespace, self.name)
-        }
-    }
-}
 
 /// 64 random bits, for jitter and identities. Falls back to the clock if
 /// the OS source fails: neither use needs cryptographic quality.
@@ -186,20 +152,6 @@ fn random_between(min: Duration, max: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn keys_of_objects() {
-        let namespaced = json!({"metadata": {"name": "m1", "namespace": "ns"}});
-        assert_eq!(ObjectKey::of(&namespaced), Some(ObjectKey::new("ns", "m1")));
-        assert_eq!(ObjectKey::new("ns", "m1").to_string(), "ns/m1");
-        let cluster_scoped = json!({"metadata": {"name": "node-1"}});
-        assert_eq!(
-            ObjectKey::of(&cluster_scoped).unwrap().to_string(),
-            "node-1"
-        );
-        assert_eq!(ObjectKey::of(&json!({"metadata": {}})), None);
-    }
 
     #[test]
     fn formats_kubernetes_times() {

@@ -13,6 +13,8 @@
 //!   API endpoint away);
 //! - the record is deleted with the cluster.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::Reconciling;
@@ -120,11 +122,14 @@ pub(super) fn ensure_record(
 /// "leave the record as it is": no such machine runs, but control-plane
 /// machines that are not being deleted exist (rebooting, powered off).
 pub(super) fn desired_ips(
-    machines: &[MaasMachine],
+    machines: &[Arc<MaasMachine>],
     is_control_plane: impl Fn(&MaasMachine) -> bool,
 ) -> Option<Vec<String>> {
-    let control_plane: Vec<&MaasMachine> =
-        machines.iter().filter(|m| is_control_plane(m)).collect();
+    let control_plane: Vec<&MaasMachine> = machines
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|m| is_control_plane(m))
+        .collect();
     let mut ips: Vec<String> = control_plane
         .iter()
         .filter(|m| !m.metadata.is_being_deleted() && is_running(m))

@@ -12,6 +12,7 @@ mod dns;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ports::{EventType, Kind};
@@ -29,7 +30,7 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Err
         ctx.api_watch.forget(namespace, name);
         return Ok(Next::Done);
     };
-    let mut r = Reconciling::new(ctx, maas_cluster);
+    let mut r = Reconciling::new(ctx, Arc::unwrap_or_clone(maas_cluster));
     let result = r.run();
     r.finish(result)
 }
@@ -69,7 +70,7 @@ impl<'c> Reconciling<'c> {
         let cluster = owner_name
             .as_ref()
             .and_then(|n| self.ctx.kube.cluster(&self.mc.metadata.namespace, n));
-        if let Some(why) = self.paused_because(cluster.as_ref()) {
+        if let Some(why) = self.paused_because(cluster.as_deref()) {
             self.set(
                 Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
             );
@@ -180,15 +181,12 @@ impl<'c> Reconciling<'c> {
         Ok(())
     }
 
-    /// Labelled `cluster.x-k8s.io/control-plane`, or owned by a Machine that
-    /// is: without a control-plane provider stamping it, only the Machine
-    /// may carry the label.
+    /// See [`MaasMachine::is_control_plane`].
     fn is_control_plane(&self, m: &MaasMachine) -> bool {
-        m.metadata.has_label(capi::CONTROL_PLANE_LABEL)
-            || m.metadata
-                .owner(capi::GROUP, capi::MACHINE_KIND)
-                .and_then(|o| self.ctx.kube.machine(&m.metadata.namespace, &o.name))
-                .is_some_and(|machine| machine.is_control_plane())
+        let owner = m
+            .owner_machine_name()
+            .and_then(|name| self.ctx.kube.machine(&m.metadata.namespace, name));
+        m.is_control_plane(owner.as_deref())
     }
 
     fn paused_because(&self, cluster: Option<&Cluster>) -> Option<String> {

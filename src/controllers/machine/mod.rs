@@ -20,6 +20,7 @@ mod release;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ports::{EventType, Kind};
@@ -39,7 +40,7 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Err
         return Ok(Next::Done);
     };
     let deleting = maas_machine.metadata.is_being_deleted();
-    let mut r = Reconciling::new(ctx, maas_machine);
+    let mut r = Reconciling::new(ctx, Arc::unwrap_or_clone(maas_machine));
     let result = r.run();
     match r.finish(result) {
         // The cache still held the object after our finalizer went and the
@@ -53,18 +54,17 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Err
 /// sets the owner reference after creating the object, and during deletion
 /// the owners may already be gone.
 pub(crate) struct Owners {
-    pub machine: Option<Machine>,
-    pub cluster: Option<Cluster>,
-    pub maas_cluster: Option<MaasCluster>,
+    pub machine: Option<Arc<Machine>>,
+    pub cluster: Option<Arc<Cluster>>,
+    pub maas_cluster: Option<Arc<MaasCluster>>,
 }
 
 impl Owners {
     fn find(ctx: &Context, mm: &MaasMachine) -> Owners {
         let ns = &mm.metadata.namespace;
         let machine = mm
-            .metadata
-            .owner(capi::GROUP, capi::MACHINE_KIND)
-            .and_then(|owner| ctx.kube.machine(ns, &owner.name));
+            .owner_machine_name()
+            .and_then(|name| ctx.kube.machine(ns, name));
         let cluster_name = mm
             .metadata
             .labels
@@ -140,11 +140,7 @@ impl<'c> Reconciling<'c> {
     /// The story of a MaasMachine.
     fn run(&mut self) -> Result<Next, Error> {
         let owners = Owners::find(self.ctx, &self.mm);
-        self.is_control_plane = self.mm.metadata.has_label(capi::CONTROL_PLANE_LABEL)
-            || owners
-                .machine
-                .as_ref()
-                .is_some_and(|m| m.is_control_plane());
+        self.is_control_plane = self.mm.is_control_plane(owners.machine.as_deref());
         if let Some(why) = owners.paused_because(&self.mm) {
             self.set(
                 Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),

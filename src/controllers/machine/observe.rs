@@ -141,16 +141,19 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
     if r.is_control_plane {
         let ips = host.ip_addresses.clone();
         if let Some(dns_next) =
-            dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, running)?
+            dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, running)?
         {
             next = earliest(next, dns_next);
         }
     }
     if host.status == MachineStatus::Deployed && powered {
         if let Some(cluster) = &owners.cluster {
-            if let Some(node_next) =
-                node::ensure_provider_id(r, cluster, owners.maas_cluster.as_ref(), &host.hostname)?
-            {
+            if let Some(node_next) = node::ensure_provider_id(
+                r,
+                cluster,
+                owners.maas_cluster.as_deref(),
+                &host.hostname,
+            )? {
                 next = earliest(next, node_next);
             }
         }

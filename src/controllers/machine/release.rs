@@ -25,7 +25,7 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         .is_some_and(|c| !c.metadata.is_being_deleted());
     if r.is_control_plane && record_stays {
         let ips = external_ips(r);
-        if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, false)? {
+        if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, false)? {
             return Ok(next);
         }
     }
