@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use capmaas::controllers::adapters::Kube;
 use capmaas::controllers::caches::Caches;
-use capmaas::controllers::ports::{Kind, KubeApi, KubeFailure};
+use capmaas::controllers::ports::{Kind, KubeApi};
 use capmaas::kube::{self, resources, Resource};
 use capmaas::runtime::{EventRecorder, Informer, InformerConfig, Object, Shutdown, Store};
 use serde_json::{json, Value};
@@ -110,7 +110,7 @@ fn stale_resource_versions_are_refused_on_object_and_status() {
     let err = kube
         .patch(Kind::MaasCluster, &ns, "mc1", &with_finalizer)
         .unwrap_err();
-    assert_eq!(err.failure, KubeFailure::Conflict, "{err}");
+    assert!(err.is_conflict(), "{err}");
 
     // The DNS name write on the status subresource is guarded the same way.
     let name = |rv: &str, dns: &str| json!({"metadata": {"resourceVersion": rv}, "status": {"ready": false, "network": {"dnsName": dns}}});
@@ -130,7 +130,7 @@ fn stale_resource_versions_are_refused_on_object_and_status() {
             &name(&rv1, "mc1-bbbbbb.maas"),
         )
         .unwrap_err();
-    assert_eq!(err.failure, KubeFailure::Conflict, "{err}");
+    assert!(err.is_conflict(), "{err}");
     let stored: Value =
         serde_json::from_str(&cp.kubectl(&["get", "maascluster", "mc1", "-n", &ns, "-o", "json"]))
             .unwrap();

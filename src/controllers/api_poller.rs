@@ -197,7 +197,9 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::fake::refused;
     use crate::controllers::ports::NodeInfo;
+    use crate::kube;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     struct Probe {
@@ -206,18 +208,24 @@ mod tests {
     }
 
     impl WorkloadApi for Probe {
-        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), String> {
+        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
             if cluster == "up" && n > self.answers_after {
                 Ok(())
             } else {
-                Err("connection refused".into())
+                Err(refused(cluster))
             }
         }
-        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, String> {
+        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
             Ok(None)
         }
-        fn set_node_provider_id(&self, _: &str, _: &str, _: &str, _: &str) -> Result<(), String> {
+        fn set_node_provider_id(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &str,
+        ) -> Result<(), kube::Error> {
             Ok(())
         }
     }

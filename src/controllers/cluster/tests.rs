@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_cluster as mc_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::ports::{Kind, MaasFailure};
+use crate::controllers::ports::Kind;
 use crate::controllers::{Error, Next};
 
 const NS: &str = "ns";
@@ -502,15 +502,11 @@ fn a_maas_outage_changes_no_status_and_a_refusal_is_reported() {
     w.cluster(NS, "c1");
     reconcile(&w).unwrap();
     w.kube.clear_writes();
-    w.maas
-        .fail_once("dns_resources", MaasFailure::Unavailable, "503");
+    w.maas.fail_once("dns_resources", 503, "503");
     assert!(reconcile(&w).is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
-    w.maas.fail_once(
-        "dns_resources",
-        MaasFailure::NotFound,
-        "No Domain matches the given query.",
-    );
+    w.maas
+        .fail_once("dns_resources", 404, "No Domain matches the given query.");
     assert!(reconcile(&w).is_err());
     let mc = w.maas_cluster(NS, "c1");
     let lb = conditions::get(mc.conditions(), mc_api::LOAD_BALANCER_READY).unwrap();

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{Reconciling, Step};
 use crate::api::capi::Machine;
 use crate::api::maas_machine::{self as mm_api, provider_id};
-use crate::controllers::ports::{EventType, Kind, MaasFailure};
+use crate::controllers::ports::{EventType, Kind};
 use crate::controllers::{Error, Next};
 use crate::maas::{check_image, AllocateRequest, Machine as Host, ReleaseRequest};
 
@@ -29,7 +29,7 @@ pub(super) fn find_or_allocate(
             }
             // A MAAS outage changes nothing we know about the machine: keep
             // the status as it is (no flapping to Unknown) and retry.
-            Err(e) if e.failure == MaasFailure::Unavailable => return Err(e.into()),
+            Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => {
                 r.set(crate::api::Desired::unknown(
                     mm_api::MACHINE_DEPLOYED,
@@ -85,8 +85,8 @@ pub(super) fn find_or_allocate(
         }
         // No machine matches (409) or MAAS rejects a constraint (400): the
         // user can read why on the condition; the queue retries with backoff.
-        Err(e) if matches!(e.failure, MaasFailure::Conflict | MaasFailure::Rejected) => {
-            let message = format!("allocating a machine: {}", e.message);
+        Err(e) if e.is_conflict() || e.is_bad_request() => {
+            let message = format!("allocating a machine: {}", e.message());
             r.set(crate::api::Desired::false_(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_DEPLOY_FAILED,

@@ -67,7 +67,7 @@ pub(super) fn ensure_deploying(
         if let Err(e) = r.ctx.maas.disable_swap(&system_id) {
             let message = format!(
                 "setting swap_size=0 on {system_id}: {} (a non-admin MAAS key needs --no-swap-update)",
-                e.message
+                e.message()
             );
             return deploy_failed(r, message);
         }
@@ -90,11 +90,12 @@ pub(super) fn ensure_deploying(
             r.event(EventType::Normal, "MachineDeployStarted", &message);
             Ok(Step::Continue(deploying))
         }
-        Err(e) if e.failure.is_permanent() => deploy_failed(
+        Err(e) if e.is_refused() => deploy_failed(
             r,
             format!(
                 "deploying {system_id} with image {:?}: {}",
-                r.mm.spec.image, e.message
+                r.mm.spec.image,
+                e.message()
             ),
         ),
         Err(e) => Err(e.into()),

@@ -53,7 +53,7 @@ pub(super) fn ensure_provider_id(
                 r.set(Desired::false_(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
-                    e,
+                    e.to_string(),
                 ));
                 return Ok(Some(wait(r)));
             }
@@ -97,11 +97,12 @@ pub(super) fn ensure_provider_id(
                 &node.name,
                 &provider_id,
             ) {
-                r.event(EventType::Warning, "NodeProviderUpdateFailed", &e);
+                let message = e.to_string();
+                r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
                 r.set(Desired::false_(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
-                    e.clone(),
+                    message,
                 ));
                 return Err(Error::Workload(e));
             }

@@ -6,7 +6,7 @@
 use super::{dns, Owners, Reconciling};
 use crate::api::maas_machine::{self as mm_api, FINALIZER};
 use crate::api::{conditions, Desired};
-use crate::controllers::ports::{EventType, Kind, MaasFailure};
+use crate::controllers::ports::{EventType, Kind};
 use crate::controllers::{finalizer, Error, Next};
 use crate::maas::{MachineStatus, ReleaseRequest};
 
@@ -129,11 +129,11 @@ fn release(r: &mut Reconciling, system_id: &str) -> Result<(), Error> {
         }
         // 409: MAAS cannot release it in its current state. Fine if it is
         // no longer ours anyway (already released, never commissioned).
-        Err(e) if e.failure == MaasFailure::Conflict => match r.ctx.maas.machine(system_id) {
+        Err(e) if e.is_conflict() => match r.ctx.maas.machine(system_id) {
             Ok(host) if matches!(host.status, MachineStatus::Ready | MachineStatus::New) => Ok(()),
             Err(get) if get.is_not_found() => Ok(()),
             _ => {
-                r.event(EventType::Warning, "MachineReleaseFailed", &e.message);
+                r.event(EventType::Warning, "MachineReleaseFailed", &e.message());
                 Err(e.into())
             }
         },

@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::ports::{Kind, MaasFailure};
+use crate::controllers::ports::Kind;
 use crate::controllers::{Error, Next, Options};
 use crate::maas::{MachineStatus, PowerState};
 
@@ -301,7 +301,7 @@ fn deploy_rejected_keeps_the_allocation_and_retries() {
     w.machine(NS, "c1", "m1", false);
     w.maas.fail_once(
         "deploy",
-        MaasFailure::Rejected,
+        400,
         "{\"distro_series\": [\"'x' is not a valid distro_series.\"]}",
     );
     assert!(reconcile(&w, "m1").is_err());
@@ -864,14 +864,11 @@ fn a_maas_outage_changes_no_status() {
     w.maas.finish_deployments();
     reconcile(&w, "m1").unwrap();
     w.kube.clear_writes();
-    w.maas.fail_once(
-        "machine",
-        MaasFailure::Unavailable,
-        "503 no connections available",
-    );
+    w.maas
+        .fail_once("machine", 503, "503 no connections available");
     assert!(reconcile(&w, "m1").is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
-    w.maas.fail_once("machine", MaasFailure::Forbidden, "403");
+    w.maas.fail_once("machine", 403, "");
     assert!(reconcile(&w, "m1").is_err());
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
