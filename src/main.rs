@@ -1,32 +1,20 @@
 //! The `capmaas` operator binary: flags and environment → configuration
-//! (failing fast with a clear message, secrets redacted), then the wiring:
-//!
-//! ```text
-//! informers (Cluster, Machine, MaasCluster, MaasMachine) ─► mappers ─► two work queues
-//! leader election ─► gate ─► worker pools (maascluster, maasmachine) ─► controllers
-//! api poller thread ─► maascluster queue          serve: /healthz /readyz /metrics
-//! SIGTERM/SIGINT or lost leadership ─► stop queues ─► join workers ─► release the Lease
-//! ```
+//! (failing fast with a clear message, secrets redacted), logging, the
+//! Kubernetes and MAAS clients; then [`capmaas::controllers::manager::run`]
+//! starts the controllers and stops them on SIGTERM/SIGINT or lost
+//! leadership. Exit status: 0 after a clean stop, 1 after lost leadership
+//! or a failed start, 2 for bad flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use capmaas::api::capi;
-use capmaas::controllers::adapters;
-use capmaas::controllers::api_poller::ApiPoller;
-use capmaas::controllers::caches::Caches;
-use capmaas::controllers::{self, mappers, ports::SystemClock, Context, Next, Options};
-use capmaas::kube::{self, resources};
+use capmaas::controllers::manager::{self, Stopped};
+use capmaas::controllers::Options;
+use capmaas::kube;
 use capmaas::maas;
-use capmaas::runtime::{
-    self, Action, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate, Leadership,
-    Object, ObjectKey, Shutdown, Store, WorkQueue,
-};
-use capmaas::serve::{self, Health};
+use capmaas::runtime::{self, LeaderConfig};
 
 const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical MAAS
 
@@ -68,10 +56,6 @@ FLAGS:
 
 DURATION is a number with a unit: 500ms, 15s, 10m, 2h, 1m30s.
 ";
-
-/// Objects per informer list page (client-go: 500). See BENCHMARKS.md
-/// "Memory" for the peak it saves.
-const LIST_PAGE_SIZE: u32 = 100;
 
 /// Every setting, from flags and the environment.
 #[derive(Debug)]
@@ -347,23 +331,7 @@ fn init_logging() {
     }
 }
 
-/// The key of an informer event mapped onto the two queues.
-fn enqueue(keys: mappers::Keys, clusters: &WorkQueue, machines: &WorkQueue) {
-    for key in keys.maas_clusters {
-        clusters.add(key);
-    }
-    for key in keys.maas_machines {
-        machines.add(key);
-    }
-}
-
-fn to_action(next: Next) -> Action {
-    match next {
-        Next::Done => Action::Done,
-        Next::RequeueAfter(d) => Action::RequeueAfter(d),
-    }
-}
-
+/// The Kubernetes and MAAS clients, then the controllers until they stop.
 fn run(config: &Config) -> Result<ExitCode, String> {
     let maas = maas_client(config)?;
     let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
@@ -375,109 +343,18 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         kube.server(),
         maas.api_root()
     );
+    let manager_config = manager_config(config, kube.default_namespace());
+    Ok(match manager::run(&manager_config, kube, maas)? {
+        Stopped::Shutdown => ExitCode::SUCCESS,
+        Stopped::LeadershipLost => ExitCode::FAILURE,
+    })
+}
 
-    let shutdown = Shutdown::new();
-    runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
-
-    let health = Arc::new(Health::new());
-    // Every route is served on every address, so one address serves both.
-    let metrics_address = config
-        .metrics_bind_address
-        .filter(|m| Some(*m) != config.health_probe_bind_address);
-    for (what, addr) in [
-        ("health probes", config.health_probe_bind_address),
-        ("metrics", metrics_address),
-    ] {
-        if let Some(addr) = addr {
-            let (bound, _thread) =
-                serve::start(addr, health.clone()).map_err(|e| format!("{what} on {addr}: {e}"))?;
-            log::info!("serving {what} on {bound}");
-        }
-    }
-
+/// The controllers' settings. The Lease lives in `--leader-election-namespace`,
+/// else the pod's namespace, else the kubeconfig's, else `default`.
+fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manager::Config {
     let identity = runtime::default_identity();
-    let events = runtime::EventRecorder::spawn(kube.clone(), "capmaas", &identity)
-        .map_err(|e| e.to_string())?;
-    let cluster_queue = WorkQueue::new("maascluster");
-    let machine_queue = WorkQueue::new("maasmachine");
-
-    // The stores first: informers fill them, mappers and reconcilers read
-    // them, so every event can be mapped from the first one on.
-    let stores = Caches::new();
-    let informer_config = |resource| {
-        let mut c = InformerConfig::new(resource).namespace(config.namespace.clone());
-        // A list page is held whole (as JSON text) while its objects are
-        // decoded: smaller pages, lower peak memory at start.
-        c.page_size = LIST_PAGE_SIZE;
-        if let Some(filter) = &config.watch_filter {
-            c = c.label_selector(format!("{}={filter}", capi::WATCH_FILTER_LABEL));
-        }
-        c
-    };
-    fn spawn<T: Object>(
-        kube: &kube::Client,
-        config: InformerConfig,
-        store: &Store<T>,
-        map: impl Fn(&runtime::Event<T>) -> mappers::Keys + Send + 'static,
-        queues: (&WorkQueue, &WorkQueue),
-        shutdown: &Shutdown,
-    ) -> Result<Informer, String> {
-        let (cq, mq) = (queues.0.clone(), queues.1.clone());
-        let plural = config.resource.plural;
-        Informer::spawn(
-            kube.clone(),
-            config,
-            store.clone(),
-            move |event: &runtime::Event<T>| enqueue(map(event), &cq, &mq),
-            shutdown.clone(),
-        )
-        .map_err(|e| format!("{plural} informer: {e}"))
-    }
-    let queues = (&cluster_queue, &machine_queue);
-    let c = stores.clone();
-    let _clusters = spawn(
-        &kube,
-        informer_config(resources::CLUSTERS),
-        &stores.clusters,
-        move |e| mappers::on_cluster(e, &c),
-        queues,
-        &shutdown,
-    )?;
-    let _machines = spawn(
-        &kube,
-        informer_config(resources::MACHINES),
-        &stores.machines,
-        mappers::on_machine,
-        queues,
-        &shutdown,
-    )?;
-    let c = stores.clone();
-    let _maas_clusters = spawn(
-        &kube,
-        informer_config(resources::MAAS_CLUSTERS),
-        &stores.maas_clusters,
-        move |e| mappers::on_maas_cluster(e, &c),
-        queues,
-        &shutdown,
-    )?;
-    let c = stores.clone();
-    let _maas_machines = spawn(
-        &kube,
-        informer_config(resources::MAAS_MACHINES),
-        &stores.maas_machines,
-        move |e| mappers::on_maas_machine(e, &c),
-        queues,
-        &shutdown,
-    )?;
-
-    if !stores.wait_until_synced(&shutdown) {
-        return Ok(ExitCode::SUCCESS);
-    }
-    health.set_synced(true);
-    log::info!("caches synced");
-
-    // Leader election: workers run only while the gate is open.
-    let elector = if config.leader_elect {
+    let leader_election = config.leader_elect.then(|| {
         let namespace = config
             .leader_election_namespace
             .clone()
@@ -486,144 +363,28 @@ fn run(config: &Config) -> Result<ExitCode, String> {
                     .ok()
                     .filter(|n| !n.is_empty())
             })
-            .or_else(|| kube.default_namespace().map(str::to_string))
+            .or_else(|| kubeconfig_namespace.map(str::to_string))
             .unwrap_or_else(|| "default".to_string());
         let mut lease = LeaderConfig::new(namespace, config.leader_election_id.clone());
         lease.identity = identity.clone();
         lease.lease_duration = config.lease_duration;
         lease.renew_deadline = config.renew_deadline;
         lease.retry_period = config.retry_period;
-        Some(
-            LeaderElector::spawn(kube.clone(), lease)
-                .map_err(|e| format!("leader election: {e}"))?,
-        )
-    } else {
-        None
-    };
-    let gate = elector
-        .as_ref()
-        .map(LeaderElector::gate)
-        .unwrap_or_else(LeaderGate::always_open);
-    let lost = elector
-        .as_ref()
-        .map(LeaderElector::lost)
-        .unwrap_or_else(crossbeam_channel::never);
-    let _leadership_reporter = report_leadership(gate.clone(), health.clone(), shutdown.clone());
-
-    let workload = Arc::new(adapters::Workload::new(
-        kube.clone(),
-        Duration::from_secs(5),
-    ));
-    let poller_queue = cluster_queue.clone();
-    let (poller, _poller_thread) = ApiPoller::spawn(
-        workload.clone(),
-        move |ns, name| poller_queue.add(ObjectKey::new(ns, name)),
-        shutdown.receiver().clone(),
-    )
-    .map_err(|e| format!("api poller: {e}"))?;
-
-    let ctx = Context {
-        kube: Arc::new(adapters::Kube {
-            client: kube.clone(),
-            caches: stores.clone(),
-            events: events.clone(),
-        }),
-        maas: Arc::new(adapters::Maas { client: maas }),
-        workload,
-        api_watch: Arc::new(poller.clone()),
-        machine_queue: Arc::new(machine_queue.clone()),
-        clock: Arc::new(SystemClock),
+        lease
+    });
+    manager::Config {
+        namespace: config.namespace.clone(),
+        watch_filter: config.watch_filter.clone(),
+        maascluster_concurrency: config.maascluster_concurrency,
+        maasmachine_concurrency: config.maasmachine_concurrency,
+        sync_period: config.sync_period,
+        leader_election,
+        identity,
+        metrics_bind_address: config.metrics_bind_address,
+        health_probe_bind_address: config.health_probe_bind_address,
         options: config.options.clone(),
-    };
-
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    let c = ctx.clone();
-    workers.extend(runtime::run_workers(
-        "maascluster",
-        cluster_queue.clone(),
-        config.maascluster_concurrency,
-        move |key: &ObjectKey| {
-            controllers::cluster::reconcile(&c, &key.namespace, &key.name).map(to_action)
-        },
-        gate.clone(),
-    ));
-    let c = ctx.clone();
-    workers.extend(runtime::run_workers(
-        "maasmachine",
-        machine_queue.clone(),
-        config.maasmachine_concurrency,
-        move |key: &ObjectKey| {
-            controllers::machine::reconcile(&c, &key.namespace, &key.name).map(to_action)
-        },
-        gate.clone(),
-    ));
-    runtime::spawn_resync(
-        stores.maas_clusters.clone(),
-        cluster_queue.clone(),
-        config.sync_period,
-        shutdown.clone(),
-    )
-    .map_err(|e| format!("resync: {e}"))?;
-    runtime::spawn_resync(
-        stores.maas_machines.clone(),
-        machine_queue.clone(),
-        config.sync_period,
-        shutdown.clone(),
-    )
-    .map_err(|e| format!("resync: {e}"))?;
-    log::info!("controllers running");
-
-    let lost_leadership = crossbeam_channel::select! {
-        recv(shutdown.receiver()) -> _ => false,
-        recv(lost) -> _ => true,
-    };
-    if lost_leadership {
-        log::error!("leadership lost; stopping");
-        health.set_leadership(serve::Leadership::Lost);
-        poller.forget_all();
-    } else {
-        log::info!("shutting down");
+        shutdown_timeout: config.shutdown_timeout,
     }
-    health.set_stopping();
-    shutdown.trigger();
-    cluster_queue.shutdown();
-    machine_queue.shutdown();
-    if !runtime::join_within(workers, config.shutdown_timeout) {
-        log::warn!(
-            "reconciles still running after {:?}; exiting anyway",
-            config.shutdown_timeout
-        );
-    }
-    events.flush(Duration::from_secs(2));
-    if let Some(elector) = elector {
-        elector.release();
-    }
-    Ok(if lost_leadership {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// Mirrors the gate's leadership into the readiness probe.
-fn report_leadership(
-    gate: LeaderGate,
-    health: Arc<Health>,
-    shutdown: Shutdown,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("leadership-report".into())
-        .spawn(move || loop {
-            let state = match gate.leadership() {
-                Leadership::Leader => serve::Leadership::Leader,
-                Leadership::Standby => serve::Leadership::Standby,
-                Leadership::Lost => serve::Leadership::Lost,
-            };
-            health.set_leadership(state);
-            if shutdown.sleep(Duration::from_secs(1)) {
-                return;
-            }
-        })
 }
 
 #[cfg(test)]

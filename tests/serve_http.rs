@@ -6,13 +6,16 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capmaas::serve::{self, Health, Leadership, MAX_CONNECTIONS, MAX_REQUEST_BYTES};
+use capmaas::runtime::LeaderGate;
+use capmaas::serve::{self, Health, MAX_CONNECTIONS, MAX_REQUEST_BYTES};
 
-fn start() -> (SocketAddr, Arc<Health>) {
-    let health = Arc::new(Health::new());
+/// The server, its health and the leader gate it reads.
+fn start() -> (SocketAddr, Arc<Health>, LeaderGate) {
+    let gate = LeaderGate::standby();
+    let health = Arc::new(Health::new(gate.clone()));
     let (addr, _thread) =
         serve::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&health)).unwrap();
-    (addr, health)
+    (addr, health, gate)
 }
 
 /// Sends `raw`, returns (status code, head, body) of the response.
@@ -40,17 +43,17 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
 
 #[test]
 fn probes_follow_health() {
-    let (addr, health) = start();
+    let (addr, health, gate) = start();
     assert_eq!(get(addr, "/healthz").0, 200);
     let (status, _, body) = get(addr, "/readyz");
     assert_eq!((status, body.as_str()), (503, "caches not synced\n"));
 
     health.set_synced(true);
     assert_eq!(get(addr, "/readyz").0, 200, "synced standby");
-    health.set_leadership(Leadership::Leader);
+    gate.lead_until(Instant::now() + Duration::from_secs(600));
     let (status, _, body) = get(addr, "/readyz");
     assert_eq!((status, body.as_str()), (200, "ok\n"));
-    health.set_leadership(Leadership::Lost);
+    gate.lose();
     assert_eq!(get(addr, "/readyz").2, "leader election lost\n");
 
     health.set_live(false);
@@ -61,7 +64,7 @@ fn probes_follow_health() {
 
 #[test]
 fn metrics_renders_the_registry() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     capmaas::metrics::counter_inc(
         "serve_test_requests_total",
         "Requests seen by the serve test.",
@@ -92,7 +95,7 @@ fn metrics_renders_the_registry() {
 
 #[test]
 fn bad_requests_get_http_errors() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     assert_eq!(get(addr, "/").0, 404);
     assert_eq!(exchange(addr, b"DELETE /healthz HTTP/1.1\r\n\r\n").0, 405);
     assert_eq!(exchange(addr, b"garbage\r\n\r\n").0, 400);
@@ -114,7 +117,7 @@ fn bad_requests_get_http_errors() {
 
 #[test]
 fn idle_connections_cannot_starve_the_probes() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     // A client that connects and never sends holds one slot only.
     let idle = TcpStream::connect(addr).unwrap();
     assert_eq!(get(addr, "/healthz").0, 200);
@@ -168,7 +171,7 @@ fn wait_until(mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn a_client_trickling_its_request_is_cut_off() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     let mut stream = TcpStream::connect(addr).unwrap();
     // Well under MAX_REQUEST_BYTES, but spread over far more than the
     // server's deadline for a request head: the server must give up first.

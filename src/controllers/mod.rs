@@ -28,22 +28,15 @@ mod error;
 pub(crate) mod fake;
 mod finalizer;
 pub mod machine;
+pub mod manager;
 pub mod mappers;
 pub mod ports;
 mod status;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use error::Error;
 use ports::{ApiWatch, Clock, KubeApi, MaasApi, MachineQueue, WorkloadApi};
-
-/// What a reconcile asks for next (mapped onto the runtime's `Action`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    Done,
-    RequeueAfter(Duration),
-}
 
 /// Behaviour switches from the command line.
 #[derive(Debug, Clone, Default)]

@@ -34,31 +34,34 @@
 //! - [`Action`] and [`run_workers`] (in `workers`): a reconcile is
 //!   `Fn(&ObjectKey) -> Result<Action, E>`; [`spawn_resync`] re-queues a
 //!   store's keys every sync period.
-//! - [`LeaderElector`] (in `leader`): `LeaderElector::spawn(client,
-//!   LeaderConfig::new(ns, name))`, `.gate()`, `.lost()` (a channel that
-//!   fires on loss: exit non-zero), `.release()` on clean shutdown.
-//!   [`LeaderGate`] and [`Leadership`]: the switch workers check before each
-//!   reconcile; [`LeaderGate::always_open`] without election.
+//! - [`LeaderGate`] and [`Leadership`] (in `leader`): the switch workers
+//!   check before each reconcile and probes read; `LeaderGate::standby()`
+//!   for an election, [`LeaderGate::always_open`] without one.
+//!   [`LeaderElector`]: `LeaderElector::spawn(client, LeaderConfig::new(ns,
+//!   name), gate)` opens and closes that gate; `.lost()` (a channel that
+//!   fires on loss: exit non-zero), `.release()` on clean shutdown (joins
+//!   its thread).
 //! - [`EventRecorder`] (in `events`): `EventRecorder::spawn(client,
 //!   "capmaas", instance)`, `.normal(&obj, reason, message)`,
 //!   `.warning(..)`; never blocks, aggregates repeats, rate-limits per
-//!   object.
+//!   object; `.close(deadline)` writes what is queued and joins its thread.
 //! - [`Shutdown`], [`listen_for_signals`], [`join_within`] (in `shutdown`):
 //!   SIGTERM/SIGINT → stop.
 //!
-//! # Lifecycle in `main`
+//! # Lifecycle (as `controllers::manager` runs it)
 //!
 //! ```text
 //! shutdown = Shutdown::new(); listen_for_signals(&shutdown)   // 2nd signal: exit 1 at once
-//! informers (handlers add keys to queues) → wait_until_synced on every store
-//! elector = LeaderElector::spawn(..)   (or LeaderGate::always_open())
-//! workers = run_workers(.., elector.gate()); spawn_resync(..)
+//! stores; informers into them (handlers add keys to queues) → wait_until_synced
+//! gate = LeaderGate::standby(); LeaderElector::spawn(.., gate)   (or LeaderGate::always_open())
+//! workers = run_workers(.., gate); spawn_resync(..)
 //! select { shutdown fired → graceful | elector.lost() → exit non-zero }
-//! queue.shutdown() → join_within(workers, deadline) → events.flush(..) → elector.release()
+//! shutdown.trigger(); queue.shutdown() → join_within(workers, deadline)
+//!   → events.close(..) → elector.release() → informer.stop() each → join the rest
 //! ```
 //!
-//! Informer threads are not joined: they stop at their next event or when
-//! their watch times out, and hold nothing that needs flushing.
+//! Every thread is joined: an informer's `stop` closes its own connections,
+//! so a watch blocked on a quiet connection returns at once.
 //!
 //! # Metrics (through [`crate::metrics`])
 //!

@@ -12,17 +12,21 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use capmaas::serve::{self, Health, Leadership};
+//! use capmaas::runtime::LeaderGate;
+//! use capmaas::serve::{self, Health};
 //!
-//! let health = Arc::new(Health::new());
+//! let gate = LeaderGate::standby(); // driven by a LeaderElector
+//! let health = Arc::new(Health::new(gate.clone()));
 //! let (addr, _thread) = serve::start("127.0.0.1:8081".parse().unwrap(), health.clone()).unwrap();
 //! health.set_synced(true);
-//! health.set_leadership(Leadership::Leader);
 //! ```
 //!
-//! Every route is served on every address `start` is called with; main calls
-//! it once for the health probe address and once for the metrics address.
-//! The accept thread runs until the process exits.
+//! Readiness reads the leader election's own [`LeaderGate`] on every probe:
+//! nothing copies the standing from one place to another.
+//!
+//! Every route is served on every address `start` is called with; the
+//! controllers' manager calls it once for the health probe address and once
+//! for the metrics address. The accept thread runs until the process exits.
 //!
 //! Why not a crate: three fixed GET routes with tiny bodies need no routing,
 //! keep-alive, chunking or TLS, and the probes must not depend on an async
@@ -34,10 +38,12 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+use crate::runtime::{LeaderGate, Leadership};
 
 /// Largest request head (request line + headers) read; bigger requests get 431.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -54,39 +60,23 @@ const LINGER_MAX_BYTES: usize = 64 * 1024;
 
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Where this replica stands in leader election.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Leadership {
-    /// Holds the lease (or leader election is off): workers run.
-    Leader,
-    /// Waiting for the lease with warm caches: ready to take over, so ready.
-    Standby,
-    /// Held the lease and lost it: work stopped, the process is on its way out.
-    Lost,
-}
-
 /// What the probes report, shared between the controllers and the server.
-#[derive(Debug)]
 pub struct Health {
     live: AtomicBool,
     synced: AtomicBool,
-    leadership: AtomicU8,
+    /// The leader election's gate (always open without election).
+    leader: LeaderGate,
     stopping: AtomicBool,
 }
 
-impl Default for Health {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Health {
-    /// Live, not synced, standby: not ready until `set_synced(true)`.
-    pub fn new() -> Health {
+    /// Live, not synced: not ready until `set_synced(true)`. Leadership is
+    /// read from `leader` at each probe.
+    pub fn new(leader: LeaderGate) -> Health {
         Health {
             live: AtomicBool::new(true),
             synced: AtomicBool::new(false),
-            leadership: AtomicU8::new(Leadership::Standby as u8),
+            leader,
             stopping: AtomicBool::new(false),
         }
     }
@@ -102,21 +92,9 @@ impl Health {
         self.synced.store(synced, Ordering::SeqCst);
     }
 
-    pub fn set_leadership(&self, leadership: Leadership) {
-        self.leadership.store(leadership as u8, Ordering::SeqCst);
-    }
-
     /// Shutdown began: /readyz fails from now on.
     pub fn set_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-    }
-
-    pub fn leadership(&self) -> Leadership {
-        match self.leadership.load(Ordering::SeqCst) {
-            x if x == Leadership::Leader as u8 => Leadership::Leader,
-            x if x == Leadership::Standby as u8 => Leadership::Standby,
-            _ => Leadership::Lost,
-        }
     }
 
     /// `Err(reason)` when the liveness probe should fail.
@@ -137,7 +115,8 @@ impl Health {
         if !self.synced.load(Ordering::SeqCst) {
             return Err("caches not synced");
         }
-        match self.leadership() {
+        // A synced standby is ready: it can take over at once.
+        match self.leader.leadership() {
             Leadership::Leader | Leadership::Standby => Ok(()),
             Leadership::Lost => Err("leader election lost"),
         }
@@ -455,16 +434,19 @@ mod tests {
 
     #[test]
     fn readiness_needs_sync_and_a_live_leader_or_standby() {
-        let h = Health::new();
+        let gate = LeaderGate::standby();
+        let h = Health::new(gate.clone());
         assert_eq!(h.liveness(), Ok(()));
         assert_eq!(h.readiness(), Err("caches not synced"));
         h.set_synced(true);
         assert_eq!(h.readiness(), Ok(()), "a synced standby is ready");
-        h.set_leadership(Leadership::Leader);
+        gate.lead_until(Instant::now() + Duration::from_secs(600));
         assert_eq!(h.readiness(), Ok(()));
-        h.set_leadership(Leadership::Lost);
+        gate.lose();
         assert_eq!(h.readiness(), Err("leader election lost"));
-        h.set_leadership(Leadership::Leader);
+        let h = Health::new(LeaderGate::always_open());
+        h.set_synced(true);
+        assert_eq!(h.readiness(), Ok(()));
         h.set_live(false);
         assert_eq!(h.liveness(), Err("not live"));
         assert_eq!(h.readiness(), Err("not live"));
@@ -476,7 +458,7 @@ mod tests {
 
     #[test]
     fn routes() {
-        let h = Health::new();
+        let h = Health::new(LeaderGate::always_open());
         let text = |r: Response| String::from_utf8(r.to_bytes()).unwrap();
         let not_ready = text(route("GET", "/readyz", &h));
         assert!(

@@ -16,19 +16,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ports::{EventType, Kind};
-use super::{finalizer, status, Context, Error, Next};
+use super::{finalizer, status, Context, Error};
 use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Desired};
 use crate::api::maas_cluster::{self as mc_api, FINALIZER};
 use crate::api::{FailureDomain, Initialization, MaasCluster, MaasClusterStatus, MaasMachine};
+use crate::runtime::Action;
 
 /// While the cluster's MaasMachines are still being deleted.
 const DELETE_WAIT: Duration = Duration::from_secs(10);
 
-pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
+pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_cluster) = ctx.kube.maas_cluster(namespace, name) else {
         ctx.api_watch.forget(namespace, name);
-        return Ok(Next::Done);
+        return Ok(Action::Done);
     };
     let mut r = Reconciling::new(ctx, Arc::unwrap_or_clone(maas_cluster));
     let result = r.run();
@@ -61,7 +62,7 @@ impl<'c> Reconciling<'c> {
     }
 
     /// The story of a MaasCluster.
-    fn run(&mut self) -> Result<Next, Error> {
+    fn run(&mut self) -> Result<Action, Error> {
         let owner_name = self
             .mc
             .metadata
@@ -75,7 +76,7 @@ impl<'c> Reconciling<'c> {
                 Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
             );
             self.summarize = false;
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         }
         self.set(Desired::false_(
             conditions::PAUSED,
@@ -95,7 +96,7 @@ impl<'c> Reconciling<'c> {
                 mc_api::WAITING_FOR_CLUSTER,
                 "waiting for the owner Cluster",
             ));
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         };
         finalizer::ensure(
             self.ctx.kube.as_ref(),
@@ -151,10 +152,10 @@ impl<'c> Reconciling<'c> {
             }
         }
         self.api_server_available(&cluster);
-        Ok(Next::Done)
+        Ok(Action::Done)
     }
 
-    fn finish(mut self, result: Result<Next, Error>) -> Result<Next, Error> {
+    fn finish(mut self, result: Result<Action, Error>) -> Result<Action, Error> {
         if self.done_with_object {
             return result;
         }
@@ -304,7 +305,7 @@ impl<'c> Reconciling<'c> {
         ));
     }
 
-    fn delete(&mut self, owner_name: Option<String>) -> Result<Next, Error> {
+    fn delete(&mut self, owner_name: Option<String>) -> Result<Action, Error> {
         let (ns, name) = (
             self.mc.metadata.namespace.clone(),
             self.mc.metadata.name.clone(),
@@ -312,7 +313,7 @@ impl<'c> Reconciling<'c> {
         self.ctx.api_watch.forget(&ns, &name);
         if !self.mc.metadata.has_finalizer(FINALIZER) {
             self.summarize = false;
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         }
         let cluster_name = self
             .mc
@@ -335,7 +336,7 @@ impl<'c> Reconciling<'c> {
                     mc_api::DELETING,
                     message,
                 ));
-                return Ok(Next::RequeueAfter(DELETE_WAIT));
+                return Ok(Action::RequeueAfter(DELETE_WAIT));
             }
         }
         dns::delete_record(self, cluster_name.as_deref())?;
@@ -353,7 +354,7 @@ impl<'c> Reconciling<'c> {
             FINALIZER,
         )?;
         self.done_with_object = true;
-        Ok(Next::Done)
+        Ok(Action::Done)
     }
 
     fn set(&mut self, desired: Desired<'_>) {

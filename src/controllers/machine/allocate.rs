@@ -12,8 +12,9 @@ use super::{Reconciling, Step};
 use crate::api::capi::Machine;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::controllers::ports::{EventType, Kind};
-use crate::controllers::{Error, Next};
+use crate::controllers::Error;
 use crate::maas::{check_image, AllocateRequest, Machine as Host, ReleaseRequest};
+use crate::runtime::Action;
 
 pub(super) fn find_or_allocate(
     r: &mut Reconciling,
@@ -115,7 +116,7 @@ fn gone_from_maas(r: &mut Reconciling, system_id: &str) -> Result<Option<Step<Ho
         ));
         r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
         r.status.failure_message = Some(message);
-        return Ok(Some(Step::Stop(Next::Done)));
+        return Ok(Some(Step::Stop(Action::Done)));
     }
     log::warn!(
         "{}: MAAS machine {system_id} disappeared before deployment; allocating another",

@@ -24,20 +24,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ports::{EventType, Kind};
-use super::{finalizer, status, Context, Error, Next};
+use super::{finalizer, status, Context, Error};
 use crate::api::capi::{self, Cluster, Machine};
 use crate::api::conditions::{self, Desired};
 use crate::api::maas_machine::{self as mm_api, FINALIZER};
 use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus};
+use crate::runtime::Action;
 
 /// How often to look at a CP machine's DNS attachment while it is pending.
 /// The MaasCluster reconciler wakes the control-plane machines when it
 /// changes the record; this requeue is the safety net.
 const DNS_PENDING_REQUEUE: Duration = Duration::from_secs(10);
 
-pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
+pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_machine) = ctx.kube.maas_machine(namespace, name) else {
-        return Ok(Next::Done);
+        return Ok(Action::Done);
     };
     let deleting = maas_machine.metadata.is_being_deleted();
     let mut r = Reconciling::new(ctx, Arc::unwrap_or_clone(maas_machine));
@@ -45,7 +46,7 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Err
     match r.finish(result) {
         // The cache still held the object after our finalizer went and the
         // API server deleted it: that deletion is finished, not failed.
-        Err(e) if deleting && e.is_kube_not_found() => Ok(Next::Done),
+        Err(e) if deleting && e.is_kube_not_found() => Ok(Action::Done),
         other => other,
     }
 }
@@ -138,7 +139,7 @@ impl<'c> Reconciling<'c> {
     }
 
     /// The story of a MaasMachine.
-    fn run(&mut self) -> Result<Next, Error> {
+    fn run(&mut self) -> Result<Action, Error> {
         let owners = Owners::find(self.ctx, &self.mm);
         self.is_control_plane = self.mm.is_control_plane(owners.machine.as_deref());
         if let Some(why) = owners.paused_because(&self.mm) {
@@ -146,7 +147,7 @@ impl<'c> Reconciling<'c> {
                 Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
             );
             self.summarize = false;
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         }
         self.set(Desired::false_(
             conditions::PAUSED,
@@ -158,7 +159,7 @@ impl<'c> Reconciling<'c> {
         }
         let (Some(machine), Some(cluster)) = (&owners.machine, &owners.cluster) else {
             log::info!("{}: waiting for the owner Machine and Cluster", self.key());
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         };
         finalizer::ensure(
             self.ctx.kube.as_ref(),
@@ -172,7 +173,7 @@ impl<'c> Reconciling<'c> {
                 mm_api::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
                 "",
             ));
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         }
         let Some(bootstrap_secret) = machine.bootstrap_secret() else {
             self.set(Desired::false_(
@@ -180,21 +181,21 @@ impl<'c> Reconciling<'c> {
                 mm_api::WAITING_FOR_BOOTSTRAP_DATA,
                 "",
             ));
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         };
         let host = match allocate::find_or_allocate(self, machine)? {
             Step::Continue(host) => host,
-            Step::Stop(next) => return Ok(next),
+            Step::Stop(action) => return Ok(action),
         };
         let host = match deploy::ensure_deploying(self, host, bootstrap_secret)? {
             Step::Continue(host) => host,
-            Step::Stop(next) => return Ok(next),
+            Step::Stop(action) => return Ok(action),
         };
         observe::observe(self, &host, &owners)
     }
 
     /// Sets `Ready` and writes the status diff, whatever the story returned.
-    fn finish(mut self, result: Result<Next, Error>) -> Result<Next, Error> {
+    fn finish(mut self, result: Result<Action, Error>) -> Result<Action, Error> {
         if self.done_with_object {
             return result;
         }
@@ -265,7 +266,7 @@ impl<'c> Reconciling<'c> {
 /// The result of a step that may end the reconcile early.
 pub(crate) enum Step<T> {
     Continue(T),
-    Stop(Next),
+    Stop(Action),
 }
 
 /// While MAAS is busy with a machine, look again soon, then less often the

@@ -13,14 +13,15 @@ use crate::api::maas_cluster::API_SERVER_AVAILABLE;
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, MaasCluster};
 use crate::controllers::ports::EventType;
-use crate::controllers::{Error, Next};
+use crate::controllers::Error;
+use crate::runtime::Action;
 
 pub(super) fn ensure_provider_id(
     r: &mut Reconciling,
     cluster: &Cluster,
     maas_cluster: Option<&MaasCluster>,
     hostname: &str,
-) -> Result<Option<Next>, Error> {
+) -> Result<Option<Action>, Error> {
     if conditions::is_true(&r.status.conditions, mm_api::NODE_PROVIDER_ID_SET) {
         return Ok(None);
     }
@@ -115,8 +116,8 @@ pub(super) fn ensure_provider_id(
     Ok(None)
 }
 
-fn wait(r: &Reconciling) -> Next {
-    Next::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
+fn wait(r: &Reconciling) -> Action {
+    Action::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
 }
 
 /// The Node is named after the MAAS hostname: exactly, else its short name.

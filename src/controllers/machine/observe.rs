@@ -11,13 +11,14 @@ use super::{dns, node, poll_interval, Owners, Reconciling};
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
-use crate::controllers::{Error, Next};
+use crate::controllers::Error;
 use crate::maas::{Machine as Host, MachineStatus, PowerState};
+use crate::runtime::Action;
 
 /// After asking MAAS to power a deployed machine on.
 const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
 
-pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Result<Next, Error> {
+pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Result<Action, Error> {
     record_host(r, host);
     let powered = host.power_state == PowerState::On;
     let provisioned = r.mm.is_provisioned();
@@ -34,7 +35,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
             r.status.ready = true;
             r.status.failure_reason = None;
             r.status.failure_message = None;
-            Next::Done
+            Action::Done
         }
         (MachineStatus::Deployed, false) => {
             r.ctx.maas.power_on(
@@ -51,7 +52,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 mm_api::MACHINE_POWERED_OFF,
                 "deployed machine was powered off; powering it on",
             ));
-            Next::RequeueAfter(POWER_ON_REQUEUE)
+            Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deploying, powered) => {
             let reason = if powered {
@@ -91,7 +92,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 "MachineUnexpectedTermination",
                 message,
             );
-            Next::Done
+            Action::Done
         }
         (
             MachineStatus::Commissioning
@@ -109,7 +110,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 mm_api::MACHINE_STATE_UNDEFINED,
                 message,
             ));
-            Next::RequeueAfter(
+            Action::RequeueAfter(
                 poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED))
                     .max(Duration::from_secs(60)),
             )
@@ -129,7 +130,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 "MachineUnhandledState",
                 message,
             );
-            Next::Done
+            Action::Done
         }
     };
 
@@ -188,8 +189,8 @@ fn addresses(host: &Host) -> Vec<MachineAddress> {
     out
 }
 
-fn transitional(r: &Reconciling) -> Next {
-    Next::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
+fn transitional(r: &Reconciling) -> Action {
+    Action::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
 }
 
 /// A state that needs a human: condition, failure fields, one event per new
@@ -212,9 +213,9 @@ fn status_message(host: &Host) -> String {
     host.status_message.clone().unwrap_or_default()
 }
 
-fn earliest(a: Next, b: Next) -> Next {
+fn earliest(a: Action, b: Action) -> Action {
     match (a, b) {
-        (Next::Done, other) | (other, Next::Done) => other,
-        (Next::RequeueAfter(x), Next::RequeueAfter(y)) => Next::RequeueAfter(x.min(y)),
+        (Action::Done, other) | (other, Action::Done) => other,
+        (Action::RequeueAfter(x), Action::RequeueAfter(y)) => Action::RequeueAfter(x.min(y)),
     }
 }

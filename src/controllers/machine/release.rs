@@ -7,13 +7,14 @@ use super::{dns, Owners, Reconciling};
 use crate::api::maas_machine::{self as mm_api, FINALIZER};
 use crate::api::{conditions, Desired};
 use crate::controllers::ports::{EventType, Kind};
-use crate::controllers::{finalizer, Error, Next};
+use crate::controllers::{finalizer, Error};
 use crate::maas::{MachineStatus, ReleaseRequest};
+use crate::runtime::Action;
 
-pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error> {
+pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Action, Error> {
     if !r.mm.metadata.has_finalizer(FINALIZER) {
         r.summarize = false;
-        return Ok(Next::Done);
+        return Ok(Action::Done);
     }
 
     // A cluster that is being deleted removes the whole record once its
@@ -55,7 +56,7 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         FINALIZER,
     )?;
     r.done_with_object = true;
-    Ok(Next::Done)
+    Ok(Action::Done)
 }
 
 /// Every MAAS machine carrying our identity, including an allocation whose
