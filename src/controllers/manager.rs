@@ -11,8 +11,8 @@
 //! ```
 //!
 //! One function owns the quit protocol, the way ripgrep's parallel walker
-//! does: everything started is recorded in [`Running`] as soon as it runs,
-//! and [`Running::stop`] ends it in this order, whether the process stops
+//! does: everything started is recorded in `Running` as soon as it runs,
+//! and `Running::stop` ends it in this order, whether the process stops
 //! normally, after a lost Lease, or because something failed to start:
 //!
 //! 1. `/readyz` fails, the shared [`Shutdown`] fires (signal thread, resync

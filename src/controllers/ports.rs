@@ -1,6 +1,6 @@
 //! The small traits the reconcilers talk through, so each step can be tested
-//! against in-memory fakes ([`super::fake`]) and run against the real clients
-//! through thin adapters ([`super::adapters`]).
+//! against in-memory fakes (`controllers::fake`, in tests) and run against
+//! the real clients through thin adapters ([`super::adapters`]).
 //!
 //! - [`MaasApi`]: the MAAS calls the controllers make, nothing more.
 //! - [`KubeApi`]: reads from the informer caches, per-name Secret GETs, the

@@ -4,8 +4,8 @@
 //! A failed deploy keeps the allocation (the providerID Cluster API may
 //! already have copied stays valid) and is retried with backoff.
 
-use super::allocate::image_available;
-use super::{Reconciling, Step};
+use super::allocate::require_image;
+use super::{MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
 use crate::api::Desired;
 use crate::controllers::ports::EventType;
@@ -15,7 +15,7 @@ use crate::maas::{DeployRequest, Machine as Host, MachineStatus};
 /// Starts a deployment if the machine waits for one; otherwise passes the
 /// machine through unchanged.
 pub(super) fn ensure_deploying(
-    r: &mut Reconciling,
+    r: &mut MachineReconciling,
     host: Host,
     bootstrap_secret: &str,
 ) -> Result<Step<Host>, Error> {
@@ -23,21 +23,15 @@ pub(super) fn ensure_deploying(
         MachineStatus::Allocated => true,
         // Released behind our back before it was ever provisioned: deploy
         // allocates it to us again in the same call.
-        MachineStatus::Ready => !r.mm.is_provisioned(),
+        MachineStatus::Ready => !r.object.is_provisioned(),
         _ => false,
     };
     if !needs_deploy {
         return Ok(Step::Continue(host));
     }
-    if !image_available(r)? {
-        return Err(Error::Retry(format!(
-            "{}: image {:?} not in MAAS",
-            r.key(),
-            r.mm.spec.image
-        )));
-    }
+    require_image(r)?;
 
-    let namespace = r.mm.metadata.namespace.clone();
+    let namespace = r.object.metadata.namespace.clone();
     let user_data = match r
         .ctx
         .kube
@@ -74,9 +68,9 @@ pub(super) fn ensure_deploying(
     }
 
     let request = DeployRequest {
-        image: Some(r.mm.spec.image.clone()),
+        image: Some(r.object.spec.image.clone()),
         user_data: Some(user_data),
-        ephemeral_deploy: r.mm.spec.deploy_in_memory,
+        ephemeral_deploy: r.object.spec.deploy_in_memory,
         agent_name: Some(r.agent_name()),
         comment: Some(format!("capmaas: {}", r.key())),
         ..DeployRequest::default()
@@ -85,7 +79,7 @@ pub(super) fn ensure_deploying(
         Ok(deploying) => {
             let message = format!(
                 "Deploying MAAS machine {system_id} with image {:?}",
-                r.mm.spec.image
+                r.object.spec.image
             );
             r.event(EventType::Normal, "MachineDeployStarted", &message);
             Ok(Step::Continue(deploying))
@@ -94,7 +88,7 @@ pub(super) fn ensure_deploying(
             r,
             format!(
                 "deploying {system_id} with image {:?}: {}",
-                r.mm.spec.image,
+                r.object.spec.image,
                 e.message()
             ),
         ),
@@ -102,7 +96,7 @@ pub(super) fn ensure_deploying(
     }
 }
 
-fn deploy_failed(r: &mut Reconciling, message: String) -> Result<Step<Host>, Error> {
+fn deploy_failed(r: &mut MachineReconciling, message: String) -> Result<Step<Host>, Error> {
     r.event(EventType::Warning, "MachineDeployFailed", &message);
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,

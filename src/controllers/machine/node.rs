@@ -6,7 +6,7 @@
 //! `spec.providerID` of a Node can be set only once: a Node that already
 //! carries another one is reported on the condition, not retried forever.
 
-use super::{poll_interval, Reconciling};
+use super::{poll_interval, MachineReconciling};
 use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster::API_SERVER_AVAILABLE;
@@ -17,7 +17,7 @@ use crate::controllers::Error;
 use crate::runtime::Action;
 
 pub(super) fn ensure_provider_id(
-    r: &mut Reconciling,
+    r: &mut MachineReconciling,
     cluster: &Cluster,
     maas_cluster: Option<&MaasCluster>,
     hostname: &str,
@@ -25,7 +25,7 @@ pub(super) fn ensure_provider_id(
     if conditions::is_true(&r.status.conditions, mm_api::NODE_PROVIDER_ID_SET) {
         return Ok(None);
     }
-    let Some(provider_id) = r.mm.spec.provider_id.clone() else {
+    let Some(provider_id) = r.object.spec.provider_id.clone() else {
         return Ok(None);
     };
     let api_up =
@@ -40,7 +40,7 @@ pub(super) fn ensure_provider_id(
         return Ok(None);
     }
 
-    let namespace = r.mm.metadata.namespace.clone();
+    let namespace = r.object.metadata.namespace.clone();
     let cluster_name = cluster.metadata.name.clone();
     let mut node = None;
     for candidate in node_names(hostname) {
@@ -116,7 +116,7 @@ pub(super) fn ensure_provider_id(
     Ok(None)
 }
 
-fn wait(r: &Reconciling) -> Action {
+fn wait(r: &MachineReconciling) -> Action {
     Action::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{dns, node, poll_interval, Owners, Reconciling};
+use super::{dns, node, poll_interval, MachineReconciling, Owners};
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
@@ -18,10 +18,14 @@ use crate::runtime::Action;
 /// After asking MAAS to power a deployed machine on.
 const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
 
-pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Result<Action, Error> {
+pub(super) fn observe(
+    r: &mut MachineReconciling,
+    host: &Host,
+    owners: &Owners,
+) -> Result<Action, Error> {
     record_host(r, host);
     let powered = host.power_state == PowerState::On;
-    let provisioned = r.mm.is_provisioned();
+    let provisioned = r.object.is_provisioned();
 
     let mut next = match (&host.status, powered) {
         (MachineStatus::Deployed, true) => {
@@ -139,7 +143,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
             host.status,
             MachineStatus::Deploying | MachineStatus::Deployed
         );
-    if r.is_control_plane {
+    if r.facts.is_control_plane {
         let ips = host.ip_addresses.clone();
         if let Some(dns_next) =
             dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, running)?
@@ -163,7 +167,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
 }
 
 /// `machineState`, `machinePowered`, `hostname`, `addresses` as MAAS reports them.
-fn record_host(r: &mut Reconciling, host: &Host) {
+fn record_host(r: &mut MachineReconciling, host: &Host) {
     r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
     r.status.machine_powered = host.power_state == PowerState::On;
     r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
@@ -189,13 +193,13 @@ fn addresses(host: &Host) -> Vec<MachineAddress> {
     out
 }
 
-fn transitional(r: &Reconciling) -> Action {
+fn transitional(r: &MachineReconciling) -> Action {
     Action::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
 }
 
 /// A state that needs a human: condition, failure fields, one event per new
 /// message. Cleared again once the machine is deployed and running.
-fn failed(r: &mut Reconciling, reason: &str, event_reason: &str, message: String) {
+fn failed(r: &mut MachineReconciling, reason: &str, event_reason: &str, message: String) {
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
         r.event(EventType::Warning, event_reason, &message);
     }
