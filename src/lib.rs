@@ -17,6 +17,7 @@
 //! simulator behind the `maas-sim` binary, used by tests and the local lab).
 
 pub mod api;
+pub mod backoff;
 pub mod controllers;
 pub mod kube;
 pub mod maas;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 
 use super::ports::{ApiWatch, WorkloadApi};
+use crate::backoff::Backoff;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -42,7 +43,7 @@ pub struct ApiPoller {
 struct Watched {
     cluster: String,
     due: Instant,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 impl ApiPoller {
@@ -111,7 +112,7 @@ impl Schedule {
         self.watched.entry(key).or_insert(Watched {
             cluster,
             due: now,
-            backoff: FIRST_BACKOFF,
+            backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
         });
     }
 
@@ -145,8 +146,7 @@ impl Schedule {
 
     fn failed(&mut self, key: &Key, now: Instant) {
         if let Some(entry) = self.watched.get_mut(key) {
-            entry.due = now + entry.backoff;
-            entry.backoff = (entry.backoff * 2).min(MAX_BACKOFF);
+            entry.due = now + entry.backoff.next_delay();
         }
     }
 }

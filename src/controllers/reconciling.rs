@@ -27,6 +27,7 @@ use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Condition, Desired};
 use crate::api::patch::merge_diff;
 use crate::api::ObjectMeta;
+use crate::kube;
 use crate::runtime::Action;
 
 /// One of our kinds, as the scaffold needs it.
@@ -71,7 +72,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
             status: old_status.clone().unwrap_or_default(),
             old_status,
             object,
-            now: crate::api::conditions::format_rfc3339(ctx.clock.now()),
+            now: kube::time::time_of_unix_seconds(ctx.clock.now()),
             summarize: true,
             done_with_object: false,
             facts: K::Facts::default(),
@@ -105,7 +106,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
     pub fn condition_age(&self, type_: &str) -> u64 {
         let now = self.ctx.clock.now();
         self.condition(type_)
-            .and_then(|c| conditions::parse_rfc3339(&c.last_transition_time))
+            .and_then(|c| kube::time::unix_seconds(&c.last_transition_time))
             .map(|since| now.saturating_sub(since))
             .unwrap_or(0)
     }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde_json::{json, Value};
 
-use super::{format_time, join_within};
+use super::join_within;
 use crate::kube::{self, resources::EVENTS, Client};
 
 /// Repeats closer together than this are aggregated into one Event.
@@ -237,7 +237,7 @@ impl Writer {
             occ.reason.clone(),
             occ.message.clone(),
         );
-        let timestamp = format_time(occ.at, false);
+        let timestamp = kube::time::time(occ.at);
         match self.series.get_mut(&key) {
             Some(series) if now.duration_since(series.last_seen) < DEDUP_WINDOW => {
                 series.count += 1;

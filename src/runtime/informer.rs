@@ -61,7 +61,8 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 
 use super::object::Head;
-use super::{random_between, Object, ObjectKey, Shutdown, Store};
+use super::{Object, ObjectKey, Shutdown, Store};
+use crate::backoff::{random_between, Backoff};
 use crate::kube::{self, Client, Resource, WatchEvent};
 use crate::metrics;
 
@@ -239,7 +240,8 @@ impl Informer {
             source: Box::new(source),
             store,
             handler: Box::new(handler),
-            backoff: Backoff::new(config.initial_backoff, config.max_backoff),
+            // client-go's jitter: each delay between one and two steps.
+            backoff: Backoff::new(config.initial_backoff, config.max_backoff).with_jitter(1.0, 2.0),
             watch_timeout: config.watch_timeout,
             shutdown,
         };
@@ -648,35 +650,6 @@ fn decode<T: Object>(name: &str, metric_label: &str, raw: &RawValue) -> Decoded<
     }
 }
 
-/// Exponential backoff with jitter: each delay is the current step plus up
-/// to the same again at random (client-go's jitter factor 1.0), capped at
-/// `max`; the step doubles per failure and resets on success.
-struct Backoff {
-    initial: Duration,
-    max: Duration,
-    step: Duration,
-}
-
-impl Backoff {
-    fn new(initial: Duration, max: Duration) -> Backoff {
-        Backoff {
-            initial,
-            max,
-            step: initial,
-        }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let delay = random_between(self.step, self.step * 2).min(self.max);
-        self.step = (self.step * 2).min(self.max);
-        delay
-    }
-
-    fn reset(&mut self) {
-        self.step = self.initial;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1001,19 +974,5 @@ mod tests {
         // The watch went on and resumes after the last event.
         h.wait_for_call("watch 4");
         assert_eq!(h.store.keys(), vec![ObjectKey::new("ns", "b")]);
-    }
-
-    #[test]
-    fn backoff_doubles_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(800), Duration::from_secs(30));
-        let first = b.next_delay();
-        assert!(first >= Duration::from_millis(800) && first <= Duration::from_millis(1600));
-        let second = b.next_delay();
-        assert!(second >= Duration::from_millis(1600));
-        for _ in 0..10 {
-            assert!(b.next_delay() <= Duration::from_secs(30));
-        }
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(1600));
     }
 }

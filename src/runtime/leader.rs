@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Value};
 
-use super::{format_time, random_between, random_u64};
+use crate::backoff::{random_between, random_u64};
 use crate::kube::{self, resources::LEASES, Client};
 use crate::metrics;
 
@@ -442,7 +442,7 @@ impl Elector {
     /// own last write without reading first.
     fn try_acquire_or_renew(&mut self, leading: bool) -> Result<bool, kube::Error> {
         let ns = Some(self.config.namespace.as_str());
-        let now = format_time(SystemTime::now(), true);
+        let now = kube::time::micro_time(SystemTime::now());
         if leading {
             if let Some(mut lease) = self.lease.clone() {
                 lease["spec"]["renewTime"] = json!(now);
@@ -526,7 +526,7 @@ impl Elector {
         let Some(mut lease) = self.lease.take() else {
             return;
         };
-        let now = format_time(SystemTime::now(), true);
+        let now = kube::time::micro_time(SystemTime::now());
         lease["spec"]["holderIdentity"] = json!("");
         lease["spec"]["leaseDurationSeconds"] = json!(1);
         lease["spec"]["renewTime"] = json!(now);

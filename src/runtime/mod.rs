@@ -87,8 +87,6 @@ mod queue;
 mod shutdown;
 mod workers;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 pub use cache::Store;
 pub use events::{EventRecorder, DEDUP_WINDOW};
 pub use informer::{Event, Informer, InformerConfig};
@@ -97,81 +95,3 @@ pub use object::{Object, ObjectKey};
 pub use queue::{RateLimit, WorkQueue};
 pub use shutdown::{join_within, listen_for_signals, Shutdown};
 pub use workers::{run_workers, spawn_resync, Action};
-
-/// 64 random bits, for jitter and identities. Falls back to the clock if
-/// the OS source fails: neither use needs cryptographic quality.
-fn random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => u64::from_le_bytes(bytes),
-        Err(_) => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-    }
-}
-
-/// `t` in RFC 3339 UTC, as Kubernetes writes `Time` (`micros == false`:
-/// `2006-01-02T15:04:05Z`) or `MicroTime` (`micros == true`:
-/// `2006-01-02T15:04:05.000000Z`).
-fn format_time(t: SystemTime, micros: bool) -> String {
-    let since_epoch = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since_epoch.as_secs();
-    let (days, of_day) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
-    let (h, m, s) = (of_day / 3600, of_day % 3600 / 60, of_day % 60);
-    if micros {
-        let us = since_epoch.subsec_micros();
-        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{us:06}Z")
-    } else {
-        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
-    }
-}
-
-/// Year, month, day of the `days`th day after 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, proleptic Gregorian).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// A duration picked uniformly at random in `[min, max]`.
-fn random_between(min: Duration, max: Duration) -> Duration {
-    if max <= min {
-        return min;
-    }
-    let fraction = (random_u64() >> 11) as f64 / (1u64 << 53) as f64;
-    min + (max - min).mul_f64(fraction)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats_kubernetes_times() {
-        let t = UNIX_EPOCH + Duration::from_micros(1_764_470_096_123_456);
-        assert_eq!(format_time(t, false), "2025-11-30T02:34:56Z");
-        assert_eq!(format_time(t, true), "2025-11-30T02:34:56.123456Z");
-        assert_eq!(format_time(UNIX_EPOCH, false), "1970-01-01T00:00:00Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(format_time(leap, false), "2000-02-29T00:00:00Z");
-    }
-
-    #[test]
-    fn random_between_stays_in_range() {
-        let (min, max) = (Duration::from_secs(300), Duration::from_secs(600));
-        let picks: Vec<_> = (0..100).map(|_| random_between(min, max)).collect();
-        assert!(picks.iter().all(|d| *d >= min && *d <= max));
-        assert!(picks.iter().any(|d| *d != picks[0]), "not constant");
-        assert_eq!(random_between(max, min), max);
-    }
-}
