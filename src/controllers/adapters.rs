@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::caches::Caches;
 use super::ports::*;
-use crate::api::capi::{self, Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::kube::resources::{MAAS_CLUSTERS, MAAS_MACHINES, NODES, SECRETS};
 use crate::kube::{self, Resource};
@@ -46,7 +46,7 @@ impl KubeApi for Kube {
         self.caches.clusters.get(&ObjectKey::new(namespace, name))
     }
 
-    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>> {
         self.caches.machines.get(&ObjectKey::new(namespace, name))
     }
 

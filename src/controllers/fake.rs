@@ -14,13 +14,13 @@ use serde_json::{json, Value};
 
 use super::ports::*;
 use super::{Context, Options};
-use crate::api::capi::{Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::kube;
 use crate::maas;
 use crate::maas::{
-    AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host, MachineStatus,
-    PowerState, ReleaseRequest,
+    AllocateRequest, BootResource, DeployRequest, DnsResource, MachineStatus, PowerState,
+    ReleaseRequest,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,7 +199,7 @@ impl KubeApi for FakeKube {
     fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
         self.read(CLUSTER, namespace, name)
     }
-    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>> {
         self.read(MACHINE, namespace, name)
     }
     fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>> {
@@ -267,7 +267,7 @@ pub struct Faults {
 
 #[derive(Default)]
 pub struct FakeMaas {
-    pub machines: Mutex<BTreeMap<String, Host>>,
+    pub machines: Mutex<BTreeMap<String, maas::Machine>>,
     pub agent_names: Mutex<HashMap<String, String>>,
     pub dns: Mutex<BTreeMap<i64, DnsResource>>,
     pub images: Mutex<Vec<BootResource>>,
@@ -306,7 +306,7 @@ impl FakeMaas {
     }
 
     pub fn add_ready(&self, system_id: &str, hostname: &str, zone: &str, cpus: u32, memory: u64) {
-        let host = Host {
+        let host = maas::Machine {
             system_id: system_id.into(),
             hostname: hostname.into(),
             fqdn: format!("{hostname}.maas"),
@@ -318,12 +318,12 @@ impl FakeMaas {
             cpu_count: cpus,
             memory,
             swap_size: Some(1 << 30),
-            ..Host::default()
+            ..maas::Machine::default()
         };
         lock(&self.machines).insert(system_id.into(), host);
     }
 
-    pub fn host(&self, system_id: &str) -> Host {
+    pub fn host(&self, system_id: &str) -> maas::Machine {
         lock(&self.machines)[system_id].clone()
     }
 
@@ -399,7 +399,7 @@ impl FakeMaas {
 }
 
 impl MaasApi for FakeMaas {
-    fn machine(&self, system_id: &str) -> Result<Host, maas::Error> {
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
         self.call("machine", system_id)?;
         lock(&self.machines)
             .get(system_id)
@@ -407,7 +407,7 @@ impl MaasApi for FakeMaas {
             .ok_or_else(|| Self::not_found("machine"))
     }
 
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, maas::Error> {
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
         self.call("machines_by_agent_name", "")?;
         let agents = lock(&self.agent_names);
         Ok(lock(&self.machines)
@@ -417,7 +417,7 @@ impl MaasApi for FakeMaas {
             .collect())
     }
 
-    fn allocate(&self, req: &AllocateRequest) -> Result<Host, maas::Error> {
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
         self.call("allocate", "")?;
         let mut machines = lock(&self.machines);
         let candidate = machines.values_mut().find(|h| {
@@ -464,7 +464,7 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, maas::Error> {
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
         self.call("deploy", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines

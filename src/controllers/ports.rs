@@ -21,22 +21,21 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::api::capi::{Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::kube;
 use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host,
-    ReleaseRequest,
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
 };
 
 pub trait MaasApi: Send + Sync {
-    fn machine(&self, system_id: &str) -> Result<Host, maas::Error>;
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error>;
     /// Machines whose `agent_name` is exactly this (release clears it).
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, maas::Error>;
-    fn allocate(&self, req: &AllocateRequest) -> Result<Host, maas::Error>;
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error>;
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error>;
     /// `PUT machines/<id>/ swap_size=0`.
     fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error>;
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, maas::Error>;
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error>;
     fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error>;
     fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
@@ -86,7 +85,7 @@ pub enum EventType {
 pub trait KubeApi: Send + Sync {
     // Reads, from the informer caches: the cached objects themselves.
     fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>>;
-    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>>;
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>>;
     fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>>;
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>>;
     /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`,

@@ -9,17 +9,17 @@
 use serde_json::json;
 
 use super::{MachineReconciling, Step};
-use crate::api::capi::Machine;
+use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{check_image, AllocateRequest, Machine as Host, ReleaseRequest};
+use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
 use crate::runtime::Action;
 
 pub(super) fn find_or_allocate(
     r: &mut MachineReconciling,
-    machine: &Machine,
-) -> Result<Step<Host>, Error> {
+    machine: &capi::Machine,
+) -> Result<Step<maas::Machine>, Error> {
     if let Some(system_id) = r.object.system_id().map(str::to_string) {
         match r.ctx.maas.machine(&system_id) {
             Ok(host) => return Ok(Step::Continue(host)),
@@ -100,7 +100,7 @@ pub(super) fn find_or_allocate(
 fn gone_from_maas(
     r: &mut MachineReconciling,
     system_id: &str,
-) -> Result<Option<Step<Host>>, Error> {
+) -> Result<Option<Step<maas::Machine>>, Error> {
     if r.object.is_provisioned() {
         let message = format!("MAAS machine {system_id} no longer exists");
         if r.status.failure_message.as_deref() != Some(message.as_str()) {
@@ -128,7 +128,7 @@ fn gone_from_maas(
 
 fn allocate_request(
     r: &MachineReconciling,
-    machine: &Machine,
+    machine: &capi::Machine,
     agent_name: String,
 ) -> AllocateRequest {
     let spec = &r.object.spec;
@@ -170,7 +170,7 @@ fn allocate_request(
 
 /// Persists `spec.providerID`, `spec.systemID`, `spec.failureDomain` right
 /// after allocation (or adoption).
-fn record_allocation(r: &mut MachineReconciling, host: &Host) -> Result<(), Error> {
+fn record_allocation(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), Error> {
     let provider_id = provider_id(&host.zone, &host.system_id);
     let zone = (!host.zone.is_empty()).then(|| host.zone.clone());
     let agent_name = r.agent_name();
@@ -208,7 +208,7 @@ fn record_allocation(r: &mut MachineReconciling, host: &Host) -> Result<(), Erro
 
 /// Two machines carry our identity only if an allocate answer was lost and
 /// retried; keep the first, give the others back.
-fn release_duplicate(r: &MachineReconciling, host: &Host) {
+fn release_duplicate(r: &MachineReconciling, host: &maas::Machine) {
     let request = ReleaseRequest {
         comment: Some(format!("capmaas: duplicate allocation for {}", r.key())),
         ..Default::default()

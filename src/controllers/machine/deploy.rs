@@ -10,15 +10,15 @@ use crate::api::maas_machine as mm_api;
 use crate::api::Desired;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{DeployRequest, Machine as Host, MachineStatus};
+use crate::maas::{self, DeployRequest, MachineStatus};
 
 /// Starts a deployment if the machine waits for one; otherwise passes the
 /// machine through unchanged.
 pub(super) fn ensure_deploying(
     r: &mut MachineReconciling,
-    host: Host,
+    host: maas::Machine,
     bootstrap_secret: &str,
-) -> Result<Step<Host>, Error> {
+) -> Result<Step<maas::Machine>, Error> {
     let needs_deploy = match host.status {
         MachineStatus::Allocated => true,
         // Released behind our back before it was ever provisioned: deploy
@@ -96,7 +96,10 @@ pub(super) fn ensure_deploying(
     }
 }
 
-fn deploy_failed(r: &mut MachineReconciling, message: String) -> Result<Step<Host>, Error> {
+fn deploy_failed(
+    r: &mut MachineReconciling,
+    message: String,
+) -> Result<Step<maas::Machine>, Error> {
     r.event(EventType::Warning, "MachineDeployFailed", &message);
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,

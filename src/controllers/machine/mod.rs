@@ -28,7 +28,7 @@ use std::time::Duration;
 use super::ports::Kind;
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
-use crate::api::capi::{self, Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{Condition, Desired};
 use crate::api::maas_machine::{self as mm_api, FINALIZER};
 use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus, ObjectMeta};
@@ -58,7 +58,7 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, E
 /// sets the owner reference after creating the object, and during deletion
 /// the owners may already be gone.
 pub(crate) struct Owners {
-    pub machine: Option<Arc<Machine>>,
+    pub machine: Option<Arc<capi::Machine>>,
     pub cluster: Option<Arc<Cluster>>,
     pub maas_cluster: Option<Arc<MaasCluster>>,
 }

@@ -12,7 +12,7 @@ use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{Machine as Host, MachineStatus, PowerState};
+use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
 
 /// After asking MAAS to power a deployed machine on.
@@ -20,7 +20,7 @@ const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
 
 pub(super) fn observe(
     r: &mut MachineReconciling,
-    host: &Host,
+    host: &maas::Machine,
     owners: &Owners,
 ) -> Result<Action, Error> {
     record_host(r, host);
@@ -167,7 +167,7 @@ pub(super) fn observe(
 }
 
 /// `machineState`, `machinePowered`, `hostname`, `addresses` as MAAS reports them.
-fn record_host(r: &mut MachineReconciling, host: &Host) {
+fn record_host(r: &mut MachineReconciling, host: &maas::Machine) {
     r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
     r.status.machine_powered = host.power_state == PowerState::On;
     r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
@@ -176,7 +176,7 @@ fn record_host(r: &mut MachineReconciling, host: &Host) {
 
 /// Every IP as ExternalIP and InternalIP, the FQDN as ExternalDNS and
 /// InternalDNS (as the Go provider reports them).
-fn addresses(host: &Host) -> Vec<MachineAddress> {
+fn addresses(host: &maas::Machine) -> Vec<MachineAddress> {
     let mut out = Vec::new();
     let entry = |type_: &str, address: &str| MachineAddress {
         type_: type_.into(),
@@ -213,7 +213,7 @@ fn failed(r: &mut MachineReconciling, reason: &str, event_reason: &str, message:
     r.status.failure_message = Some(message);
 }
 
-fn status_message(host: &Host) -> String {
+fn status_message(host: &maas::Machine) -> String {
     host.status_message.clone().unwrap_or_default()
 }
 
