@@ -3,6 +3,7 @@
 # libc at run time) and prints its size.
 #
 #   deploy/build-static.sh            -> target/x86_64-unknown-linux-musl/release/capmaas
+#   CARGO_TARGET_DIR=DIR deploy/build-static.sh   -> DIR/x86_64-unknown-linux-musl/release/capmaas
 #
 # Installs what is missing: the rustup target and musl-gcc (Debian/Ubuntu
 # package musl-tools; ring compiles a little C and assembly with it).
@@ -31,7 +32,7 @@ cd "$root"
 # one codegen unit, stripped, panic = abort.
 CC_x86_64_unknown_linux_musl=musl-gcc \
   cargo build --locked --release --target "$target" --bin capmaas
-bin=$root/target/$target/release/capmaas
+bin=${CARGO_TARGET_DIR:-$root/target}/$target/release/capmaas
 bytes=$(stat -c %s "$bin")
 echo "$bin"
 echo "size: $bytes bytes ($(awk -v b="$bytes" 'BEGIN { printf "%.2f MiB", b / 1048576 }'))"

@@ -58,7 +58,7 @@ impl Backoff {
 /// the OS source fails: neither use needs cryptographic quality.
 pub fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
-    match getrandom::fill(&mut bytes) {
+    match getrandom::getrandom(&mut bytes) {
         Ok(()) => u64::from_le_bytes(bytes),
         Err(_) => SystemTime::now()
             .duration_since(UNIX_EPOCH)

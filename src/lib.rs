@@ -14,11 +14,11 @@
 //!   the watch stream.
 //! - [`maas`]: the blocking MAAS client; knows nothing of Kubernetes.
 //!
-//! Beside them: [`serve`] (health probes and Prometheus metrics), [`metrics`]
-//! (the process-wide registry every layer records into), [`backoff`] (the
-//! one jittered exponential backoff, used by the runtime and the MAAS
-//! client) and [`sim`] (the MAAS simulator behind the `maas-sim` binary,
-//! used by tests and the local lab).
+//! Beside them: [`serve`] (health probes and Prometheus metrics),
+//! [`metrics`] (the process-wide registry every layer records into) and
+//! [`backoff`] (the one jittered exponential backoff, used by the runtime
+//! and the MAAS client). The MAAS simulator the tests run against is not
+//! part of the product: it is its own package, `tests/maas-sim`.
 
 pub mod api;
 pub mod backoff;
@@ -28,4 +28,3 @@ pub mod maas;
 pub mod metrics;
 pub mod runtime;
 pub mod serve;
-pub mod sim;

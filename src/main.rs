@@ -32,13 +32,14 @@ FLAGS:
     --namespace NS                         watch only this namespace (default: all)
     --watch-filter VALUE                   only objects labelled cluster.x-k8s.io/watch-filter=VALUE
                                            (default: no filter)
-    --maascluster-concurrency N            MaasCluster workers (default: 10)
-    --maasmachine-concurrency N            MaasMachine workers (default: 10)
-    --sync-period DURATION                 re-reconcile every object this often (default: 10m)
+    --maascluster-concurrency N            MaasCluster workers (default: 10; 1 to 256)
+    --maasmachine-concurrency N            MaasMachine workers (default: 10; 1 to 256)
+    --sync-period DURATION                 re-reconcile every object this often (default: 10m;
+                                           1s to 24h)
     --leader-elect[=BOOL]                  elect a leader with a Lease (default: false)
-    --leader-elect-lease-duration DURATION (default: 15s)
-    --leader-elect-renew-deadline DURATION (default: 10s)
-    --leader-elect-retry-period DURATION   (default: 2s)
+    --leader-elect-lease-duration DURATION (default: 15s; 1s to 1h)
+    --leader-elect-renew-deadline DURATION (default: 10s; 100ms to 1h; below the lease)
+    --leader-elect-retry-period DURATION   (default: 2s; 100ms to 1h; renew > 1.2 x retry)
     --leader-election-id NAME              the Lease's name (default: capmaas-leader-election)
     --leader-election-namespace NS         the Lease's namespace (default: the pod's namespace,
                                            else the kubeconfig's, else default)
@@ -50,11 +51,12 @@ FLAGS:
                                            non-admin MAAS key (default: false)
     --release-erase[=BOOL]                 erase disks when releasing machines (default: false)
     --shutdown-timeout DURATION            how long running reconciles may finish on SIGTERM
-                                           (default: 30s)
+                                           (default: 30s; 0s to 1h)
     -h, --help                             print this help
     -V, --version                          print the version
 
-DURATION is a number with a unit: 500ms, 15s, 10m, 2h, 1m30s.
+DURATION is a number with a unit: 500ms, 15s, 10m, 2h, 1m30s. ADDR is IP:PORT or :PORT.
+Values out of range are refused at start with the flag's name and range.
 ";
 
 /// Every setting, from flags and the environment.
@@ -143,11 +145,14 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
                 }
             }
         };
+        if value.len() > MAX_VALUE_LEN {
+            return Err(format!("--{name}: value too long ({} bytes)", value.len()));
+        }
         let value = value.as_str();
         match name {
-            "kubeconfig" => config.kubeconfig = Some(PathBuf::from(value)),
-            "namespace" => config.namespace = non_empty(value),
-            "watch-filter" => config.watch_filter = non_empty(value),
+            "kubeconfig" => config.kubeconfig = Some(parse_path(name, value)?),
+            "namespace" => config.namespace = parse_name(name, value, NameRule::Label)?,
+            "watch-filter" => config.watch_filter = parse_name(name, value, NameRule::LabelValue)?,
             "maascluster-concurrency" => config.maascluster_concurrency = parse_count(name, value)?,
             "maasmachine-concurrency" => config.maasmachine_concurrency = parse_count(name, value)?,
             "sync-period" => config.sync_period = parse_duration(name, value)?,
@@ -155,34 +160,59 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
             "leader-elect-lease-duration" => config.lease_duration = parse_duration(name, value)?,
             "leader-elect-renew-deadline" => config.renew_deadline = parse_duration(name, value)?,
             "leader-elect-retry-period" => config.retry_period = parse_duration(name, value)?,
-            "leader-election-id" => config.leader_election_id = value.to_string(),
-            "leader-election-namespace" => config.leader_election_namespace = non_empty(value),
+            "leader-election-id" => {
+                config.leader_election_id = parse_name(name, value, NameRule::Subdomain)?
+                    .ok_or_else(|| format!("--{name}: must not be empty"))?
+            }
+            "leader-election-namespace" => {
+                config.leader_election_namespace = parse_name(name, value, NameRule::Label)?
+            }
             "metrics-bind-address" => config.metrics_bind_address = parse_address(name, value)?,
             "health-probe-bind-address" => {
                 config.health_probe_bind_address = parse_address(name, value)?
             }
-            "maas-ca-file" => config.maas_ca_file = Some(PathBuf::from(value)),
+            "maas-ca-file" => config.maas_ca_file = Some(parse_path(name, value)?),
             "no-swap-update" => config.options.no_swap_update = parse_bool(name, value)?,
             "release-erase" => config.options.release_erase = parse_bool(name, value)?,
             "shutdown-timeout" => config.shutdown_timeout = parse_duration(name, value)?,
             _ => return Err(format!("unknown flag --{name} (see --help)")),
         }
     }
-    if config.sync_period.is_zero() {
-        return Err("--sync-period must be more than 0".into());
-    }
+    check_leader_timing(&config)?;
     Ok(Parsed::Run(Box::new(config)))
 }
 
-fn non_empty(value: &str) -> Option<String> {
-    (!value.is_empty()).then(|| value.to_string())
+/// Longest flag value read at all: no legitimate value comes near it, and a
+/// bound keeps every error message short.
+const MAX_VALUE_LEN: usize = 4096;
+
+/// The range each duration flag accepts: a zero or a year-long period is a
+/// typo, not a setting, and refusing it at start beats a busy loop or an
+/// overflow later.
+fn duration_range(name: &str) -> (Duration, Duration) {
+    let ms = Duration::from_millis;
+    let s = Duration::from_secs;
+    match name {
+        // Every object re-reconciled; below 1s the resync is a busy loop.
+        "sync-period" => (s(1), s(24 * 3600)),
+        "leader-elect-lease-duration" => (s(1), s(3600)),
+        "leader-elect-renew-deadline" | "leader-elect-retry-period" => (ms(100), s(3600)),
+        // 0 is allowed: stop at once on SIGTERM.
+        "shutdown-timeout" => (Duration::ZERO, s(3600)),
+        _ => (ms(1), s(24 * 3600)),
+    }
 }
+
+/// Worker threads per kind: at least one, at most what a MAAS region and an
+/// API server should be asked to serve from one process.
+const MAX_CONCURRENCY: usize = 256;
 
 fn parse_count(name: &str, value: &str) -> Result<usize, String> {
     match value.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
+        Ok(n) if (1..=MAX_CONCURRENCY).contains(&n) => Ok(n),
         _ => Err(format!(
-            "--{name}: expected a positive number, got {value:?}"
+            "--{name}: expected a whole number from 1 to {MAX_CONCURRENCY}, got {}",
+            shown(value)
         )),
     }
 }
@@ -191,39 +221,84 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
     match value {
         "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),
-        _ => Err(format!("--{name}: expected true or false, got {value:?}")),
+        _ => Err(format!(
+            "--{name}: expected true or false, got {}",
+            shown(value)
+        )),
     }
 }
 
-/// `500ms`, `15s`, `10m`, `2h`, `1m30s` (Go's `time.ParseDuration` subset).
+/// `500ms`, `15s`, `10m`, `2h`, `1m30s` (Go's `time.ParseDuration` subset),
+/// within the flag's [`duration_range`]. Overflow is an error, never a
+/// panic.
 fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
-    let bad = || format!("--{name}: expected a duration such as 30s, 10m or 1h30m, got {value:?}");
-    let mut total = Duration::ZERO;
-    let mut rest = value;
-    if rest.is_empty() {
+    let bad = || {
+        format!(
+            "--{name}: expected a duration such as 30s, 10m or 1h30m, got {}",
+            shown(value)
+        )
+    };
+    let (min, max) = duration_range(name);
+    let out_of_range = || {
+        format!(
+            "--{name}: {} is out of range; expected {} to {}",
+            shown(value),
+            human(min),
+            human(max)
+        )
+    };
+    if value.is_empty() || value.len() > 64 {
         return Err(bad());
     }
+    let mut total = Duration::ZERO;
+    let mut rest = value;
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        // A number too big for u64 is out of range, not malformed.
+        let number: u64 = rest[..digits].parse().map_err(|_| out_of_range())?;
         rest = &rest[digits..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit())
             .unwrap_or(rest.len());
         let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(number),
-            "s" => Duration::from_secs(number),
-            "m" => Duration::from_secs(number * 60),
-            "h" => Duration::from_secs(number * 3600),
+            "ms" => Some(Duration::from_millis(number)),
+            "s" => Some(Duration::from_secs(number)),
+            "m" => number.checked_mul(60).map(Duration::from_secs),
+            "h" => number.checked_mul(3600).map(Duration::from_secs),
             _ => return Err(bad()),
         };
-        total += part;
+        total = part
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(out_of_range)?;
         rest = &rest[unit_len..];
+    }
+    if total < min || total > max {
+        return Err(out_of_range());
     }
     Ok(total)
 }
 
-/// `host:port`, `:port` (all interfaces), or `0` (disabled).
+/// A duration as the flags write it (`90s` → `1m30s`).
+fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let (h, m, s, ms) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    for (n, unit) in [(h, "h"), (m, "m"), (s, "s"), (ms, "ms")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
+}
+
+/// `host:port`, `:port` (all interfaces), or `0` (disabled). The port must
+/// be a real one: port 0 would bind somewhere no probe or scraper can know.
 fn parse_address(name: &str, value: &str) -> Result<Option<SocketAddr>, String> {
     if value == "0" || value.is_empty() {
         return Ok(None);
@@ -232,9 +307,109 @@ fn parse_address(name: &str, value: &str) -> Result<Option<SocketAddr>, String> 
         Some(port) => format!("0.0.0.0:{port}"),
         None => value.to_string(),
     };
-    full.parse()
-        .map(Some)
-        .map_err(|_| format!("--{name}: expected host:port, :port or 0, got {value:?}"))
+    let addr: SocketAddr = full.parse().map_err(|_| {
+        format!(
+            "--{name}: expected host:port (an IP address and a port), :port or 0, got {}",
+            shown(value)
+        )
+    })?;
+    if addr.port() == 0 {
+        return Err(format!(
+            "--{name}: port 0 is not allowed (use 0 alone to disable), got {}",
+            shown(value)
+        ));
+    }
+    Ok(Some(addr))
+}
+
+fn parse_path(name: &str, value: &str) -> Result<PathBuf, String> {
+    if value.is_empty() || value.len() > MAX_VALUE_LEN || value.contains('\0') {
+        return Err(format!(
+            "--{name}: expected a file path, got {}",
+            shown(value)
+        ));
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Which Kubernetes naming rule a flag value follows.
+#[derive(Clone, Copy)]
+enum NameRule {
+    /// RFC 1123 label: namespaces (63 characters, `a-z 0-9 -`).
+    Label,
+    /// RFC 1123 subdomain: object names such as the Lease (253, also `.`).
+    Subdomain,
+    /// A label value: 63 characters of `A-Z a-z 0-9 - _ .`, starting and
+    /// ending alphanumeric.
+    LabelValue,
+}
+
+/// An empty value means "unset"; anything else must follow `rule`, so a
+/// typo fails at start instead of as a 400 from the API server later.
+fn parse_name(name: &str, value: &str, rule: NameRule) -> Result<Option<String>, String> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let (max, allowed, what): (usize, fn(char) -> bool, &str) = match rule {
+        NameRule::Label => (
+            63,
+            |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-',
+            "a namespace name (at most 63 of a-z, 0-9, '-')",
+        ),
+        NameRule::Subdomain => (
+            253,
+            |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.',
+            "an object name (at most 253 of a-z, 0-9, '-', '.')",
+        ),
+        NameRule::LabelValue => (
+            63,
+            |c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'),
+            "a label value (at most 63 of A-Z, a-z, 0-9, '-', '_', '.')",
+        ),
+    };
+    let ends_ok = value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if value.len() > max || !value.chars().all(allowed) || !ends_ok {
+        return Err(format!(
+            "--{name}: expected {what}, starting and ending with a letter or digit, got {}",
+            shown(value)
+        ));
+    }
+    Ok(Some(value.to_string()))
+}
+
+/// client-go's rule for the election timings, checked here so that a wrong
+/// combination fails before anything starts (also without --leader-elect,
+/// so that turning it on later cannot surprise).
+fn check_leader_timing(config: &Config) -> Result<(), String> {
+    if config.lease_duration <= config.renew_deadline {
+        return Err(format!(
+            "--leader-elect-lease-duration ({}) must be longer than --leader-elect-renew-deadline ({})",
+            human(config.lease_duration),
+            human(config.renew_deadline)
+        ));
+    }
+    if config.renew_deadline <= config.retry_period.mul_f64(1.2) {
+        return Err(format!(
+            "--leader-elect-renew-deadline ({}) must be longer than 1.2 x --leader-elect-retry-period ({})",
+            human(config.renew_deadline),
+            human(config.retry_period)
+        ));
+    }
+    Ok(())
+}
+
+/// A flag value quoted for an error message, cut short if long.
+fn shown(value: &str) -> String {
+    const MAX: usize = 80;
+    if value.len() <= MAX {
+        return format!("{value:?}");
+    }
+    let mut cut = MAX;
+    while !value.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{:?}... ({} bytes)", &value[..cut], value.len())
 }
 
 /// MAAS_ENDPOINT and MAAS_API_KEY; the key never appears in a message.
@@ -257,7 +432,7 @@ fn maas_client(config: &Config) -> Result<maas::Client, String> {
         client_config.extra_ca_pem = Some(pem);
     }
     maas::Client::new(client_config)
-        .map_err(|e| format!("MAAS client for {}: {e}", endpoint.trim()))
+        .map_err(|e| format!("MAAS client for {}: {e}", maas::redact_url(endpoint.trim())))
 }
 
 fn main() -> ExitCode {
@@ -513,6 +688,94 @@ mod tests {
         };
         assert!(!at("ureq_proto::util", Trace), "RUST_LOG=trace is capped");
         assert!(at("ureq_proto::util", Debug) && at("capmaas", Trace));
+    }
+
+    /// Issue 12 item 6: this value made `parse_duration` overflow and the
+    /// process abort (rc 134) before it printed anything.
+    #[test]
+    fn overflowing_and_out_of_range_values_are_errors_not_panics() {
+        for (args, needle) in [
+            (
+                vec!["--sync-period", "18446744073709551615s1s"],
+                "out of range",
+            ),
+            (
+                vec!["--sync-period", "18446744073709551615h"],
+                "out of range",
+            ),
+            (
+                vec!["--sync-period", "99999999999999999999999s"],
+                "out of range",
+            ),
+            (vec!["--sync-period", "0s"], "out of range"),
+            (vec!["--sync-period", "25h"], "expected 1s to 24h"),
+            (vec!["--shutdown-timeout", "2h"], "--shutdown-timeout"),
+            (
+                vec!["--leader-elect-lease-duration", "500ms"],
+                "out of range",
+            ),
+            (vec!["--leader-elect-retry-period", "1ms"], "out of range"),
+            (
+                vec!["--maasmachine-concurrency", "18446744073709551616"],
+                "1 to 256",
+            ),
+            (vec!["--maasmachine-concurrency", "257"], "1 to 256"),
+            (vec!["--maasmachine-concurrency", "-1"], "1 to 256"),
+            (
+                vec!["--metrics-bind-address", "127.0.0.1:99999"],
+                "host:port",
+            ),
+            (
+                vec!["--metrics-bind-address", "localhost:8080"],
+                "IP address",
+            ),
+            (vec!["--health-probe-bind-address", ":0"], "port 0"),
+            (vec!["--namespace", "Team_A"], "namespace name"),
+            (vec!["--leader-election-namespace", "-x"], "namespace name"),
+            (vec!["--leader-election-id", ""], "must not be empty"),
+            (vec!["--leader-election-id", "a/b"], "object name"),
+            (vec!["--watch-filter", "a b"], "label value"),
+            (vec!["--kubeconfig", ""], "file path"),
+            (
+                vec!["--leader-elect-renew-deadline", "20s"],
+                "must be longer than",
+            ),
+            (
+                vec!["--leader-elect-retry-period", "9s"],
+                "1.2 x --leader-elect-retry-period",
+            ),
+        ] {
+            let err = parse(&args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+            assert!(
+                err.contains(args[0]),
+                "{args:?}: {err} does not name the flag"
+            );
+        }
+        let long = "9".repeat(10_000);
+        let err = parse(&["--sync-period", &long]).unwrap_err();
+        assert!(err.len() < 200, "{err}");
+    }
+
+    #[test]
+    fn boundaries_are_inclusive() {
+        let c = parse(&[
+            "--sync-period=24h",
+            "--shutdown-timeout=0s",
+            "--maascluster-concurrency=256",
+            "--leader-elect-lease-duration=1s",
+            "--leader-elect-renew-deadline=500ms",
+            "--leader-elect-retry-period=100ms",
+            "--leader-election-id=a.b-c",
+            "--watch-filter=Team_A.1",
+            "--metrics-bind-address=[::1]:65535",
+        ])
+        .unwrap();
+        assert_eq!(c.sync_period, Duration::from_secs(24 * 3600));
+        assert_eq!(c.shutdown_timeout, Duration::ZERO);
+        assert_eq!(c.maascluster_concurrency, 256);
+        assert_eq!(c.watch_filter.as_deref(), Some("Team_A.1"));
+        assert_eq!(human(Duration::from_millis(3_723_004)), "1h2m3s4ms");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use capmaas::maas::{MachineFilter, MachineStatus};
 use serde_json::json;
 use support::maas_sim::MaasSim;
 use support::story::{
-    self, capmaas_bin, maas_sim_bin, metric_sum, Capmaas, LabOptions, Snapshot, StoryLab, CLUSTER,
+    self, capmaas_bin, metric_sum, Capmaas, LabOptions, Snapshot, StoryLab, CLUSTER,
 };
 
 /// One benchmark at a time: they share 2 cores and one control plane.
@@ -229,7 +229,7 @@ fn memory_idle_and_with_1000_machines() {
     print_machine();
     let machines: usize = env_or("BENCH_MACHINES", 1000);
     let cp = support::control_plane();
-    let sim = MaasSim::start(maas_sim_bin(), None);
+    let sim = MaasSim::start(None);
     let dir = support::tempdir("bench-memory").unwrap();
     let mut capmaas = Capmaas::start(
         &bench_bin(),

@@ -282,11 +282,7 @@ fn readme_story_with_real_cluster_api_core() {
         capi.version,
         capi.log.display()
     );
-    let sim = MaasSim::start_with_args(
-        env!("CARGO_BIN_EXE_maas-sim"),
-        None,
-        &["--deploy-seconds", "5"],
-    );
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "5"]);
     let maas = sim.client();
     let capmaas = Capmaas::start(
         &support::story::capmaas_bin(),

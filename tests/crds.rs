@@ -357,12 +357,43 @@ fn machine_image_cpu_and_memory_are_immutable() {
         let err = merge_patch(cp, &ns, "maasmachine/m", patch).unwrap_err();
         assert!(err.contains(message), "{patch}: {err}");
     }
-    // The controller writes these after allocation; they stay mutable.
+    // The controller writes these once, after allocation.
     merge_patch(
         cp,
         &ns,
         "maasmachine/m",
         r#"{"spec":{"systemID":"x1","providerID":"maas:///az1/x1","failureDomain":"az1","tags":["a"]}}"#,
+    )
+    .unwrap();
+    // From then on nobody re-points the object at another machine, nor
+    // clears the fields to set others.
+    for (patch, message) in [
+        (
+            r#"{"spec":{"systemID":"victim"}}"#,
+            "maas machine system ID change is not allowed",
+        ),
+        (
+            r#"{"spec":{"systemID":null}}"#,
+            "maas machine system ID change is not allowed",
+        ),
+        (
+            r#"{"spec":{"providerID":"maas:///az1/victim"}}"#,
+            "maas machine provider ID change is not allowed",
+        ),
+        (
+            r#"{"spec":{"providerID":null}}"#,
+            "maas machine provider ID change is not allowed",
+        ),
+    ] {
+        let err = merge_patch(cp, &ns, "maasmachine/m", patch).unwrap_err();
+        assert!(err.contains(message), "{patch}: {err}");
+    }
+    // Writing the same values again is not a change; the zone stays writable.
+    merge_patch(
+        cp,
+        &ns,
+        "maasmachine/m",
+        r#"{"spec":{"systemID":"x1","providerID":"maas:///az1/x1","failureDomain":"az2"}}"#,
     )
     .unwrap();
     // Re-applying the same values is not a change.

@@ -149,19 +149,27 @@ fn manager_deployment_is_hardened_and_wired_to_the_credentials() {
 }
 
 /// `kubectl auth can-i` as the manager's ServiceAccount, for a rule written
-/// `VERB RESOURCE[/SUBRESOURCE] WHERE`: WHERE is `*` (all namespaces), `ns`
-/// (the test's namespace) or a namespace name. Resources are resolved by
-/// kubectl's discovery, so plural names suffice.
+/// `VERB RESOURCE[/SUBRESOURCE] WHERE [NAME]`: WHERE is `*` (all
+/// namespaces), `ns` (the test's namespace) or a namespace name; NAME asks
+/// about one object. Resources are resolved by kubectl's discovery, so
+/// plural names suffice.
 fn can(cp: &ControlPlane, rule: &str, test_ns: &str) -> bool {
-    let [verb, resource, place] = rule.split_whitespace().collect::<Vec<_>>()[..] else {
-        panic!("bad rule {rule:?}")
+    let words: Vec<&str> = rule.split_whitespace().collect();
+    let (verb, resource, place, name) = match words[..] {
+        [verb, resource, place] => (verb, resource, place, None),
+        [verb, resource, place, name] => (verb, resource, place, Some(name)),
+        _ => panic!("bad rule {rule:?}"),
     };
     // `kubectl auth can-i VERB RESOURCE/NAME` reads a slash as a name.
     let (resource, subresource) = match resource.split_once('/') {
         Some((r, sub)) => (r, Some(format!("--subresource={sub}"))),
         None => (resource, None),
     };
-    let mut args = vec!["auth", "can-i", verb, resource, "--as", SA];
+    let resource = match name {
+        Some(name) => format!("{resource}/{name}"),
+        None => resource.to_string(),
+    };
+    let mut args = vec!["auth", "can-i", verb, resource.as_str(), "--as", SA];
     args.extend(subresource.as_deref());
     match place {
         "*" => args.push("--all-namespaces"),
@@ -199,10 +207,11 @@ fn service_account_may_do_what_the_manager_does() {
         // Events in any namespace, deduplicated by patching.
         "create events ns",
         "patch events ns",
-        // The leader-election Lease in the manager's namespace.
-        "get leases capmaas-system",
+        // The leader-election Lease in the manager's namespace, by name;
+        // create cannot be limited by name (the name is in the body).
+        "get leases capmaas-system capmaas-leader-election",
+        "update leases capmaas-system capmaas-leader-election",
         "create leases capmaas-system",
-        "update leases capmaas-system",
     ];
     for rule in allowed {
         assert!(can(cp, rule, &ns), "{SA} is denied: {rule}");
@@ -237,10 +246,15 @@ fn service_account_may_not_do_more() {
         "delete machines ns",
         "update clusters ns",
         "patch clusters/status ns",
-        // Leases only in the manager's own namespace, never deleted.
+        // Leases only in the manager's own namespace, never deleted, and
+        // only its own Lease read or written (issue 12 item 9).
         "create leases ns",
         "update leases kube-system",
         "delete leases capmaas-system",
+        "get leases capmaas-system other-lease",
+        "update leases capmaas-system other-lease",
+        "update leases capmaas-system",
+        "list leases capmaas-system",
         // Reads come from the watch caches.
         "get maasmachines ns",
         "get machines ns",

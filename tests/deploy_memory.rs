@@ -211,7 +211,7 @@ fn resident_memory_with_machines_cached() {
         started.elapsed()
     );
 
-    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    let sim = MaasSim::start(None);
     let metrics_port = free_port();
     // CAPMAAS_BENCH_BIN: measure another build, e.g. the static musl one.
     let bin = std::env::var("CAPMAAS_BENCH_BIN")

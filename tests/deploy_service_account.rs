@@ -96,7 +96,7 @@ fn manager_reconciles_as_its_service_account_without_a_403() {
 
     let dir = support::tempdir("capmaas-sa").unwrap();
     let kubeconfig = service_account_kubeconfig(cp, &dir);
-    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    let sim = MaasSim::start(None);
     let health_port = free_port();
     let log = dir.join("capmaas.log");
     let child = Command::new(env!("CARGO_BIN_EXE_capmaas"))

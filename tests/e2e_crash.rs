@@ -75,7 +75,7 @@ impl Rng {
             Ok(s) => s.parse().expect("CAPMAAS_CRASH_SEED is a u64"),
             Err(_) => {
                 let mut bytes = [0u8; 8];
-                getrandom::fill(&mut bytes).expect("getrandom");
+                getrandom::getrandom(&mut bytes).expect("getrandom");
                 u64::from_le_bytes(bytes)
             }
         };
@@ -622,7 +622,7 @@ fn setup(prefix: &str) -> (Crash, NodeHelper) {
         let hostname = string(&machine["hostname"]);
         machine["hostname"] = json!(format!("{prefix}-{hostname}"));
     }
-    let sim = MaasSim::start(support::story::maas_sim_bin(), Some(&inventory));
+    let sim = MaasSim::start(Some(&inventory));
     // Long enough that kills land while machines deploy and release.
     sim.set_timings(3.0, 1.0);
     let base = sim.base.clone();

@@ -267,7 +267,7 @@ fn the_story_as_the_deploy_service_account_without_a_403() {
         let hostname = string(&machine["hostname"]);
         machine["hostname"] = json!(format!("{PREFIX}-{hostname}"));
     }
-    let sim = MaasSim::start(support::story::maas_sim_bin(), Some(&inventory));
+    let sim = MaasSim::start(Some(&inventory));
     sim.set_timings(1.0, 0.5);
     let base = sim.base.clone();
     let _nodes = NodeHelper::start(cp, move || sim_views(&base));

@@ -163,7 +163,7 @@ fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scena
         let hostname = machine["hostname"].as_str().unwrap().to_string();
         machine["hostname"] = json!(format!("{prefix}-{hostname}"));
     }
-    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), Some(&inventory));
+    let sim = MaasSim::start(Some(&inventory));
     sim.set_timings(1.0, 0.5);
     let base = sim.base.clone();
     let nodes = NodeHelper::start(cp, move || sim_views(&base));
@@ -531,7 +531,7 @@ fn lost_answers_and_maas_outages_never_leak_or_wipe() {
 fn sigterm_releases_the_lease_and_exits_cleanly() {
     let cp = support::control_plane();
     let ns = cp.new_namespace("lease");
-    let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);
+    let sim = MaasSim::start(None);
     let log = cp.dir.join(format!("capmaas-{ns}.log"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_capmaas"))
         .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))

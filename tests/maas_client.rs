@@ -12,10 +12,8 @@ use capmaas::maas::{
 use serde_json::json;
 use support::maas_sim::MaasSim;
 
-const SIM: &str = env!("CARGO_BIN_EXE_maas-sim");
-
 fn sim() -> MaasSim {
-    MaasSim::start(SIM, None)
+    MaasSim::start(None)
 }
 
 fn allocate_cp(client: &Client, agent: &str) -> capmaas::maas::Machine {
@@ -467,7 +465,7 @@ fn power_update_owner_data_and_not_found() {
 
 #[test]
 fn release_of_deployed_machine_goes_through_releasing() {
-    let sim = MaasSim::start_with_args(SIM, None, &["--release-seconds", "600"]);
+    let sim = MaasSim::start_with_args(None, &["--release-seconds", "600"]);
     let client = sim.client();
     let host = allocate_cp(&client, "r");
     client
@@ -511,13 +509,16 @@ fn failed_deployment_and_broken_machines() {
         .deploy(&host.system_id, &DeployRequest::default())
         .unwrap_err();
     assert!(err.is_conflict());
+    // A failed deployment leaves the machine on (MAAS's mark_failed does not
+    // power it off), so its release waits for the power-off.
     assert_eq!(
         client
             .release(&host.system_id, &ReleaseRequest::default())
             .unwrap()
             .status,
-        MachineStatus::Ready
+        MachineStatus::Releasing
     );
+    assert_eq!(sim.complete(&host.system_id), "Ready");
 
     let other = allocate_cp(&client, "g");
     sim.mark_broken(&other.system_id);

@@ -2,20 +2,30 @@
 //! Prometheus see, and that misbehaving clients cannot take the probes down.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capmaas::runtime::LeaderGate;
-use capmaas::serve::{self, Health, MAX_CONNECTIONS, MAX_REQUEST_BYTES};
+use capmaas::serve::{self, Health, Routes, MAX_PER_PEER, MAX_REQUEST_BYTES};
 
-/// The server, its health and the leader gate it reads.
+/// The probe server, its health and the leader gate that health reads.
 fn start() -> (SocketAddr, Arc<Health>, LeaderGate) {
     let gate = LeaderGate::standby();
     let health = Arc::new(Health::new(gate.clone()));
-    let (addr, _thread) =
-        serve::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&health)).unwrap();
+    let (addr, _thread) = serve::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Routes::Probes(Arc::clone(&health)),
+    )
+    .unwrap();
     (addr, health, gate)
+}
+
+fn start_metrics() -> SocketAddr {
+    serve::start("127.0.0.1:0".parse().unwrap(), Routes::Metrics)
+        .unwrap()
+        .0
 }
 
 /// Sends `raw`, returns (status code, head, body) of the response.
@@ -64,7 +74,7 @@ fn probes_follow_health() {
 
 #[test]
 fn metrics_renders_the_registry() {
-    let (addr, _health, _gate) = start();
+    let addr = start_metrics();
     capmaas::metrics::counter_inc(
         "serve_test_requests_total",
         "Requests seen by the serve test.",
@@ -115,58 +125,109 @@ fn bad_requests_get_http_errors() {
     assert!(text.starts_with("HTTP/1.1 431 "), "{text}");
 }
 
+/// Issue 12 item 3: the probe port binds all interfaces by default, so it
+/// must not hand out /metrics (whose own address defaults to loopback).
 #[test]
-fn idle_connections_cannot_starve_the_probes() {
-    let (addr, _health, _gate) = start();
-    // A client that connects and never sends holds one slot only.
-    let idle = TcpStream::connect(addr).unwrap();
-    assert_eq!(get(addr, "/healthz").0, 200);
-
-    // Filling every slot turns further connections away instead of queueing
-    // them behind the idle ones...
-    let mut hogs: Vec<TcpStream> = (1..MAX_CONNECTIONS)
-        .map(|_| TcpStream::connect(addr).unwrap())
-        .collect();
-    hogs.push(idle);
-    let refused = wait_until(|| {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n");
-        let mut buf = [0u8; 16];
-        matches!(s.read(&mut buf), Ok(0) | Err(_))
-    });
-    assert!(
-        refused,
-        "connections beyond MAX_CONNECTIONS were not turned away"
-    );
-
-    // ...and once they go, the probes answer again.
-    for hog in &hogs {
-        hog.shutdown(Shutdown::Both).unwrap();
+fn each_listener_serves_only_its_own_routes() {
+    let (probes, health, _gate) = start();
+    health.set_synced(true);
+    let metrics = start_metrics();
+    assert_eq!(get(probes, "/metrics").0, 404, "probe port serves metrics");
+    assert_eq!(get(probes, "/healthz").0, 200);
+    assert_eq!(get(probes, "/readyz").0, 200);
+    assert_eq!(get(metrics, "/metrics").0, 200);
+    for path in ["/healthz", "/livez", "/readyz"] {
+        assert_eq!(get(metrics, path).0, 404, "metrics port serves {path}");
     }
-    drop(hogs);
-    let recovered = wait_until(|| {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n");
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.starts_with("HTTP/1.1 200 ")
-    });
-    assert!(recovered, "probes did not recover after idle clients left");
+    let (both, _) = serve::start("127.0.0.1:0".parse().unwrap(), Routes::Both(health)).unwrap();
+    assert_eq!(get(both, "/metrics").0, 200);
+    assert_eq!(get(both, "/healthz").0, 200);
 }
 
-/// Polls `f` until it holds (the server threads notice closed sockets
-/// asynchronously); gives up after a generous deadline.
-fn wait_until(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
+/// One probe the way the kubelet sends it: a fresh connection, the request
+/// at once, 1 s to answer (its default timeoutSeconds).
+fn kubelet_probe(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: probe\r\nUser-Agent: kube-probe/1.34\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out.starts_with(b"HTTP/1.1 200 ")
+}
+
+/// Issue 12 item 2: 16 idle connections, reopened as the server closed
+/// them, left 0 of 48 probes answered. Here twice the per-peer share (and
+/// four times the old attack) stays open and is reopened at once, some
+/// connections trickling a byte now and then; every probe must answer.
+#[test]
+fn slow_clients_cannot_starve_the_probes() {
+    let (addr, _health, _gate) = start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attackers: Vec<_> = (0..4)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let per_thread = 2 * MAX_PER_PEER / 4;
+                let mut conns: Vec<Option<TcpStream>> = (0..per_thread).map(|_| None).collect();
+                let mut reopened = 0usize;
+                let mut round = 0usize;
+                // Bounded: the probing side sets `stop` within a few
+                // seconds; 60 s is a backstop.
+                let until = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Ordering::SeqCst) && Instant::now() < until {
+                    round += 1;
+                    for (i, slot) in conns.iter_mut().enumerate() {
+                        let closed = match slot {
+                            None => true,
+                            Some(s) => {
+                                let mut b = [0u8; 64];
+                                match s.read(&mut b) {
+                                    Ok(n) => n == 0,
+                                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                                }
+                            }
+                        };
+                        if closed {
+                            if let Ok(s) = TcpStream::connect(addr) {
+                                s.set_nonblocking(true).unwrap();
+                                *slot = Some(s);
+                                reopened += 1;
+                            }
+                        } else if (i + t) % 3 == 0 && round % 20 == 0 {
+                            // A slowloris: one byte of a header now and then.
+                            if let Some(s) = slot {
+                                let _ = s.write_all(b"X");
+                            }
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                reopened
+            })
+        })
+        .collect();
+    // Let the attack fill its share first.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut answered = 0;
+    for _ in 0..48 {
+        if kubelet_probe(addr) {
+            answered += 1;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    false
+    stop.store(true, Ordering::SeqCst);
+    let reopened: usize = attackers.into_iter().map(|a| a.join().unwrap()).sum();
+    assert!(
+        reopened > 2 * MAX_PER_PEER,
+        "the attack never had its connections closed ({reopened} opened)"
+    );
+    assert_eq!(answered, 48, "probes answered under a slow-client attack");
 }
 
 #[test]
@@ -178,7 +239,7 @@ fn a_client_trickling_its_request_is_cut_off() {
     let trickle = b"GET /healthz HTTP/1.1\r\nX-Slow: "
         .iter()
         .chain(std::iter::repeat(&b'a'));
-    let total = serve::IO_TIMEOUT.as_millis() as usize / 50 * 4;
+    let total = serve::HEAD_TIMEOUT.as_millis() as usize / 50 * 4;
     let mut cut_off = false;
     for &byte in trickle.take(total) {
         if stream.write_all(&[byte]).is_err() {

@@ -217,6 +217,9 @@ pub struct Workload {
 /// A workload client unused this long is dropped (the cluster is gone or
 /// nothing needs it now; rebuilding costs one handshake).
 const WORKLOAD_CLIENT_IDLE: Duration = Duration::from_secs(10 * 60);
+/// Largest answer read from a workload API server: we only read one Node
+/// (a few KiB; kubelet reports at most 50 images) or probe with a list of one.
+const WORKLOAD_MAX_OBJECT_BYTES: u64 = 1024 * 1024;
 /// At most this many workload clients are kept.
 const MAX_WORKLOAD_CLIENTS: usize = 128;
 
@@ -253,6 +256,8 @@ impl Workload {
             .map_err(|e| unusable(format!("kubeconfig: {}", e.message())))?;
         config.timeout = self.timeout;
         config.connect_timeout = config.connect_timeout.min(self.timeout);
+        // A user-supplied peer answering small calls (a Node, /api/v1/nodes?limit=1).
+        config.max_object_bytes = WORKLOAD_MAX_OBJECT_BYTES;
         let client = kube::Client::new(config)?;
         self.cache()
             .put(key, version, client.clone(), Instant::now());

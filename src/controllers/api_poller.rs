@@ -8,6 +8,16 @@
 //! the cluster is marked online and enqueued; the reconcile consumes the
 //! mark with [`ApiWatch::take_online`]. Deleted clusters are forgotten, and
 //! everything is forgotten when leadership is lost ([`ApiPoller::forget_all`]).
+//!
+//! A dead cluster's probe takes up to its timeout (5 s) plus a Secret read,
+//! so probes never run one after the other on the poller thread: each runs
+//! on a short-lived thread of its own, at most [`MAX_IN_FLIGHT`] at once,
+//! and the poller thread only schedules and collects. A cluster is never
+//! probed twice at once. When more are due than may run, clusters never
+//! probed before go first, then the longest waiting: a new healthy cluster
+//! is not queued behind clusters already known to be failing. The poller
+//! thread joins its probe threads as they end, and the running ones when it
+//! stops (at most [`PROBES_STOP`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,8 +28,16 @@ use crossbeam_channel::{select, Receiver, Sender};
 
 use super::ports::{ApiWatch, WorkloadApi};
 use crate::backoff::Backoff;
+use crate::kube;
+use crate::runtime;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+/// How long the poller waits for running probes when it stops: a probe's
+/// own deadline (5 s) plus the Secret read before it.
+pub const PROBES_STOP: Duration = Duration::from_secs(10);
+/// Probes running at once. Each is a thread blocked on the network for at
+/// most the probe timeout; 50 dead clusters and a healthy one all fit.
+pub const MAX_IN_FLIGHT: usize = 64;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How long the thread sleeps when nothing is watched.
 const IDLE: Duration = Duration::from_secs(3600);
@@ -44,6 +62,10 @@ struct Watched {
     cluster: String,
     due: Instant,
     backoff: Backoff,
+    /// Probed (and failed) at least once: goes after fresh ones.
+    failed_before: bool,
+    /// A probe is running; its result is on its way.
+    in_flight: bool,
 }
 
 impl ApiPoller {
@@ -63,7 +85,7 @@ impl ApiPoller {
         };
         let thread = std::thread::Builder::new()
             .name("api-poller".into())
-            .spawn(move || run(workload.as_ref(), &on_online, &receiver, &shutdown, &online))?;
+            .spawn(move || run(&workload, &on_online, &receiver, &shutdown, &online))?;
         Ok((poller, thread))
     }
 
@@ -113,6 +135,8 @@ impl Schedule {
             cluster,
             due: now,
             backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
+            failed_before: false,
+            in_flight: false,
         });
     }
 
@@ -125,44 +149,79 @@ impl Schedule {
     }
 
     fn time_to_next(&self, now: Instant) -> Duration {
-        let next_due = self.watched.values().map(|w| w.due).min();
+        let next_due = self
+            .watched
+            .values()
+            .filter(|w| !w.in_flight)
+            .map(|w| w.due)
+            .min();
         next_due
             .map(|due| due.saturating_duration_since(now))
             .unwrap_or(IDLE)
     }
 
-    /// The clusters due for a probe: (MaasCluster key, Cluster name).
-    fn due(&self, now: Instant) -> Vec<(Key, String)> {
-        self.watched
+    /// Up to `room` clusters due for a probe, marked in flight: (MaasCluster
+    /// key, Cluster name). Never probed before first, then by due time.
+    fn start_due(&mut self, now: Instant, room: usize) -> Vec<(Key, String)> {
+        let mut due: Vec<(&Key, &Watched)> = self
+            .watched
             .iter()
-            .filter(|(_, w)| w.due <= now)
+            .filter(|(_, w)| w.due <= now && !w.in_flight)
+            .collect();
+        due.sort_by_key(|(_, w)| (w.failed_before, w.due));
+        let started: Vec<(Key, String)> = due
+            .into_iter()
+            .take(room)
             .map(|(k, w)| (k.clone(), w.cluster.clone()))
-            .collect()
+            .collect();
+        for (key, _) in &started {
+            if let Some(w) = self.watched.get_mut(key) {
+                w.in_flight = true;
+            }
+        }
+        started
     }
 
-    fn answered(&mut self, key: &Key) {
-        self.watched.remove(key);
+    fn in_flight(&self) -> usize {
+        self.watched.values().filter(|w| w.in_flight).count()
+    }
+
+    /// The probe answered: done with this cluster. False when it was
+    /// forgotten meanwhile (then the answer means nothing).
+    fn answered(&mut self, key: &Key) -> bool {
+        self.watched.remove(key).is_some()
     }
 
     fn failed(&mut self, key: &Key, now: Instant) {
         if let Some(entry) = self.watched.get_mut(key) {
+            entry.in_flight = false;
+            entry.failed_before = true;
             entry.due = now + entry.backoff.next_delay();
         }
     }
 }
 
+/// A finished probe: which cluster, and what it said.
+type ProbeResult = (Key, String, Result<(), kube::Error>);
+
 fn run(
-    workload: &dyn WorkloadApi,
+    workload: &Arc<dyn WorkloadApi>,
     on_online: &dyn Fn(&str, &str),
     commands: &Receiver<Command>,
     shutdown: &Receiver<()>,
     online: &Mutex<HashSet<Key>>,
 ) {
     let mut schedule = Schedule::default();
+    let (results_tx, results) = crossbeam_channel::unbounded::<ProbeResult>();
+    let mut probes: Vec<JoinHandle<()>> = Vec::new();
     loop {
+        // Collect the probe threads that ended (their results are queued).
+        let (ended, running): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.is_finished());
+        probes = running;
+        runtime::join_within(ended, Duration::ZERO);
         let wait = schedule.time_to_next(Instant::now());
         select! {
-            recv(shutdown) -> _ => return,
+            recv(shutdown) -> _ => break,
             recv(commands) -> command => match command {
                 Ok(Command::Watch { key, cluster }) => schedule.watch(key, cluster, Instant::now()),
                 Ok(Command::Forget(key)) => schedule.forget(&key),
@@ -170,27 +229,51 @@ fn run(
                     schedule.forget_all();
                     online.lock().unwrap_or_else(PoisonError::into_inner).clear();
                 }
-                Err(_) => return,
+                Err(_) => break,
             },
+            recv(results) -> result => {
+                let Ok((key, cluster, result)) = result else { break };
+                match result {
+                    Ok(()) => {
+                        if schedule.answered(&key) {
+                            log::info!("workload API of {}/{cluster} answers", key.0);
+                            online
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .insert(key.clone());
+                            on_online(&key.0, &key.1);
+                        }
+                    }
+                    Err(e) => {
+                        log::debug!("workload API of {}/{cluster} not ready: {e}", key.0);
+                        schedule.failed(&key, Instant::now());
+                    }
+                }
+            }
             default(wait) => {}
         }
-        for (key, cluster) in schedule.due(Instant::now()) {
-            match workload.probe(&key.0, &cluster) {
-                Ok(()) => {
-                    log::info!("workload API of {}/{cluster} answers", key.0);
-                    schedule.answered(&key);
-                    online
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(key.clone());
-                    on_online(&key.0, &key.1);
-                }
+        let room = MAX_IN_FLIGHT.saturating_sub(schedule.in_flight());
+        for (key, cluster) in schedule.start_due(Instant::now(), room) {
+            let (workload, results_tx) = (Arc::clone(workload), results_tx.clone());
+            let probed = key.clone();
+            let spawned = std::thread::Builder::new()
+                .name("api-probe".into())
+                .spawn(move || {
+                    let result = workload.probe(&probed.0, &cluster);
+                    let _ = results_tx.send((probed, cluster, result));
+                });
+            match spawned {
+                Ok(probe) => probes.push(probe),
                 Err(e) => {
-                    log::debug!("workload API of {}/{cluster} not ready: {e}", key.0);
+                    log::warn!("api poller: cannot start a probe thread: {e}");
                     schedule.failed(&key, Instant::now());
                 }
             }
         }
+    }
+    // A probe ends within its timeout; wait for that, not longer.
+    if !runtime::join_within(probes, PROBES_STOP) {
+        log::warn!("api poller: workload probes still running after {PROBES_STOP:?}");
     }
 }
 
@@ -199,7 +282,6 @@ mod tests {
     use super::*;
     use crate::controllers::fake::refused;
     use crate::controllers::ports::NodeInfo;
-    use crate::kube;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     struct Probe {
@@ -258,6 +340,17 @@ mod tests {
         thread.join().unwrap();
     }
 
+    /// Keys of what `start_due` started.
+    fn started(s: &mut Schedule, now: Instant) -> Vec<String> {
+        let mut keys: Vec<String> = s
+            .start_due(now, MAX_IN_FLIGHT)
+            .into_iter()
+            .map(|(k, _)| k.1)
+            .collect();
+        keys.sort();
+        keys
+    }
+
     #[test]
     fn schedule_backs_off_per_cluster_and_forgets() {
         let t0 = Instant::now();
@@ -267,40 +360,200 @@ mod tests {
         assert_eq!(s.time_to_next(t0), IDLE);
         s.watch(a.clone(), "ca".into(), t0);
         s.watch(b.clone(), "cb".into(), t0);
-        assert_eq!(s.due(t0).len(), 2);
+        assert_eq!(started(&mut s, t0), ["a", "b"]);
+        assert!(started(&mut s, t0).is_empty(), "never probed twice at once");
+        assert_eq!(s.in_flight(), 2);
+        assert_eq!(
+            s.time_to_next(t0),
+            IDLE,
+            "nothing to wake for while in flight"
+        );
         s.failed(&a, t0);
         s.failed(&b, t0);
-        assert!(s.due(t0).is_empty());
+        assert!(started(&mut s, t0).is_empty());
         assert_eq!(s.time_to_next(t0), FIRST_BACKOFF);
         // Re-watching does not reset the backoff.
         s.watch(a.clone(), "ca".into(), t0);
-        assert!(s.due(t0).is_empty());
+        assert!(started(&mut s, t0).is_empty());
         let t1 = t0 + FIRST_BACKOFF;
-        assert_eq!(s.due(t1).len(), 2);
+        assert_eq!(started(&mut s, t1), ["a", "b"]);
         s.failed(&a, t1);
+        s.failed(&b, t1 - FIRST_BACKOFF);
+        assert_eq!(started(&mut s, t1 + FIRST_BACKOFF), ["b"]);
         assert_eq!(
-            s.due(t1 + FIRST_BACKOFF),
-            vec![(b.clone(), "cb".to_string())]
-        );
-        assert_eq!(
-            s.due(t1 + FIRST_BACKOFF * 2).len(),
-            2,
+            started(&mut s, t1 + FIRST_BACKOFF * 2),
+            ["a"],
             "a's backoff doubled"
         );
         for _ in 0..10 {
             s.failed(&a, t1);
         }
-        assert_eq!(
-            s.time_to_next(t1 + FIRST_BACKOFF),
-            Duration::ZERO,
-            "b is still due"
-        );
         s.forget(&b);
         assert_eq!(s.time_to_next(t1), MAX_BACKOFF, "backoff is capped");
-        s.answered(&a);
+        assert!(s.answered(&a));
+        assert!(
+            !s.answered(&a),
+            "an answer for a forgotten cluster means nothing"
+        );
         assert_eq!(s.time_to_next(t1), IDLE);
         s.watch(a.clone(), "ca".into(), t1);
         s.forget_all();
-        assert!(s.due(t1 + MAX_BACKOFF).is_empty());
+        assert!(started(&mut s, t1 + MAX_BACKOFF).is_empty());
+    }
+
+    #[test]
+    fn clusters_never_probed_go_before_failing_ones_when_room_is_short() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        for i in 0..5 {
+            s.watch(("ns".into(), format!("dead-{i}")), format!("dead-{i}"), t0);
+        }
+        for (key, _) in s.start_due(t0, 5) {
+            s.failed(&key, t0);
+        }
+        let later = t0 + MAX_BACKOFF;
+        s.watch(("ns".into(), "new".into()), "new".into(), later);
+        let first = s.start_due(later, 1);
+        assert_eq!(first[0].1, "new");
+        assert_eq!(s.start_due(later, 2).len(), 2, "then the failing ones");
+    }
+
+    /// A fake whose `dead-*` clusters hang (as an unreachable API server does
+    /// until the probe's timeout) until the test lets them go.
+    struct Hanging {
+        release: crossbeam_channel::Receiver<()>,
+        hanging: AtomicUsize,
+        most_at_once: AtomicUsize,
+    }
+
+    impl WorkloadApi for Hanging {
+        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
+            if cluster == "healthy" {
+                return Ok(());
+            }
+            let now = self.hanging.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_at_once.fetch_max(now, Ordering::SeqCst);
+            let _ = self.release.recv_timeout(Duration::from_secs(60));
+            self.hanging.fetch_sub(1, Ordering::SeqCst);
+            Err(refused(cluster))
+        }
+        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
+            Ok(None)
+        }
+        fn set_node_provider_id(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &str,
+        ) -> Result<(), kube::Error> {
+            Ok(())
+        }
+    }
+
+    /// Issue 12 item 7: probes ran one after the other on the poller thread,
+    /// so with N dead clusters the last waited ~5N s. Here 50 dead clusters
+    /// hang for as long as the test wants, watched before the healthy one:
+    /// it must be found while all 50 still hang.
+    #[test]
+    fn a_healthy_cluster_is_found_while_dead_ones_hang() {
+        let (release_tx, release) = crossbeam_channel::unbounded();
+        let probe = Arc::new(Hanging {
+            release,
+            hanging: AtomicUsize::new(0),
+            most_at_once: AtomicUsize::new(0),
+        });
+        let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let (poller, thread) = ApiPoller::spawn(
+            probe.clone(),
+            move |ns, name| {
+                let _ = enqueued_tx.send(format!("{ns}/{name}"));
+            },
+            stop,
+        )
+        .unwrap();
+        for i in 0..50 {
+            poller.watch("ns", &format!("mc-{i}"), &format!("dead-{i}"));
+        }
+        while probe.hanging.load(Ordering::SeqCst) < 50 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        poller.watch("ns", "mc-healthy", "healthy");
+        let key = enqueued.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(key, "ns/mc-healthy");
+        assert_eq!(
+            probe.hanging.load(Ordering::SeqCst),
+            50,
+            "found while all 50 hang"
+        );
+        assert!(poller.take_online("ns", "mc-healthy"));
+
+        // The bound: more dead clusters than MAX_IN_FLIGHT never run at once.
+        for i in 50..MAX_IN_FLIGHT + 20 {
+            poller.watch("ns", &format!("mc-{i}"), &format!("dead-{i}"));
+        }
+        while probe.hanging.load(Ordering::SeqCst) < MAX_IN_FLIGHT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(probe.most_at_once.load(Ordering::SeqCst), MAX_IN_FLIGHT);
+        drop(release_tx);
+        drop(stop_tx);
+        thread.join().unwrap();
+    }
+
+    /// Numbers for BENCHMARKS.md ("Workload API poller"): 50 dead clusters,
+    /// each probe failing after the real probe timeout (5 s), and one
+    /// healthy cluster watched last; prints how long until it is enqueued.
+    ///
+    ///     cargo test --release --lib api_poller::tests::bench -- --ignored --nocapture
+    #[test]
+    #[ignore]
+    fn bench_healthy_cluster_behind_50_dead_ones() {
+        struct Slow;
+        impl WorkloadApi for Slow {
+            fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
+                if cluster == "healthy" {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_secs(5));
+                Err(refused(cluster))
+            }
+            fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
+                Ok(None)
+            }
+            fn set_node_provider_id(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: &str,
+            ) -> Result<(), kube::Error> {
+                Ok(())
+            }
+        }
+        let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let (poller, thread) = ApiPoller::spawn(
+            Arc::new(Slow),
+            move |_, name| {
+                let _ = enqueued_tx.send(name.to_string());
+            },
+            stop,
+        )
+        .unwrap();
+        let started = Instant::now();
+        for i in 0..50 {
+            poller.watch("ns", &format!("mc-{i}"), &format!("dead-{i}"));
+        }
+        poller.watch("ns", "mc-healthy", "healthy");
+        let name = enqueued.recv_timeout(Duration::from_secs(600)).unwrap();
+        println!(
+            "healthy cluster {name} enqueued {:?} after 50 dead + 1 healthy were watched",
+            started.elapsed()
+        );
+        drop(stop_tx);
+        thread.join().unwrap();
     }
 }

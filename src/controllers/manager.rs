@@ -10,6 +10,10 @@
 //! api poller thread ─► maascluster queue     resync threads ─► both queues
 //! ```
 //!
+//! Before any watch starts, the credentials are checked: the API server's
+//! refusal ends the process with the reason; MAAS unreachable keeps
+//! `/readyz` failing with the reason while a thread checks again.
+//!
 //! One function owns the quit protocol, the way ripgrep's parallel walker
 //! does: everything started is recorded in `Running` as soon as it runs,
 //! and `Running::stop` ends it in this order, whether the process stops
@@ -23,7 +27,8 @@
 //! 4. the Lease is released (a standby takes over at once);
 //! 5. each informer's connections are closed, so a watch blocked on a
 //!    quiet connection returns at once, and its thread is joined;
-//! 6. the remaining threads are joined.
+//! 6. the remaining threads are joined (the signal thread, the resyncs, the
+//!    api poller with its probe threads, the MAAS start-up re-check).
 //!
 //! The probe and metrics server is the exception: it answers until the
 //! process exits (its accept thread holds no state).
@@ -41,12 +46,12 @@ use super::ports::SystemClock;
 use super::{cluster, machine, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
 use crate::kube::{self, resources};
-use crate::maas;
+use crate::maas::{self, StartCheck};
 use crate::runtime::{
     self, Event, EventRecorder, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
     Object, ObjectKey, Shutdown, Store, WorkQueue,
 };
-use crate::serve::{self, Health};
+use crate::serve::{self, Health, Routes};
 
 /// Objects per informer list page (client-go: 500). A page is held whole,
 /// as JSON text, while its objects are decoded: smaller pages, lower peak
@@ -130,6 +135,19 @@ fn start_and_wait(
         runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
     running.threads.push(signals);
     serve_probes(config, &running.health)?;
+
+    // Start-up checks: refused credentials end the process with the reason
+    // (exit 1: a wrong key or token never fixes itself, and the restart
+    // picks up a corrected Secret); an unreachable MAAS keeps /readyz
+    // failing with the reason until it answers.
+    match kube.check_credentials() {
+        Ok(Some(user)) => log::info!("API server {}: authenticated as {user}", kube.server()),
+        Ok(None) => {}
+        Err(e) => return Err(format!("the API server refused our credentials: {e}")),
+    }
+    if let Some(recheck) = check_maas_at_start(&maas, &running.health, &shutdown)? {
+        running.threads.push(recheck);
+    }
 
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
         .map_err(|e| format!("event recorder: {e}"))?;
@@ -254,24 +272,84 @@ fn start_and_wait(
     }
 }
 
-/// Starts the probe and metrics server on its address(es). Every route is
-/// served on every address, so one address serves both when they are the
-/// same.
+/// Starts the probe and metrics listeners. Each serves only its own routes;
+/// one address given for both serves both.
 fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
-    let metrics_address = config
-        .metrics_bind_address
-        .filter(|m| Some(*m) != config.health_probe_bind_address);
-    for (what, addr) in [
-        ("health probes", config.health_probe_bind_address),
-        ("metrics", metrics_address),
-    ] {
-        if let Some(addr) = addr {
-            let (bound, _answers_until_exit) =
-                serve::start(addr, health.clone()).map_err(|e| format!("{what} on {addr}: {e}"))?;
-            log::info!("serving {what} on {bound}");
+    let listeners = match (
+        config.health_probe_bind_address,
+        config.metrics_bind_address,
+    ) {
+        (Some(probes), Some(metrics)) if probes == metrics => {
+            vec![(
+                "health probes and metrics",
+                probes,
+                Routes::Both(health.clone()),
+            )]
         }
+        (probes, metrics) => probes
+            .map(|a| ("health probes", a, Routes::Probes(health.clone())))
+            .into_iter()
+            .chain(metrics.map(|a| ("metrics", a, Routes::Metrics)))
+            .collect(),
+    };
+    for (what, addr, routes) in listeners {
+        let (bound, _answers_until_exit) =
+            serve::start(addr, routes).map_err(|e| format!("{what} on {addr}: {e}"))?;
+        log::info!("serving {what} on {bound}");
     }
     Ok(())
+}
+
+/// One `whoami` before any work: Ready → go on; Refused (wrong key, not
+/// MAAS, TLS) → the error that ends the process; Unreachable → not ready,
+/// with the reason, while a thread (returned, to be joined) checks again
+/// with backoff until MAAS answers or `shutdown` fires.
+fn check_maas_at_start(
+    maas: &maas::Client,
+    health: &Arc<Health>,
+    shutdown: &Shutdown,
+) -> Result<Option<JoinHandle<()>>, String> {
+    let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
+    match maas.start_check() {
+        StartCheck::Ready(user) => {
+            log::info!(
+                "MAAS {}: authenticated as {}",
+                maas.api_root(),
+                user.username
+            );
+            Ok(None)
+        }
+        StartCheck::Refused(why) => Err(why),
+        StartCheck::Unreachable(e) => {
+            log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
+            health.set_available("MAAS", unreachable(&e));
+            let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
+            std::thread::Builder::new()
+                .name("maas-start-check".into())
+                .spawn(move || {
+                    let report = |check: &StartCheck| {
+                        if let StartCheck::Unreachable(e) = check {
+                            health.set_available("MAAS", unreachable(e));
+                        }
+                    };
+                    match maas.recheck_until_ready(report, &stop) {
+                        Some(StartCheck::Ready(user)) => {
+                            log::info!("MAAS answers: authenticated as {}", user.username);
+                            health.set_available("MAAS", Ok(()));
+                        }
+                        // Stays unready with the reason: fix the key, then
+                        // restart the pod.
+                        Some(StartCheck::Refused(why)) => {
+                            log::error!("{why}");
+                            health.set_available("MAAS", Err(why));
+                        }
+                        _ => {}
+                    }
+                })
+                .map(Some)
+                .map_err(|e| format!("MAAS start-up check thread: {e}"))
+        }
+    }
 }
 
 /// What every informer is started with: the mappers feed two queues.

@@ -43,6 +43,7 @@ pub mod cluster;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod identity;
 pub mod machine;
 pub mod manager;
 pub mod mappers;

@@ -14,15 +14,12 @@ use ureq::{AsSendBody, Body};
 
 use super::config::{self, Auth, Config};
 use super::error::{self, Error};
+use super::limit::{self, MAX_SMALL_BODY};
+#[cfg(any(test, feature = "test-api"))]
 use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
 
-/// Largest response body we read (lists of big objects, e.g. Secrets).
-/// ureq's own default cap is 10 MB.
-const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
-/// Largest error body we read: a `Status` is small.
-const MAX_ERROR_BODY_BYTES: u64 = 64 * 1024;
 /// client-go's file token source re-reads the token this often.
 const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
 /// Page size when [`ListParams::limit`] is unset (client-go's pager default).
@@ -52,6 +49,7 @@ fn first_sighting(seen: &mut BTreeSet<String>, text: &str) -> bool {
 
 const JSON: &str = "application/json";
 const MERGE_PATCH: &str = "application/merge-patch+json";
+#[cfg(any(test, feature = "test-api"))]
 const JSON_PATCH: &str = "application/json-patch+json";
 
 /// Selectors and page size for [`Client::list`].
@@ -156,6 +154,8 @@ pub struct Client {
 struct Inner {
     agent: ureq::Agent,
     server: String,
+    /// See [`Config::max_object_bytes`].
+    max_object_bytes: u64,
     namespace: Option<String>,
     auth: Auth,
     token_cache: Mutex<Option<CachedToken>>,
@@ -192,6 +192,9 @@ impl Client {
     /// Builds the HTTPS agent for `config` (whose TLS material was checked
     /// when the config was built).
     pub fn new(config: Config) -> Result<Client, Error> {
+        if let Auth::Bearer(token) = &config.auth {
+            config::check_token(token).map_err(Error::Config)?;
+        }
         if config.insecure_skip_tls_verify {
             log::warn!(
                 "TLS verification of {} is disabled (insecure-skip-tls-verify in kubeconfig)",
@@ -211,6 +214,7 @@ impl Client {
             inner: Arc::new(Inner {
                 agent,
                 server: config.server,
+                max_object_bytes: config.max_object_bytes,
                 namespace: config.namespace,
                 auth: config.auth,
                 token_cache: Mutex::new(None),
@@ -236,6 +240,7 @@ impl Client {
             inner: Arc::new(Inner {
                 agent: ureq::Agent::new_with_config(self.inner.agent.config().clone()),
                 server: self.inner.server.clone(),
+                max_object_bytes: self.inner.max_object_bytes,
                 namespace: self.inner.namespace.clone(),
                 auth: self.inner.auth.clone(),
                 token_cache: Mutex::new(None),
@@ -249,6 +254,39 @@ impl Client {
     /// at once, and later requests fail too.
     pub fn close(&self) {
         self.inner.agent.clone().shutdown();
+    }
+
+    /// A start-up check of our credentials: who the API server takes us
+    /// for, from a SelfSubjectReview (which every authenticated user may
+    /// create, Kubernetes 1.28+). `Ok(Some(user))`: authenticated.
+    /// `Ok(None)`: cannot tell now (unreachable, 5xx, an older server, a
+    /// policy forbidding the review); the caller goes on and its requests
+    /// retry. `Err`: the credentials or TLS settings are refused, which
+    /// waiting will not fix.
+    pub fn check_credentials(&self) -> Result<Option<String>, Error> {
+        let review = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+        });
+        let answer: Result<Value, Error> = self.json(
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews".to_string(),
+            Vec::new(),
+            Some((JSON, to_bytes(&review)?)),
+        );
+        match answer {
+            Ok(review) => Ok(Some(
+                review["status"]["userInfo"]["username"]
+                    .as_str()
+                    .unwrap_or("(no user name)")
+                    .to_string(),
+            )),
+            Err(e @ (Error::Unauthorized { .. } | Error::Tls { .. } | Error::Config(_))) => Err(e),
+            Err(e) => {
+                log::debug!("credentials not checked at start: {e}");
+                Ok(None)
+            }
+        }
     }
 
     /// The config's default namespace (kubeconfig context, or the pod's).
@@ -309,17 +347,20 @@ impl Client {
                 if let Some(token) = &continue_token {
                     query.push(("continue", token.clone()));
                 }
-                let page: ListPage<T> = match self.json(Method::GET, path.clone(), query, None) {
-                    Err(e) if e.is_gone() && continue_token.is_some() => {
-                        if restarts >= MAX_LIST_RESTARTS {
-                            return Err(e);
+                let page_size = p.limit.unwrap_or(DEFAULT_PAGE_SIZE);
+                let page_limit = limit::list_page_limit(page_size, self.inner.max_object_bytes);
+                let page: ListPage<T> =
+                    match self.json_limited(Method::GET, path.clone(), query, None, page_limit) {
+                        Err(e) if e.is_gone() && continue_token.is_some() => {
+                            if restarts >= MAX_LIST_RESTARTS {
+                                return Err(e);
+                            }
+                            restarts += 1;
+                            log::debug!("{}: continue token expired, listing again", path);
+                            continue 'restart;
                         }
-                        restarts += 1;
-                        log::debug!("{}: continue token expired, listing again", path);
-                        continue 'restart;
-                    }
-                    result => result?,
-                };
+                        result => result?,
+                    };
                 items.extend(
                     page.items
                         .unwrap_or_default()
@@ -366,8 +407,13 @@ impl Client {
             what: &what,
         })?;
         let response = self.check(&what, response)?;
-        let reader = response.into_body().into_reader();
-        Ok(WatchStream::new(what, Box::new(reader)))
+        // The stream is unbounded by nature; each event is not.
+        let (reader, mark) = limit::per_event(
+            response.into_body().into_reader(),
+            self.inner.max_object_bytes,
+        );
+        let what = format!("{what} (from {})", self.inner.server);
+        Ok(WatchStream::new(what, Box::new(reader), mark))
     }
 
     /// Creates `obj` (POST to the collection). `AlreadyExists` if taken.
@@ -424,6 +470,7 @@ impl Client {
 
     /// RFC 6902 JSON patch (`ops` is an array of operations). A failing
     /// `test` op comes back as `Invalid` (422).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn patch_json(
         &self,
         r: &Resource,
@@ -459,6 +506,7 @@ impl Client {
 
     /// PUT on the `status` subresource: replaces `.status`, guarded by the
     /// object's `metadata.resourceVersion`.
+    #[cfg(any(test, feature = "test-api"))]
     pub fn replace_status(
         &self,
         r: &Resource,
@@ -492,6 +540,7 @@ impl Client {
     /// patch that first tests the finalizer list is still what `obj` shows:
     /// a concurrent change fails with `Conflict` instead of being clobbered.
     /// Returns the updated object (or `obj` itself if nothing to do).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn add_finalizer(
         &self,
         r: &Resource,
@@ -520,6 +569,7 @@ impl Client {
 
     /// Removes `finalizer` from `obj` (as last read) if present, guarded like
     /// [`Client::add_finalizer`]: `Conflict` if the list changed meanwhile.
+    #[cfg(any(test, feature = "test-api"))]
     pub fn remove_finalizer(
         &self,
         r: &Resource,
@@ -556,13 +606,14 @@ impl Client {
         let body = response
             .into_body()
             .into_with_config()
-            .limit(MAX_ERROR_BODY_BYTES)
+            .limit(MAX_SMALL_BODY)
             .lossy_utf8(true)
             .read_to_string()
-            .map_err(|e| transport_error(&what, e))?;
+            .map_err(|e| self.body_error(&what, e, MAX_SMALL_BODY))?;
         Ok((status, body))
     }
 
+    #[cfg(any(test, feature = "test-api"))]
     fn guarded_patch(&self, r: &Resource, obj: &Value, ops: &Value) -> Result<Value, Error> {
         let name = meta::name(obj).unwrap_or_default();
         match self.patch_json(r, meta::namespace(obj), name, ops) {
@@ -583,14 +634,26 @@ impl Client {
         }
     }
 
-    /// Sends and decodes a JSON answer (an empty body reads as `null`);
-    /// non-2xx become errors.
+    /// Sends and decodes a JSON answer of one object (an empty body reads as
+    /// `null`); non-2xx become errors.
     fn json<T: DeserializeOwned>(
         &self,
         method: Method,
         path: String,
         query: Vec<(&'static str, String)>,
         body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<T, Error> {
+        self.json_limited(method, path, query, body, self.inner.max_object_bytes)
+    }
+
+    /// [`json`](Client::json) with a body of up to `limit` decoded bytes.
+    fn json_limited<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: String,
+        query: Vec<(&'static str, String)>,
+        body: Option<(&'static str, Vec<u8>)>,
+        limit: u64,
     ) -> Result<T, Error> {
         let what = format!("{method} {path}");
         let response = self.send(Request {
@@ -605,9 +668,9 @@ impl Client {
         let bytes = response
             .into_body()
             .into_with_config()
-            .limit(MAX_BODY_BYTES)
+            .limit(limit)
             .read_to_vec()
-            .map_err(|e| transport_error(&what, e))?;
+            .map_err(|e| self.body_error(&what, e, limit))?;
         let bytes = if bytes.is_empty() {
             b"null".to_vec()
         } else {
@@ -617,6 +680,24 @@ impl Client {
             request: what,
             message: e.to_string(),
         })
+    }
+
+    /// A failure while reading a body: over `limit` names the server and is
+    /// a [`Error::Decode`] (not transient: the same call brings the same
+    /// body); anything else is classified as a transport failure.
+    fn body_error(&self, what: &str, e: ureq::Error, limit: u64) -> Error {
+        match e {
+            ureq::Error::BodyExceedsLimit(_) => Error::Decode {
+                request: what.to_string(),
+                message: format!(
+                    "{} sent more than {} (after decompression), more than this call \
+                     can return; not read further",
+                    self.inner.server,
+                    limit::human(limit)
+                ),
+            },
+            other => transport_error(what, other),
+        }
     }
 
     /// The one place a request goes out: URL, credential, deadline, send,
@@ -718,7 +799,7 @@ impl Client {
         let body = response
             .into_body()
             .into_with_config()
-            .limit(MAX_ERROR_BODY_BYTES)
+            .limit(MAX_SMALL_BODY)
             .read_to_vec()
             .unwrap_or_default();
         Err(error::from_status(

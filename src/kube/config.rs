@@ -20,6 +20,7 @@ use serde::Deserialize;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 
 use super::error::Error;
+use super::limit::DEFAULT_MAX_OBJECT_BYTES;
 
 /// The service-account directory kubelet mounts into every pod.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -41,6 +42,11 @@ pub struct Config {
     /// Budget for each non-watch request (see [`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
     pub connect_timeout: Duration,
+    /// Largest single object read (see [`DEFAULT_MAX_OBJECT_BYTES`]); a
+    /// watch event may be this large, a list page its size times 128 KiB.
+    /// Set lower for peers that only answer small calls, such as workload
+    /// clusters reached through a user-supplied kubeconfig.
+    pub max_object_bytes: u64,
     pub(crate) root_certs: Vec<Certificate<'static>>,
     pub(crate) client_cert: Option<ClientCert>,
     /// Only ever true when a kubeconfig says `insecure-skip-tls-verify: true`.
@@ -72,6 +78,7 @@ impl fmt::Debug for Config {
             .field("namespace", &self.namespace)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("max_object_bytes", &self.max_object_bytes)
             .field("root_certs", &self.root_certs.len())
             .field("client_cert", &self.client_cert.is_some())
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
@@ -93,6 +100,7 @@ impl Config {
             namespace: None,
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             root_certs,
             client_cert: None,
             insecure_skip_tls_verify: false,
@@ -158,16 +166,17 @@ impl Config {
     ) -> Result<Config, Error> {
         // The YAML error's own text may quote the document, which holds
         // secrets: report only where it went wrong.
-        let kubeconfig: Kubeconfig = serde_saphyr::from_slice(yaml).map_err(|e| {
-            Error::config(match e.location() {
-                Some(at) => format!(
-                    "invalid kubeconfig YAML at line {} column {}",
-                    at.line(),
-                    at.column()
-                ),
-                None => "invalid kubeconfig YAML".to_string(),
-            })
-        })?;
+        let kubeconfig: Kubeconfig = serde_saphyr::from_slice_with_options(yaml, yaml_options())
+            .map_err(|e| {
+                Error::config(match e.location() {
+                    Some(at) => format!(
+                        "invalid kubeconfig YAML at line {} column {}",
+                        at.line(),
+                        at.column()
+                    ),
+                    None => "invalid kubeconfig YAML".to_string(),
+                })
+            })?;
 
         let context_name = match context {
             Some(name) => name.to_string(),
@@ -256,7 +265,10 @@ impl Config {
         };
 
         config.auth = match (user.token.filter(|t| !t.is_empty()), user.token_file) {
-            (Some(token), _) => Auth::Bearer(token),
+            (Some(token), _) => {
+                check_token(&token).map_err(Error::Config)?;
+                Auth::Bearer(token)
+            }
             (None, Some(file)) => {
                 let path = resolve(&file, base_dir, "tokenFile")?;
                 read_token(&path)?;
@@ -326,6 +338,28 @@ fn in_cluster_from(
     Ok(config)
 }
 
+/// The YAML parser's limits for a kubeconfig. The defaults suit large
+/// documents (50,000 aliases, 64 MiB of text); a kubeconfig is a few KiB
+/// with no anchors, and one may come from a user's Secret: a billion-laughs
+/// document within the defaults cost 2 s of CPU and 30 MiB (found by
+/// tests/fuzz.rs). These limits refuse it at once.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = 100_000;
+    budget.max_aliases = 64;
+    budget.max_anchors = 64;
+    budget.max_recorded_anchor_events = 10_000;
+    budget.max_recorded_anchor_bytes = 1024 * 1024;
+    budget.max_depth = 32;
+    budget.max_documents = 1;
+    budget.max_nodes = 20_000;
+    budget.max_total_scalar_bytes = 4 * 1024 * 1024;
+    budget.max_merge_keys = 64;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
 /// Reads a bearer token file. The error names the file, never its content.
 pub(crate) fn read_token(path: &Path) -> Result<String, Error> {
     let token = std::fs::read_to_string(path)
@@ -337,7 +371,24 @@ pub(crate) fn read_token(path: &Path) -> Result<String, Error> {
             path.display()
         )));
     }
+    check_token(&token)
+        .map_err(|e| Error::config(format!("token file {}: {e}", path.display())))?;
     Ok(token)
+}
+
+/// A bearer token must fit in an HTTP header: visible ASCII, no spaces.
+/// Anything else (a line break inside the token, a pasted prefix) can never
+/// work, so it is refused when the config is built rather than failing
+/// every request forever. The message never shows the token.
+pub(crate) fn check_token(token: &str) -> Result<(), String> {
+    match token.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+        None => Ok(()),
+        Some(at) => Err(format!(
+            "the bearer token has a character that cannot go into an HTTP header at \
+             byte {at} of {} (a line break or space inside it?); the token is not shown",
+            token.len()
+        )),
+    }
 }
 
 fn resolve(file: &str, base_dir: Option<&Path>, what: &str) -> Result<PathBuf, Error> {
@@ -657,6 +708,40 @@ clusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority-data
 contexts: [{name: x, context: {cluster: c}}]
 ";
         assert!(Config::from_kubeconfig_yaml(bad_b64.as_bytes(), None, None).is_err());
+    }
+
+    /// Issue 12 item 5: a token with a line break inside made every request
+    /// fail to build, and the informers retried that forever.
+    #[test]
+    fn tokens_that_cannot_be_a_header_are_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("kube-badtoken-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), CERT_PEM).unwrap();
+        std::fs::write(dir.join("token"), "eyJhbGciOi\nsecretpart\n").unwrap();
+        let err = in_cluster_from(&dir, "10.96.0.1", "443", None).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("cannot go into an HTTP header"), "{shown}");
+        assert!(!shown.contains("secretpart"), "{shown}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let yaml = kubeconfig("    token: \"abc def\"");
+        let err = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap_err();
+        assert!(err.to_string().contains("HTTP header"), "{err}");
+        assert!(check_token("eyJhbGciOiJSUzI1NiJ9.e30.c2ln").is_ok());
+    }
+
+    #[test]
+    fn billion_laughs_and_deep_nesting_are_refused() {
+        let mut laughs = String::from("a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n");
+        for i in 1..12u8 {
+            let (prev, cur) = ((b'a' + i - 1) as char, (b'a' + i) as char);
+            laughs.push_str(&format!("{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        }
+        laughs.push_str("current-context: *l\n");
+        let err = Config::from_kubeconfig_yaml(laughs.as_bytes(), None, None).unwrap_err();
+        assert!(err.to_string().contains("invalid kubeconfig YAML"), "{err}");
+        let deep = format!("clusters: {}{}", "[".repeat(100), "]".repeat(100));
+        assert!(Config::from_kubeconfig_yaml(deep.as_bytes(), None, None).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! client.rs     Client: every verb through one send() (URL, auth, deadline, status)
 //! error.rs      Error: one enum, classified from the HTTP status + Status body
 //! watch.rs      WatchStream: streaming decoder of watch events
+//! limit.rs      response size limits (per call, per watch event)
 //! resources.rs  Resource (group/version/plural) + constants, URL paths
 //! meta.rs       metadata readers for serde_json::Value objects
 //! time.rs       metav1.Time / MicroTime formatting and RFC 3339 reading
@@ -22,7 +23,8 @@
 //!                                           base_dir None => file references refused
 //! Config::in_cluster()                      token file re-read every 60 s and after a 401
 //! Config::new(server, ca_pem).with_bearer_token(t)
-//! pub fields: server, namespace, timeout (30 s), connect_timeout (10 s)
+//! pub fields: server, namespace, timeout (30 s), connect_timeout (10 s),
+//!            max_object_bytes (4 MiB; workload clusters get less)
 //!
 //! Client::new(Config) -> Result<Client>     Clone + Send + Sync, shares one ureq Agent
 //! client.with_timeout(Duration) -> Client   same connections, other per-request deadline
@@ -37,14 +39,19 @@
 //! watch::<T>(r, ns, &WatchParams)           -> WatchStream<T>: Iterator<Item = Result<WatchEvent<T>>>
 //! create(r, ns, &obj) / replace(r, ns, name, &obj)
 //! create_subresource(r, ns, name, "token", &obj)   e.g. TokenRequest
-//! patch_merge / patch_json / patch_status_merge (r, ns, name, &patch) / replace_status(r, ns, name, &obj)
+//! patch_merge / patch_status_merge (r, ns, name, &patch)
+//! patch_json(r, ns, name, &ops) / replace_status(r, ns, name, &obj)     (feature test-api)
 //! delete(r, ns, name, Option<Propagation>)  -> ()
-//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value
+//! add_finalizer(r, &obj, f) / remove_finalizer(r, &obj, f)  -> Value   (feature test-api)
 //!                                           JSON patch that first `test`s the whole finalizer
 //!                                           list read in `obj`: Conflict if it changed since;
 //!                                           no request if nothing to do; ns/name from `obj`
 //! get_raw("/readyz")                        -> (status, body), status not classified
+//! check_credentials()                       -> Some(user) | None (cannot tell) | Err (refused)
 //! ```
+//!
+//! Methods marked `feature test-api` are used only by the tests; the tests
+//! turn the feature on through the crate's dev-dependency on itself.
 //!
 //! `r` is a [`Resource`] (constants in [`resources`]); `ns` is
 //! `Option<&str>`: required for namespaced objects, `None` on list/watch
@@ -79,6 +86,14 @@
 //! each into its typed object once (an object that does not decode is
 //! skipped, not the whole page or stream).
 //!
+//! # Limits
+//!
+//! Every body read is capped by what that call can return, counted after
+//! gzip decoding: one object `max_object_bytes`, a list page its `limit` x
+//! 128 KiB (at least one object), one watch event `max_object_bytes`, error
+//! and non-resource bodies 64 KiB. Over the cap is `Error::Decode` naming
+//! the server and the limit (see `limit.rs`).
+//!
 //! The watch's client-side deadline is `timeout_seconds` + 15 s, so a
 //! silent connection cannot hang the thread for longer than that; `close()`
 //! ends it at once.
@@ -86,6 +101,7 @@
 mod client;
 mod config;
 mod error;
+mod limit;
 pub mod meta;
 pub mod resources;
 pub mod time;
@@ -94,5 +110,24 @@ mod watch;
 pub use client::{Client, ListParams, ObjectList, Propagation, WatchParams, DEFAULT_PAGE_SIZE};
 pub use config::{Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, SERVICE_ACCOUNT_DIR};
 pub use error::{Error, StatusCause};
+pub use limit::DEFAULT_MAX_OBJECT_BYTES;
 pub use resources::Resource;
 pub use watch::{WatchEvent, WatchStream};
+
+/// Entry points for the fuzz campaign (`tests/fuzz.rs`) into decoders that
+/// production reaches only over HTTP: the watch stream and the `Status`
+/// classification. Test builds only (feature `test-api`).
+#[cfg(any(test, feature = "test-api"))]
+pub mod fuzz {
+    /// The watch stream decoder over `body`, each event held to
+    /// `max_event_bytes` as [`super::Client::watch`] does.
+    pub fn watch_stream(body: Vec<u8>, max_event_bytes: u64) -> super::WatchStream {
+        let (reader, mark) = super::limit::per_event(std::io::Cursor::new(body), max_event_bytes);
+        super::WatchStream::new("WATCH /fuzz".into(), Box::new(reader), mark)
+    }
+
+    /// The error a non-2xx answer with this status and body becomes.
+    pub fn status_error(status: u16, body: &[u8]) -> super::Error {
+        super::error::from_status("GET /fuzz".into(), status, body, None)
+    }
+}

@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{self, Error, Status};
+use super::limit::EventMark;
 
 /// One change to a watched object, decoded as `T`.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +104,8 @@ pub struct WatchStream<T = Value> {
     /// "GET /apis/...", for error context.
     request: String,
     events: Events,
+    /// Told after each event, so that the size limit counts per event.
+    mark: EventMark,
     finished: bool,
     _objects: std::marker::PhantomData<fn() -> T>,
 }
@@ -117,11 +120,18 @@ impl<T> std::fmt::Debug for WatchStream<T> {
 }
 
 impl<T: DeserializeOwned> WatchStream<T> {
-    pub(crate) fn new(request: String, body: Box<dyn Read + Send>) -> WatchStream<T> {
+    /// `body` is held to a size per event by a `limit::PerEventLimit`
+    /// that `mark` resets.
+    pub(crate) fn new(
+        request: String,
+        body: Box<dyn Read + Send>,
+        mark: EventMark,
+    ) -> WatchStream<T> {
         let events = serde_json::Deserializer::from_reader(BufReader::new(body)).into_iter();
         WatchStream {
             request,
             events,
+            mark,
             finished: false,
             _objects: std::marker::PhantomData,
         }
@@ -169,7 +179,18 @@ impl<T: DeserializeOwned> Iterator for WatchStream<T> {
             return None;
         }
         let result = match self.events.next()? {
-            Ok(raw) => self.decode(raw),
+            Ok(raw) => {
+                self.mark.event_done();
+                self.decode(raw)
+            }
+            // One event over the size limit: the server sent what no object
+            // can be; not a broken connection, so not transient.
+            Err(e) if e.io_error_kind() == Some(std::io::ErrorKind::FileTooLarge) => {
+                Err(Error::Decode {
+                    request: self.request.clone(),
+                    message: e.to_string(),
+                })
+            }
             // I/O failure (reset, client timeout) or a body cut mid-event:
             // the watch is broken, not the data.
             Err(e) if e.is_io() || e.is_eof() => Err(Error::Transient {
@@ -223,7 +244,8 @@ mod tests {
             step,
             then,
         };
-        WatchStream::new("GET /api/v1/configmaps".to_string(), Box::new(reader))
+        let (reader, mark) = crate::kube::limit::per_event(reader, 1024);
+        WatchStream::new("GET /api/v1/configmaps".to_string(), Box::new(reader), mark)
     }
 
     const EVENTS: &str = concat!(
@@ -303,6 +325,28 @@ mod tests {
         let mut s = stream(cut, 8, None);
         assert!(matches!(s.next(), Some(Err(Error::Transient { .. }))));
         assert!(s.next().is_none());
+    }
+
+    /// Issue 12 item 1: one event may be as large as one object, not more.
+    #[test]
+    fn an_oversized_event_is_a_decode_error_after_the_good_ones() {
+        let big = format!(
+            "{}\n{{\"type\":\"ADDED\",\"object\":{{\"data\":\"{}\"}}}}\n",
+            EVENTS.lines().next().unwrap(),
+            "x".repeat(64 * 1024)
+        );
+        let mut s = stream(&big, 4096, None);
+        assert!(matches!(s.next(), Some(Ok(WatchEvent::Added(_)))));
+        match s.next() {
+            Some(Err(Error::Decode { message, .. })) => {
+                assert!(message.contains("larger than 1 KiB"), "{message}")
+            }
+            other => panic!("expected Decode, got {other:?}"),
+        }
+        assert!(s.next().is_none());
+        // Many events, each under the limit, are fine however long the stream.
+        let many = EVENTS.repeat(100);
+        assert_eq!(stream(&many, 512, None).filter(Result::is_ok).count(), 400);
     }
 
     #[test]

@@ -75,9 +75,9 @@ impl ApiKey {
         &self.consumer_key
     }
 
-    /// Used by error redaction: any text we surface is scrubbed of this.
-    pub(crate) fn token_secret(&self) -> &str {
-        &self.token_secret
+    /// Used by error redaction: any text we surface is scrubbed of these.
+    pub(crate) fn parts(&self) -> [&str; 3] {
+        [&self.consumer_key, &self.token_key, &self.token_secret]
     }
 
     /// The header for one request. Each request and each retry must get a
@@ -119,7 +119,7 @@ impl fmt::Display for ApiKey {
 /// exposes the secret to anyone who can read the traffic.
 fn new_nonce() -> String {
     let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
+    if getrandom::getrandom(&mut bytes).is_err() {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()

@@ -16,21 +16,47 @@
 //! transient error; the caller then finds what the first attempt did
 //! (allocations by `agent_name`, DNS records by fqdn) before trying again.
 
+use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
 use super::auth::ApiKey;
-use super::error::{redact, Error, ErrorKind, MaasBody};
+use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
 use crate::backoff::Backoff;
 use crate::metrics;
 
-/// Largest response body we read (a list of a few thousand machines).
-const MAX_BODY: u64 = 256 * 1024 * 1024;
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// The largest body a successful answer to `op` can legitimately have,
+/// counted after gzip decoding (ureq counts decoded bytes, so this also
+/// caps a compression bomb). A bigger answer is an error, not retried:
+/// reading it would cost the memory the cap protects, and a repeat would
+/// bring the same body. One machine's JSON is about 18 KiB.
+fn body_limit(op: &str) -> u64 {
+    match op {
+        // Filtered in practice (agent_name, hostname, system_id); room for
+        // about 1,800 whole machines.
+        "machines_list" => 32 * MIB,
+        // Small objects, a few hundred bytes to 1 KiB each.
+        "dnsresources_list"
+        | "domains_list"
+        | "zones_list"
+        | "resourcepools_list"
+        | "boot_resources_list" => MIB,
+        // One object (machine, DNS resource, user, power state).
+        _ => 4 * MIB,
+    }
+}
+
+/// Largest error body read: MAAS's are a line of text or a few field
+/// errors; a bigger one is cut, the status still classifies the error.
+const MAX_ERROR_BODY: u64 = 64 * KIB;
 /// First retry delay; doubled per attempt up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -39,6 +65,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// MAAS answers `query_power_state` only after asking the BMC, which it
 /// allows 60 s; this one call gets at least that long.
+#[cfg(any(test, feature = "test-api"))]
 const POWER_QUERY_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// How to reach MAAS.
@@ -77,7 +104,7 @@ impl ClientConfig {
 impl fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientConfig")
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &redact_url(&self.endpoint))
             .field("api_key", &self.api_key)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -126,6 +153,20 @@ struct Call<'a> {
     repeat: Repeat,
 }
 
+/// What [`Client::start_check`] found.
+#[derive(Debug)]
+pub enum StartCheck {
+    /// MAAS answered and accepted the key: the key's user.
+    Ready(User),
+    /// MAAS cannot be reached now (no connection, timeout, 5xx): report
+    /// not ready and check again.
+    Unreachable(Error),
+    /// MAAS answered but refuses the key, or is not MAAS, or TLS fails: a
+    /// configuration error that waiting will not fix. The message says
+    /// what to check.
+    Refused(String),
+}
+
 /// A cheap-to-clone handle; all clones share one connection pool.
 #[derive(Clone)]
 pub struct Client {
@@ -134,10 +175,18 @@ pub struct Client {
 
 struct Inner {
     agent: ureq::Agent,
-    /// `http://host:5240/MAAS/api/2.0/`
+    /// `http://host:5240/MAAS/api/2.0/`, as given (a `user:password@` in
+    /// it is never used: the OAuth header replaces the Basic auth ureq
+    /// would make of it).
+    request_root: String,
+    /// The same without `user:password@`: for logs and errors.
     api_root: String,
     key: ApiKey,
+    /// Scrubbed from every error: the key's parts and the endpoint's userinfo.
+    secrets: Secrets,
     max_retries: u32,
+    /// Only the power query (a test-only call) reads it.
+    #[cfg(any(test, feature = "test-api"))]
     timeout: Duration,
 }
 
@@ -153,22 +202,24 @@ impl fmt::Debug for Client {
 pub fn api_root(endpoint: &str) -> Result<String, Error> {
     let config_err = |msg: String| Error::new("config", ErrorKind::Config, msg);
     let trimmed = endpoint.trim().trim_end_matches('/');
+    // Messages show the endpoint without any user:password.
+    let shown = redact_url(trimmed);
     let Some((scheme, rest)) = trimmed.split_once("://") else {
         return Err(config_err(format!(
-            "MAAS endpoint {trimmed:?} has no scheme; expected e.g. http://10.0.0.1:5240/MAAS"
+            "MAAS endpoint {shown:?} has no scheme; expected e.g. http://10.0.0.1:5240/MAAS"
         )));
     };
     if scheme != "http" && scheme != "https" {
         return Err(config_err(format!(
-            "MAAS endpoint {trimmed:?} must start with http:// or https://"
+            "MAAS endpoint {shown:?} must start with http:// or https://"
         )));
     }
     if rest.is_empty() || rest.starts_with('/') {
-        return Err(config_err(format!("MAAS endpoint {trimmed:?} has no host")));
+        return Err(config_err(format!("MAAS endpoint {shown:?} has no host")));
     }
     if trimmed.contains(['?', '#', ' ']) {
         return Err(config_err(format!(
-            "MAAS endpoint {trimmed:?} must not contain a query, fragment or spaces"
+            "MAAS endpoint {shown:?} must not contain a query, fragment or spaces"
         )));
     }
     let base = trimmed.strip_suffix("/api/2.0").unwrap_or(trimmed);
@@ -218,20 +269,60 @@ impl Client {
             .accept("application/json")
             .tls_config(tls.build())
             .build();
-        Ok(Client {
+        let secrets = Secrets::new(
+            config
+                .api_key
+                .parts()
+                .into_iter()
+                .chain(userinfo(&api_root)),
+        );
+        let client = Client {
             inner: Arc::new(Inner {
                 agent: ureq::Agent::new_with_config(agent_config),
-                api_root,
+                api_root: redact_url(&api_root),
+                request_root: api_root,
+                secrets,
                 key: config.api_key,
                 max_retries: config.max_retries,
+                #[cfg(any(test, feature = "test-api"))]
                 timeout: config.timeout,
             }),
-        })
+        };
+        for warning in client.security_warnings() {
+            warn_once(&client.inner.api_root, &warning);
+        }
+        Ok(client)
     }
 
-    /// The `.../api/2.0/` root all paths hang off.
+    /// The `.../api/2.0/` root all paths hang off, without any
+    /// `user:password@` (fit for logs).
     pub fn api_root(&self) -> &str {
         &self.inner.api_root
+    }
+
+    /// What a security review of this configuration would flag; logged at
+    /// WARN once per endpoint when a client is built, and meant for a
+    /// `capmaas doctor` report. Today: an `http://` endpoint, over which
+    /// every request carries the token secret in clear (OAuth PLAINTEXT
+    /// signs with the secret itself), and a `user:password@` in it.
+    pub fn security_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.inner.request_root.starts_with("http://") {
+            warnings.push(format!(
+                "MAAS endpoint {} is plain http://: every request carries the API key's \
+                 token secret in clear (OAuth PLAINTEXT), readable by anyone on the path; \
+                 use https:// (MAAS serves TLS on port 5443 once enabled) or a network you trust",
+                self.inner.api_root
+            ));
+        }
+        if userinfo(&self.inner.request_root).is_some() {
+            warnings.push(format!(
+                "MAAS endpoint {} carries a user:password, which is never used (MAAS \
+                 authenticates with the API key); remove it from MAAS_ENDPOINT",
+                self.inner.api_root
+            ));
+        }
+        warnings
     }
 
     // ---- identity --------------------------------------------------------
@@ -240,6 +331,90 @@ impl Client {
     /// key is valid.
     pub fn check(&self) -> Result<(), Error> {
         self.whoami().map(|_| ())
+    }
+
+    /// The start-up check: one `whoami`, classified for a process that is
+    /// about to start working (see [`StartCheck`]). Transient failures are
+    /// not retried here; [`Client::recheck_until_ready`] does that.
+    pub fn start_check(&self) -> StartCheck {
+        let err = match self.whoami_once() {
+            Ok(user) => return StartCheck::Ready(user),
+            Err(err) => err,
+        };
+        if err.is_transient() {
+            return StartCheck::Unreachable(err);
+        }
+        let root = &self.inner.api_root;
+        let hint = match (err.kind(), err.http_status()) {
+            (_, Some(401)) => format!(
+                "MAAS at {root} refused the API key (401): check MAAS_API_KEY \
+                 (`maas apikey --username <user>` prints a valid one)"
+            ),
+            (_, Some(403)) => format!(
+                "MAAS at {root} answered 403 to the key's own user lookup: the key's \
+                 user may not use the API"
+            ),
+            (_, Some(300..=399 | 404)) => format!(
+                "{root} is not the MAAS API (it answered {} to users/?op=whoami): check \
+                 MAAS_ENDPOINT's scheme, host and /MAAS path",
+                err.http_status().unwrap_or_default()
+            ),
+            (ErrorKind::Tls, _) => format!(
+                "TLS to MAAS at {root} failed: check --maas-ca-file (the CA that signed \
+                 MAAS's certificate) and the endpoint's host name"
+            ),
+            (ErrorKind::Decode, _) => {
+                format!("{root} does not answer like MAAS: check MAAS_ENDPOINT")
+            }
+            _ => format!("MAAS at {root} cannot be used"),
+        };
+        StartCheck::Refused(format!("{hint} ({err})"))
+    }
+
+    /// Repeats [`Client::start_check`] with backoff (up to 30 s apart) while
+    /// MAAS is unreachable, reporting every outcome; returns the first that
+    /// is not `Unreachable`, or `None` when `stop` fires.
+    pub fn recheck_until_ready(
+        &self,
+        mut report: impl FnMut(&StartCheck),
+        stop: &crossbeam_channel::Receiver<()>,
+    ) -> Option<StartCheck> {
+        let mut attempt = 0;
+        loop {
+            let check = self.start_check();
+            report(&check);
+            if !matches!(check, StartCheck::Unreachable(_)) {
+                return Some(check);
+            }
+            attempt += 1;
+            // 2 s, 4 s, 8 s, 16 s, then every 30 s.
+            let delay = Duration::from_secs(1 << attempt.min(5)).min(MAX_RETRY_AFTER);
+            if stop.recv_timeout(delay) != Err(crossbeam_channel::RecvTimeoutError::Timeout) {
+                return None;
+            }
+        }
+    }
+
+    /// `whoami` without the client's retries: a start-up check reports at
+    /// once and retries on its own schedule.
+    fn whoami_once(&self) -> Result<User, Error> {
+        let call = Call {
+            op: "whoami",
+            method: Method::Get,
+            path: "users/".into(),
+            query: vec![("op", "whoami".into())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        };
+        let body = self.attempt(&call)?;
+        serde_json::from_str(&body).map_err(|e| {
+            Error::new(
+                "whoami",
+                ErrorKind::Decode,
+                format!("unexpected JSON ({e}): {}", snippet(&body)),
+            )
+            .scrubbed(&self.inner.secrets)
+        })
     }
 
     /// The user the API key belongs to.
@@ -328,7 +503,9 @@ impl Client {
     }
 
     /// Powers a machine off. MAAS answers `null` for power types it cannot
-    /// stop (`manual`); we then read the machine back.
+    /// stop (`manual`); we then read the machine back. Only the tests use
+    /// it (feature `test-api`).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn power_off(&self, system_id: &str) -> Result<Machine, Error> {
         let answer: Option<Machine> =
             self.machine_op("power_off", system_id, vec![], Repeat::Safe)?;
@@ -338,7 +515,9 @@ impl Client {
         }
     }
 
-    /// Asks the BMC (through MAAS) for the current power state.
+    /// Asks the BMC (through MAAS) for the current power state. Only the
+    /// tests use it (feature `test-api`).
+    #[cfg(any(test, feature = "test-api"))]
     pub fn query_power_state(&self, system_id: &str) -> Result<PowerState, Error> {
         #[derive(serde::Deserialize)]
         struct Answer {
@@ -532,6 +711,7 @@ impl Client {
                 ErrorKind::Decode,
                 format!("unexpected JSON ({e}): {}", snippet(&body)),
             )
+            .scrubbed(&self.inner.secrets)
         })
     }
 
@@ -564,7 +744,7 @@ impl Client {
     /// One signed HTTP exchange, with metrics.
     fn attempt(&self, call: &Call<'_>) -> Result<String, Error> {
         let inner = &self.inner;
-        let mut url = format!("{}{}", inner.api_root, call.path);
+        let mut url = format!("{}{}", inner.request_root, call.path);
         if !call.query.is_empty() {
             url.push('?');
             url.push_str(&encode_pairs(&call.query));
@@ -572,6 +752,7 @@ impl Client {
         let auth = inner.key.authorization_header();
         let started = Instant::now();
         let result = match call.method {
+            #[cfg(any(test, feature = "test-api"))]
             Method::Get if call.op == "query_power_state" => inner
                 .agent
                 .get(&url)
@@ -612,26 +793,63 @@ impl Client {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(Duration::from_secs);
+                let success = (200..300).contains(&status);
+                let limit = if success {
+                    body_limit(call.op)
+                } else {
+                    MAX_ERROR_BODY
+                };
                 match response
                     .body_mut()
                     .with_config()
-                    .limit(MAX_BODY)
+                    .limit(limit)
+                    .lossy_utf8(!success)
                     .read_to_string()
                 {
-                    Ok(body) if (200..300).contains(&status) => Ok(body),
+                    Ok(body) if success => Ok(body),
                     Ok(body) => {
                         let body = match (status, location) {
                             (300..=399, Some(to)) => MaasBody::Text(format!(
                                 "redirected to {to}; check the MAAS endpoint (scheme, host, /MAAS path)"
                             )),
-                            _ => MaasBody::parse(&redact(&body, inner.key.token_secret())),
+                            _ => MaasBody::parse(&body),
                         };
                         Err(Error::status(call.op, status, body, retry_after))
                     }
-                    Err(e) => Err(transport_error(call.op, e, inner.key.token_secret())),
+                    Err(ureq::Error::BodyExceedsLimit(_)) if success => Err(Error::new(
+                        call.op,
+                        ErrorKind::Decode,
+                        format!(
+                            "{} sent more than {} MiB (after decompression) in answer to {}, \
+                             more than that call can return; not read further, not retried",
+                            inner.api_root,
+                            limit / MIB,
+                            call.op
+                        ),
+                    )),
+                    Err(ureq::Error::BodyExceedsLimit(_)) => Err(Error::status(
+                        call.op,
+                        status,
+                        MaasBody::Text(format!(
+                            "(error body from {} larger than {} KiB, not read)",
+                            inner.api_root,
+                            MAX_ERROR_BODY / KIB
+                        )),
+                        retry_after,
+                    )),
+                    // Not UTF-8, or a corrupt gzip stream: MAAS answered,
+                    // but not with what we can read.
+                    Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        Err(Error::new(
+                            call.op,
+                            ErrorKind::Decode,
+                            format!("{} sent an unreadable body: {e}", inner.api_root),
+                        ))
+                    }
+                    Err(e) => Err(transport_error(call.op, e)),
                 }
             }
-            Err(e) => Err(transport_error(call.op, e, inner.key.token_secret())),
+            Err(e) => Err(transport_error(call.op, e)),
         };
         let code = match &outcome {
             Ok(_) => "2xx".to_owned(),
@@ -657,7 +875,22 @@ impl Client {
             call.method.as_str(),
             call.path
         );
-        outcome
+        outcome.map_err(|e| e.scrubbed(&inner.secrets))
+    }
+}
+
+/// Endpoints already warned about: a client is built per credential, the
+/// warning is news once.
+static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn warn_once(root: &str, warning: &str) {
+    let key = format!("{root} {warning}");
+    if WARNED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key)
+    {
+        log::warn!("{warning}");
     }
 }
 
@@ -697,7 +930,8 @@ fn retry_backoff() -> Backoff {
     Backoff::new(BASE_BACKOFF, MAX_BACKOFF).with_jitter(0.75, 1.25)
 }
 
-fn transport_error(op: &'static str, e: ureq::Error, secret: &str) -> Error {
+/// Classifies a failure to get an answer. The caller scrubs the text.
+fn transport_error(op: &'static str, e: ureq::Error) -> Error {
     use std::io::ErrorKind as Io;
     use ureq::Timeout;
     let kind = match &e {
@@ -728,7 +962,7 @@ fn transport_error(op: &'static str, e: ureq::Error, secret: &str) -> Error {
         }
         _ => ErrorKind::Transport,
     };
-    Error::new(op, kind, redact(&e.to_string(), secret))
+    Error::new(op, kind, e.to_string())
 }
 
 #[cfg(test)]

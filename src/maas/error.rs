@@ -286,21 +286,90 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Removes secrets from text that MAAS sent back. MAAS's 401 for a wrong
-/// secret echoes the *expected* signature, i.e. the real token secret.
-pub(crate) fn redact(text: &str, secret: &str) -> String {
-    const ECHO: &str = "Expected signature base string:";
-    let mut out = match text.find(ECHO) {
-        Some(at) => {
-            let end = text[at..].find('\'').map(|q| at + q).unwrap_or(text.len());
-            format!("{}{ECHO} <redacted>{}", &text[..at], &text[end..])
-        }
-        None => text.to_owned(),
-    };
-    if secret.len() >= 4 {
-        out = out.replace(secret, "<redacted>");
+/// What must never appear in an error or a log line: the three parts of
+/// the API key (MAAS's 401 bodies echo the token key, e.g. `Invalid access
+/// token: <token_key>`, and the expected signature, i.e. the token secret)
+/// and the endpoint's `user:password@`.
+#[derive(Clone, Default)]
+pub(crate) struct Secrets {
+    words: Vec<String>,
+}
+
+impl Secrets {
+    /// Parts shorter than 4 characters are not scrubbed: they are no secret
+    /// and would shred every message (real MAAS key parts are 18+).
+    pub(crate) fn new<'a>(words: impl IntoIterator<Item = &'a str>) -> Secrets {
+        let mut words: Vec<String> = words
+            .into_iter()
+            .filter(|w| w.len() >= 4)
+            .map(str::to_owned)
+            .collect();
+        // Longest first, so that a word containing another is replaced whole.
+        words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        Secrets { words }
     }
-    out
+
+    /// `text` without the secrets, and without the signature MAAS echoes
+    /// after a wrong secret (which is the real token secret).
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        const ECHO: &str = "Expected signature base string:";
+        let mut out = match text.find(ECHO) {
+            Some(at) => {
+                let end = text[at..].find('\'').map(|q| at + q).unwrap_or(text.len());
+                format!("{}{ECHO} <redacted>{}", &text[..at], &text[end..])
+            }
+            None => text.to_owned(),
+        };
+        for word in &self.words {
+            if out.contains(word.as_str()) {
+                out = out.replace(word.as_str(), "<redacted>");
+            }
+        }
+        out
+    }
+}
+
+impl Error {
+    /// The same error with every text it carries scrubbed of `secrets`.
+    pub(crate) fn scrubbed(mut self, secrets: &Secrets) -> Error {
+        self.detail = secrets.scrub(&self.detail);
+        self.body = match self.body {
+            MaasBody::Empty => MaasBody::Empty,
+            MaasBody::Text(text) => MaasBody::Text(secrets.scrub(&text)),
+            MaasBody::FieldErrors(fields) => MaasBody::FieldErrors(
+                fields
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            secrets.scrub(&k),
+                            v.iter().map(|m| secrets.scrub(m)).collect(),
+                        )
+                    })
+                    .collect(),
+            ),
+        };
+        self
+    }
+}
+
+/// `scheme://user:password@host/...` → `scheme://<redacted>@host/...`: a URL
+/// fit for logs and errors. Anything else is returned as it is.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://<redacted>{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// The `user:password` of a URL, if any (to scrub it from errors).
+pub(crate) fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    authority.rfind('@').map(|at| &authority[..at])
 }
 
 #[cfg(test)]
@@ -356,13 +425,63 @@ mod tests {
 
     #[test]
     fn redacts_echoed_signature_and_own_secret() {
+        let secrets = Secrets::new(["MySecret99", "ab"]);
         let body = "Authorization Error: 'Invalid signature. Expected signature base string: &RealSecret123'";
-        let out = redact(body, "MySecret99");
+        let out = secrets.scrub(body);
         assert!(!out.contains("RealSecret123"), "{out}");
         assert!(out.ends_with("<redacted>'"), "{out}");
         assert_eq!(
-            redact("token MySecret99 here", "MySecret99"),
-            "token <redacted> here"
+            secrets.scrub("token MySecret99 here, ab stays"),
+            "token <redacted> here, ab stays"
         );
+    }
+
+    /// Issue 12 item 4: MAAS's 401 for an unknown token names the token key,
+    /// which ended up in conditions and Events.
+    #[test]
+    fn scrubbed_errors_carry_no_key_part() {
+        let secrets = Secrets::new(["Ck9aXhYcVbPqRsTuWz", "Tk2bYcZdAeBfCgDhEi", "S3cr3t"]);
+        let err = Error::from_response(
+            "machine_read",
+            401,
+            "Authorization Error: 'Invalid access token: Tk2bYcZdAeBfCgDhEi'",
+            None,
+        )
+        .scrubbed(&secrets);
+        let fields = Error::from_response(
+            "allocate",
+            400,
+            r#"{"Ck9aXhYcVbPqRsTuWz": ["consumer Ck9aXhYcVbPqRsTuWz unknown"]}"#,
+            None,
+        )
+        .scrubbed(&secrets);
+        let transport = Error::new("x", ErrorKind::Transport, "sent S3cr3t").scrubbed(&secrets);
+        for shown in [
+            err.to_string(),
+            err.message(),
+            fields.to_string(),
+            format!("{fields:?}"),
+            transport.to_string(),
+        ] {
+            assert!(!shown.contains("Tk2b"), "{shown}");
+            assert!(!shown.contains("Ck9a"), "{shown}");
+            assert!(!shown.contains("S3cr3t"), "{shown}");
+        }
+        assert!(err.is_unauthorized(), "scrubbing keeps the classification");
+    }
+
+    #[test]
+    fn userinfo_is_redacted_from_urls() {
+        assert_eq!(
+            redact_url("https://admin:hunter2@maas.example:5443/MAAS/api/2.0/"),
+            "https://<redacted>@maas.example:5443/MAAS/api/2.0/"
+        );
+        assert_eq!(
+            redact_url("http://10.0.0.1:5240/MAAS"),
+            "http://10.0.0.1:5240/MAAS"
+        );
+        assert_eq!(redact_url("http://h/MAAS?x=a@b"), "http://h/MAAS?x=a@b");
+        assert_eq!(userinfo("http://u:p@h/MAAS"), Some("u:p"));
+        assert_eq!(userinfo("http://h/a@b"), None);
     }
 }

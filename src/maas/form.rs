@@ -3,19 +3,22 @@
 //! One encoder for all three: RFC 3986 unreserved characters pass, every other
 //! byte becomes `%XX`. That is valid in a query string, in an
 //! `application/x-www-form-urlencoded` body (space as `%20` is accepted
-//! everywhere `+` is) and is exactly what OAuth 1.0a asks for.
+//! everywhere `+` is) and is exactly what OAuth 1.0a asks for. The encoding
+//! itself is the `percent-encoding` crate's (ureq's own); only the set of
+//! characters left alone is ours.
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+/// Every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~` is encoded.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Percent-encodes everything but `A-Z a-z 0-9 - . _ ~`.
 pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, NOT_UNRESERVED).to_string()
 }
 
 /// `k=v&k=v`; a list is sent by repeating its key, as MAAS expects.

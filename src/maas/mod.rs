@@ -6,16 +6,21 @@
 //! ClientConfig::new(endpoint, api_key)       // 30 s / 10 s / no CA / 3 retries
 //! Client::new(ClientConfig) -> Result<Client, Error>   // Clone + Send + Sync, one ureq agent
 //!
+//! client.api_root() -> &str                                 // user:password@ redacted
+//! client.security_warnings() -> Vec<String>                 // http:// etc.; WARNed once at new()
 //! client.check() -> Result<(), Error>                       // users/?op=whoami
+//! client.start_check() -> StartCheck::{Ready(User) | Unreachable(Error) | Refused(message)}
+//! client.recheck_until_ready(report, &stop) -> Option<StartCheck>   // backoff while Unreachable
 //! client.whoami() -> Result<User, Error>
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
 //! client.allocate(&AllocateRequest) -> Result<Machine, Error>          // at most once
 //! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once
 //! client.release(system_id, &ReleaseRequest) -> Result<Machine, Error>
-//! client.power_on(system_id) / power_off(system_id) -> Result<Machine, Error>
+//! client.power_on(system_id) -> Result<Machine, Error>
+//! client.power_off(system_id) -> Result<Machine, Error>                (feature test-api)
 //! client.power_on_with_comment(system_id, Some(comment)) -> Result<Machine, Error>
-//! client.query_power_state(system_id) -> Result<PowerState, Error>
+//! client.query_power_state(system_id) -> Result<PowerState, Error>     (feature test-api)
 //! client.update_machine(system_id, &[("swap_size", "0")]) -> Result<Machine, Error>
 //! client.set_owner_data(system_id, &[(key, Some(value) | None)]) -> Result<Machine, Error>
 //! client.dns_resources(fqdn) -> Result<Vec<DnsResource>, Error>
@@ -32,6 +37,11 @@
 //!        is_transient(), is_not_found(), is_conflict(), is_unauthorized(), is_forbidden(),
 //!        is_bad_request(), is_refused() (any of the five before: MAAS said no)
 //! ```
+//!
+//! Secrets: every error (and so every condition, Event and log line built
+//! from one) is scrubbed of the API key's three parts and the endpoint's
+//! `user:password@`; MAAS echoes the token key and the expected signature
+//! in its 401 bodies. [`redact_url`] does the same for URLs.
 //!
 //! Retries: transient errors (no connection, timeouts, broken connections,
 //! 5xx, 409 with `Retry-After`) are retried up to `max_retries` times with
@@ -51,8 +61,8 @@ pub mod image;
 mod types;
 
 pub use auth::{ApiKey, InvalidApiKey};
-pub use client::{Client, ClientConfig};
-pub use error::{Error, ErrorKind, MaasBody};
+pub use client::{Client, ClientConfig, StartCheck};
+pub use error::{redact_url, Error, ErrorKind, MaasBody};
 pub use form::{encode_pairs, percent_encode};
 pub use image::{canonical_name, check_image, ImageCheck};
 pub use types::*;

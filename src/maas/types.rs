@@ -586,8 +586,9 @@ impl AllocateRequest {
     }
 }
 
-/// Parameters for `op=deploy`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Parameters for `op=deploy`. `Debug` shows the size of `user_data`, never
+/// its content: cloud-init user data carries bootstrap tokens.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct DeployRequest {
     /// As users write it: `custom/u-2204-0-k-1264-0`, `ubuntu/jammy`,
     /// `jammy`. None = MAAS's default series.
@@ -599,6 +600,23 @@ pub struct DeployRequest {
     pub hwe_kernel: Option<String>,
     pub agent_name: Option<String>,
     pub comment: Option<String>,
+}
+
+impl fmt::Debug for DeployRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let user_data = self
+            .user_data
+            .as_ref()
+            .map(|d| format!("<{} bytes redacted>", d.len()));
+        f.debug_struct("DeployRequest")
+            .field("image", &self.image)
+            .field("user_data", &user_data)
+            .field("ephemeral_deploy", &self.ephemeral_deploy)
+            .field("hwe_kernel", &self.hwe_kernel)
+            .field("agent_name", &self.agent_name)
+            .field("comment", &self.comment)
+            .finish()
+    }
 }
 
 impl DeployRequest {
@@ -753,6 +771,22 @@ mod tests {
         assert_eq!(m.power_state, PowerState::On);
         assert_eq!(m.owner_data["a"], "b");
         assert_eq!(m.memory, 4096);
+    }
+
+    /// Issue 12 item 4: the derived Debug printed the user data, whose
+    /// cloud-init carries the kubeadm bootstrap token.
+    #[test]
+    fn deploy_request_debug_hides_user_data() {
+        let request = DeployRequest {
+            image: Some("ubuntu/jammy".into()),
+            user_data: Some(b"#cloud-config\ntoken: abcdef.0123456789abcdef\n".to_vec()),
+            ..DeployRequest::default()
+        };
+        let shown = format!("{request:?} {request:#?}");
+        assert!(!shown.contains("abcdef"), "{shown}");
+        assert!(!shown.contains("99, 108, 111"), "{shown}");
+        assert!(shown.contains("<45 bytes redacted>"), "{shown}");
+        assert!(shown.contains("ubuntu/jammy"), "{shown}");
     }
 
     #[test]

@@ -78,6 +78,14 @@ enum GateState {
     Lost,
 }
 
+impl std::fmt::Debug for LeaderGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LeaderGate")
+            .field(&self.leadership())
+            .finish()
+    }
+}
+
 impl LeaderGate {
     /// A gate that is always open: for running without leader election.
     pub fn always_open() -> LeaderGate {

@@ -1,27 +1,37 @@
-//! Starts `maas-sim` for a test and drives its `/_sim/` controls.
+//! Runs the MAAS simulator (the `maas-sim` package, a dev-dependency) in
+//! this test process and drives its `/_sim/` controls over HTTP, as a test
+//! would drive a real MAAS.
 //!
 //! ```ignore
-//! let sim = MaasSim::start(env!("CARGO_BIN_EXE_maas-sim"), None);   // story inventory
+//! let sim = MaasSim::start(None);                                   // story inventory
+//! let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0.5"]);
 //! let client = sim.client();                                        // capmaas::maas::Client
 //! sim.power_off(&system_id);
 //! sim.set_fault(json!({"method": "POST", "endpoint": "machines/", "op": "allocate", "status": 503, "times": 2}));
 //! assert!(sim.state()["machines"].as_array().unwrap().iter().all(|m| m["owner"].is_null()));
 //! ```
-//! The process is killed when the `MaasSim` is dropped.
+//! In process rather than as a child process: `CARGO_BIN_EXE_<name>` only
+//! names binaries of the test's own package, and building another
+//! package's binary from a test races with cargo's own build. The server
+//! is stopped when the `MaasSim` is dropped (every connection closed, every
+//! thread joined); the `maas-sim` binary is `cargo run -p maas-sim`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// The story inventory the simulator embeds (same bytes).
+/// The story inventory the simulator embeds (the same file).
 pub fn story_inventory_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/inventory/story.json")
+}
+
+/// `tests/inventory/tenants.json`: two non-admin users, each with its own
+/// key and (RBAC-style) only its own pool.
+pub fn tenants_inventory_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/inventory/tenants.json")
 }
 
 pub fn story_inventory() -> Value {
@@ -39,70 +49,41 @@ pub struct MaasSim {
     pub api_key: String,
     /// Every key of the inventory, with its username and admin flag.
     pub api_keys: Vec<(String, String, bool)>,
-    child: Child,
-    inventory_file: Option<PathBuf>,
+    server: Option<maas_sim::Server>,
     agent: ureq::Agent,
 }
 
 impl MaasSim {
-    /// Starts the simulator binary (`env!("CARGO_BIN_EXE_maas-sim")`) with
-    /// `inventory` (the story inventory when None) on a free port.
-    pub fn start(bin: impl AsRef<Path>, inventory: Option<&Value>) -> MaasSim {
-        MaasSim::start_with_args(bin, inventory, &[])
+    /// Starts a simulator with `inventory` (the story inventory when None)
+    /// on a free loopback port.
+    pub fn start(inventory: Option<&Value>) -> MaasSim {
+        MaasSim::start_with_args(inventory, &[])
     }
 
     /// Starts the simulator with an inventory file (e.g. one under
     /// `tests/inventory/`) and extra arguments.
-    pub fn start_from_file(bin: impl AsRef<Path>, inventory: &Path, args: &[&str]) -> MaasSim {
+    pub fn start_from_file(inventory: &Path, args: &[&str]) -> MaasSim {
         let text = std::fs::read_to_string(inventory)
             .unwrap_or_else(|e| panic!("{}: {e}", inventory.display()));
         let value: Value = serde_json::from_str(&text).expect("inventory is JSON");
-        MaasSim::start_with_args(bin, Some(&value), args)
+        MaasSim::start_with_args(Some(&value), args)
     }
 
-    /// As [`MaasSim::start`], with extra arguments such as
-    /// `["--deploy-seconds", "0.5"]`.
-    pub fn start_with_args(
-        bin: impl AsRef<Path>,
-        inventory: Option<&Value>,
-        args: &[&str],
-    ) -> MaasSim {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
+    /// As [`MaasSim::start`], with the binary's arguments such as
+    /// `["--deploy-seconds", "0.5"]` (see `maas-sim --help`).
+    pub fn start_with_args(inventory: Option<&Value>, args: &[&str]) -> MaasSim {
         let inventory_value = inventory.cloned().unwrap_or_else(story_inventory);
-        let inventory_file = inventory.map(|value| {
-            let path = std::env::temp_dir().join(format!(
-                "maas-sim-{}-{}.json",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::write(&path, value.to_string()).expect("write inventory file");
-            path
-        });
-        let mut command = Command::new(bin.as_ref());
-        command.args(["--listen", "127.0.0.1:0"]);
-        if let Some(path) = &inventory_file {
-            command.arg("--inventory").arg(path);
-        }
-        command.args(args);
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.as_ref().display()));
-        let mut first_line = String::new();
-        let stdout = child.stdout.take().expect("piped stdout");
-        BufReader::new(stdout)
-            .read_line(&mut first_line)
-            .expect("read maas-sim stdout");
-        let url = first_line.trim().to_owned();
-        if !url.starts_with("http://") {
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut stderr);
-            }
-            let _ = child.kill();
-            panic!("maas-sim did not start: stdout {first_line:?}, stderr {stderr:?}");
-        }
+        let mut options = match maas_sim::Options::from_args(args) {
+            Ok(maas_sim::Command::Serve(options)) => options,
+            Ok(other) => panic!("maas-sim arguments {args:?} ask for {other:?}, not a server"),
+            Err(e) => panic!("maas-sim arguments {args:?}: {e}"),
+        };
+        options.inventory = maas_sim::Inventory::from_json(&inventory_value.to_string())
+            .unwrap_or_else(|e| panic!("maas-sim inventory: {e}"));
+        options.listen = "127.0.0.1:0".into();
+        let server = maas_sim::start_with(*options)
+            .unwrap_or_else(|e| panic!("maas-sim did not start: {e}"));
+        let url = server.base_url();
         let base = url.trim_end_matches("/MAAS").to_owned();
         let api_keys: Vec<(String, String, bool)> = inventory_value["api_keys"]
             .as_array()
@@ -129,9 +110,23 @@ impl MaasSim {
             base,
             api_key,
             api_keys,
-            child,
-            inventory_file,
+            server: Some(server),
             agent,
+        }
+    }
+
+    /// Where the DNS responder listens, when started with
+    /// `["--dns-listen", "127.0.0.1:0"]`; query it with
+    /// `maas_sim::dns::lookup(addr, name, 1 /* A */, false /* UDP */)`.
+    pub fn dns_addr(&self) -> Option<std::net::SocketAddr> {
+        self.server.as_ref().and_then(|s| s.dns_addr())
+    }
+
+    /// Stops the simulator now (as dropping it does): clients see MAAS go
+    /// away.
+    pub fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown();
         }
     }
 
@@ -148,6 +143,20 @@ impl MaasSim {
         config.timeout = Duration::from_secs(10);
         config.connect_timeout = Duration::from_secs(2);
         config
+    }
+
+    /// The first key of `username` in the inventory.
+    pub fn key_of(&self, username: &str) -> String {
+        self.api_keys
+            .iter()
+            .find(|k| k.1 == username)
+            .map(|k| k.0.clone())
+            .unwrap_or_else(|| panic!("no API key for user {username} in the inventory"))
+    }
+
+    /// A client with the key of `username`.
+    pub fn client_for(&self, username: &str) -> capmaas::maas::Client {
+        capmaas::maas::Client::new(self.client_config(&self.key_of(username))).expect("client")
     }
 
     /// The key of the first non-admin user in the inventory.
@@ -212,7 +221,7 @@ impl MaasSim {
         self.control("DELETE", "calls", None);
     }
 
-    /// Adds a fault rule (see `capmaas::sim::Fault`): `method`, `endpoint`
+    /// Adds a fault rule (see `maas_sim::Fault`): `method`, `endpoint`
     /// (`machines/{id}/`), `op`, `status`, `body`, `retry_after`,
     /// `latency_ms`, `drop`, `drop_after`, `rate`, `times`.
     pub fn set_fault(&self, fault: Value) {
@@ -229,6 +238,34 @@ impl MaasSim {
             "settings",
             Some(json!({"deploy_seconds": deploy_seconds, "release_seconds": release_seconds})),
         );
+    }
+
+    /// Every API call (not `/_sim/`) takes at least `ms` from now on.
+    pub fn set_latency_ms(&self, ms: u64) {
+        self.control("POST", "settings", Some(json!({"latency_ms": ms})));
+    }
+
+    /// An operator releases it behind the client's back; `body` may name
+    /// `user`, `erase`, `quick_erase`, `secure_erase`, `comment`.
+    pub fn release_out_of_band(&self, system_id: &str, body: Value) -> String {
+        self.machine_action_with(system_id, "release", body)
+    }
+
+    /// Someone (default: its owner) releases it and deploys it again;
+    /// `body` may name `user`, `distro_series`, `agent_name`, `comment`.
+    pub fn redeploy_out_of_band(&self, system_id: &str, body: Value) -> String {
+        self.machine_action_with(system_id, "redeploy", body)
+    }
+
+    fn machine_action_with(&self, system_id: &str, action: &str, body: Value) -> String {
+        self.control(
+            "POST",
+            &format!("machines/{system_id}/{action}"),
+            Some(body),
+        )["status_name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     fn machine_action(&self, system_id: &str, action: &str) -> String {
@@ -251,6 +288,12 @@ impl MaasSim {
         self.machine_action(system_id, "fail-deployment")
     }
 
+    /// Fails the running (or next) deployment with curtin's `reason`.
+    pub fn fail_deployment_because(&self, system_id: &str, reason: &str) -> String {
+        self.machine_action_with(system_id, "fail-deployment", json!({"reason": reason}))
+    }
+
+    /// An operator (the inventory's first admin) marks it broken.
     pub fn mark_broken(&self, system_id: &str) -> String {
         self.machine_action(system_id, "mark-broken")
     }
@@ -283,10 +326,6 @@ impl MaasSim {
 
 impl Drop for MaasSim {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(path) = &self.inventory_file {
-            let _ = std::fs::remove_file(path);
-        }
+        self.stop();
     }
 }

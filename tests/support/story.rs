@@ -666,10 +666,6 @@ pub fn capmaas_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_capmaas"))
 }
 
-pub fn maas_sim_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_maas-sim"))
-}
-
 /// `kubectl delete` of one namespaced object without waiting for its
 /// finalizers; absent is fine.
 pub fn delete_no_wait(cp: &ControlPlane, ns: &str, kind: &str, name: &str) {
@@ -730,7 +726,6 @@ impl StoryLab {
         let deploy = options.deploy_seconds.to_string();
         let release = options.release_seconds.to_string();
         let sim = MaasSim::start_with_args(
-            maas_sim_bin(),
             None,
             &["--deploy-seconds", &deploy, "--release-seconds", &release],
         );

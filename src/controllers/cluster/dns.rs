@@ -75,7 +75,7 @@ fn persist_name(r: &mut ClusterReconciling, name: &str) -> Result<(), Error> {
 
 fn random_suffix() -> Result<String, Error> {
     let mut bytes = [0u8; SUFFIX_LEN];
-    getrandom::fill(&mut bytes)
+    getrandom::getrandom(&mut bytes)
         .map_err(|e| Error::Retry(format!("no randomness for the DNS name: {e}")))?;
     Ok(bytes
         .iter()

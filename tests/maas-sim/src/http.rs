@@ -61,6 +61,16 @@ impl Response {
         }
     }
 
+    /// A body that is already JSON text.
+    pub fn json_text(status: u16, body: String) -> Response {
+        Response {
+            status,
+            content_type: "application/json; charset=utf-8",
+            headers: Vec::new(),
+            body: body.into_bytes(),
+        }
+    }
+
     pub fn text(status: u16, body: &str) -> Response {
         Response {
             status,
@@ -310,6 +320,30 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `k=v&k=v` with everything but RFC 3986 unreserved bytes percent-encoded
+/// (for a `Location` that repeats the request's query).
+pub fn encode_query(pairs: &[(String, String)]) -> String {
+    fn encode(s: &str, out: &mut String) {
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for (k, v) in pairs {
+        if !out.is_empty() {
+            out.push('&');
+        }
+        encode(k, &mut out);
+        out.push('=');
+        encode(v, &mut out);
+    }
+    out
+}
+
 pub fn parse_urlencoded(s: &str) -> Vec<(String, String)> {
     s.split('&')
         .filter(|pair| !pair.is_empty())
@@ -378,6 +412,9 @@ mod tests {
         );
         assert_eq!(percent_decode("100%", false), "100%");
         assert_eq!(percent_decode("%zz", false), "%zz");
+        let pairs = vec![("a b".to_owned(), "x&y=é".to_owned())];
+        assert_eq!(encode_query(&pairs), "a%20b=x%26y%3D%C3%A9");
+        assert_eq!(parse_urlencoded(&encode_query(&pairs)), pairs);
     }
 
     #[test]

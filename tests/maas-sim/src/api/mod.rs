@@ -3,10 +3,13 @@
 
 use serde_json::{json, Value};
 
-use super::http::{Request, Response};
-use super::render;
-use super::world::{now_unix, Failure, Outcome, User, World};
-use crate::maas::MachineStatus;
+use crate::http::{Request, Response};
+use crate::render;
+use crate::world::network::subnet_json;
+
+mod machines;
+mod network;
+use crate::world::{now_unix, Failure, Outcome, User, World};
 
 /// The `/MAAS/api/2.0/` path split into its resource pattern and id.
 pub struct Route {
@@ -22,18 +25,18 @@ impl Route {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
-        let pattern = match segments.as_slice() {
-            [] => String::new(),
-            [one] => format!("{one}/"),
-            [first, _, rest @ ..] => {
-                let mut p = format!("{first}/{{id}}/");
-                for r in rest {
-                    p.push_str(r);
-                    p.push('/');
+        // Collections alternate with ids: `nodes/{id}/interfaces/{id}/`.
+        let pattern: String = segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i % 2 == 1 {
+                    "{id}/".to_owned()
+                } else {
+                    format!("{s}/")
                 }
-                p
-            }
-        };
+            })
+            .collect();
         Route { pattern, segments }
     }
 }
@@ -48,7 +51,7 @@ fn oauth_params(header: &str) -> Option<Vec<(String, String)>> {
                 let (k, v) = pair.trim().split_once('=')?;
                 Some((
                     k.trim().to_owned(),
-                    super::http::percent_decode(v.trim().trim_matches('"'), false),
+                    crate::http::percent_decode(v.trim().trim_matches('"'), false),
                 ))
             })
             .collect(),
@@ -226,24 +229,53 @@ fn dispatch(
             &render::user(&user.username, user.is_superuser),
         )),
         (["users"], "GET", None) => {
-            let users: Vec<Value> = world
-                .credentials
-                .iter()
-                .map(|c| render::user(&c.user.username, c.user.is_superuser))
+            // One entry per user, however many keys it has.
+            let mut users: Vec<&User> = Vec::new();
+            for c in &world.credentials {
+                if !users.iter().any(|u| u.username == c.user.username) {
+                    users.push(&c.user);
+                }
+            }
+            let users: Vec<Value> = users
+                .into_iter()
+                .map(|u| render::user(&u.username, u.is_superuser))
                 .collect();
             Ok(Response::json(200, &json!(users)))
         }
-        (["machines"], "GET", None) => list_machines(world, user, params, false),
-        (["machines"], "GET", Some("list_allocated")) => list_machines(world, user, params, true),
+        (["machines"], "GET", None) => machines::list_machines(world, user, params, false),
+        (["machines"], "GET", Some("list_allocated")) => {
+            machines::list_machines(world, user, params, true)
+        }
         (["machines"], "POST", Some("allocate")) => {
             let index = world.allocate(user, params)?;
             let mut v = render::machine(world, &world.machines[index]);
             v["constraints_by_type"] = json!({});
             Ok(Response::json(200, &v))
         }
-        (["machines"], "POST", Some("release")) => bulk_release(world, user, params),
+        (["machines"], "POST", Some("release")) => machines::bulk_release(world, user, params),
         (["machines"], _, _) => unknown_op(req, op),
-        (["machines", id], _, _) => machine_call(world, user, req, id, op, params),
+        (["subnets"], "GET", None) => Ok(Response::json(
+            200,
+            &json!(world.subnets.iter().map(subnet_json).collect::<Vec<_>>()),
+        )),
+        (["subnets", id], "GET", None) => match world.subnet_by_ref(id) {
+            Some(s) => Ok(Response::json(200, &subnet_json(s))),
+            None => Err(Failure::Text(
+                404,
+                "No Subnet matches the given query.".into(),
+            )),
+        },
+        (["ipaddresses"], _, _) => network::ip_addresses(world, user, req, op, params),
+        (["nodes", id, "interfaces"], _, _) => {
+            network::interfaces(world, user, req, id, None, op, params)
+        }
+        (["nodes", id, "interfaces", iface], _, _) => {
+            network::interfaces(world, user, req, id, Some(iface), op, params)
+        }
+        (["events"], "GET", Some("query")) => {
+            Ok(Response::json(200, &world.query_events(user, &req.query)?))
+        }
+        (["machines", id], _, _) => machines::machine_call(world, user, req, id, op, params),
         (["dnsresources"], "GET", None) => {
             let found = world.list_dns(params)?;
             let list: Vec<Value> = found
@@ -255,28 +287,16 @@ fn dispatch(
         (["dnsresources"], "POST", None) => {
             admin_only(user)?;
             let i = world.create_dns(params)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
+            dns_json(world, i)
         }
         (["dnsresources"], _, Some(_)) => unknown_op(req, op),
         (["dnsresources"], _, None) => not_allowed(),
-        (["dnsresources", id], "GET", None) => {
-            let i = world.dns_index(id)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
-        }
+        (["dnsresources", id], "GET", None) => dns_json(world, world.dns_index(id)?),
         (["dnsresources", id], "PUT", None) => {
             let i = world.dns_index(id)?;
             admin_only(user)?;
             world.update_dns(i, params)?;
-            Ok(Response::json(
-                200,
-                &render::dns_resource(world, &world.dns[i]),
-            ))
+            dns_json(world, i)
         }
         (["dnsresources", id], "DELETE", None) => {
             let i = world.dns_index(id)?;
@@ -303,7 +323,7 @@ fn dispatch(
             }
         }
         (["zones"], "GET", None) => {
-            let mut zones: Vec<&super::world::Named> = world.zones.iter().collect();
+            let mut zones: Vec<&crate::world::Named> = world.zones.iter().collect();
             zones.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(Response::json(
                 200,
@@ -317,9 +337,16 @@ fn dispatch(
                 "No Zone matches the given query.".into(),
             )),
         },
+        // With RBAC a user lists only the pools it may view, and reading
+        // another is a 403 (`ResourcePoolHandler`, `get_resource_pool_or_404`).
         (["resourcepools"], "GET", None) => Ok(Response::json(
             200,
-            &json!(world.pools.iter().map(render::pool).collect::<Vec<_>>()),
+            &json!(world
+                .pools
+                .iter()
+                .filter(|p| world.pool_visible(&p.name, user))
+                .map(render::pool)
+                .collect::<Vec<_>>()),
         )),
         (["resourcepool", id], "GET", None) => {
             match world
@@ -327,6 +354,9 @@ fn dispatch(
                 .iter()
                 .find(|p| p.id.to_string() == *id || p.name == *id)
             {
+                Some(p) if !world.pool_visible(&p.name, user) => {
+                    Err(Failure::Text(403, String::new()))
+                }
                 Some(p) => Ok(Response::json(200, &render::pool(p))),
                 None => Err(Failure::Text(
                     404,
@@ -395,7 +425,7 @@ fn dispatch(
             let list: Vec<Value> = world
                 .machines
                 .iter()
-                .filter(|m| m.tags.iter().any(|t| t == name) && world.visible(m, user))
+                .filter(|m| m.tags.iter().any(|t| t == name) && world.can_view(m, user))
                 .map(|m| render::machine(world, m))
                 .collect();
             Ok(Response::json(200, &json!(list)))
@@ -430,10 +460,21 @@ fn dispatch(
     }
 }
 
+fn dns_json(world: &World, index: usize) -> Outcome<Response> {
+    Ok(Response::json(
+        200,
+        &render::dns_resource(world, &world.dns[index]),
+    ))
+}
+
 fn is_known_collection(name: &str) -> bool {
     matches!(
         name,
         "users"
+            | "events"
+            | "subnets"
+            | "ipaddresses"
+            | "nodes"
             | "machines"
             | "dnsresources"
             | "domains"
@@ -445,202 +486,6 @@ fn is_known_collection(name: &str) -> bool {
     )
 }
 
-fn list_machines(
-    world: &World,
-    user: &User,
-    params: &[(String, String)],
-    allocated_only: bool,
-) -> Outcome<Response> {
-    // The filters the simulator implements. Real MAAS knows more (not_*,
-    // arch, cpu_count ...); refusing them here is better than ignoring them.
-    #[rustfmt::skip]
-    const KNOWN: &[&str] = &[
-        "id", "hostname", "mac_address", "domain", "zone", "pool", "agent_name", "status",
-        "tags", "owner", "power_state",
-    ];
-    let mut bad = serde_json::Map::new();
-    for (k, _) in params {
-        if !KNOWN.contains(&k.as_str()) {
-            bad.insert(k.clone(), json!(["No such constraint."]));
-        }
-    }
-    if !bad.is_empty() {
-        return Err(Failure::Fields(400, Value::Object(bad)));
-    }
-    let all = |key: &str| -> Vec<&str> {
-        params
-            .iter()
-            .filter(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    };
-    let any_of = |key: &str, value: &str| {
-        let wanted = all(key);
-        wanted.is_empty() || wanted.contains(&value)
-    };
-    let tags = all("tags");
-    let list: Vec<Value> = world
-        .machines
-        .iter()
-        .filter(|m| world.visible(m, user))
-        .filter(|m| {
-            !allocated_only
-                || (m.status == MachineStatus::Allocated
-                    && m.owner.as_deref() == Some(&user.username))
-        })
-        .filter(|m| any_of("id", &m.system_id))
-        .filter(|m| any_of("hostname", &m.hostname))
-        .filter(|m| any_of("domain", world.domain_name(m.domain_id)))
-        .filter(|m| any_of("zone", &m.zone))
-        .filter(|m| any_of("pool", &m.pool))
-        .filter(|m| any_of("agent_name", &m.agent_name))
-        .filter(|m| any_of("status", m.status.filter_name().unwrap_or("")))
-        .filter(|m| any_of("power_state", &m.power_state))
-        .filter(|m| any_of("mac_address", &m.mac_address))
-        .filter(|m| any_of("owner", m.owner.as_deref().unwrap_or("")))
-        .filter(|m| tags.iter().all(|t| m.tags.iter().any(|x| x == t)))
-        .map(|m| render::machine(world, m))
-        .collect();
-    Ok(Response::json(200, &json!(list)))
-}
-
-fn bulk_release(world: &mut World, user: &User, params: &[(String, String)]) -> Outcome<Response> {
-    let ids: Vec<String> = params
-        .iter()
-        .filter(|(k, _)| k == "machines")
-        .map(|(_, v)| v.clone())
-        .collect();
-    let mut indexes = Vec::new();
-    for id in &ids {
-        indexes.push(world.machine_index(id)?);
-    }
-    use MachineStatus::*;
-    let bad: Vec<String> = indexes
-        .iter()
-        .map(|&i| &world.machines[i])
-        .filter(|m| {
-            !matches!(
-                m.status,
-                Ready
-                    | Releasing
-                    | Allocated
-                    | Reserved
-                    | Broken
-                    | Deploying
-                    | Deployed
-                    | FailedDeployment
-                    | FailedDiskErasing
-                    | FailedReleasing
-            )
-        })
-        .map(|m| format!("{} ('{}')", m.system_id, m.status.name()))
-        .collect();
-    if !bad.is_empty() {
-        return Err(Failure::Text(
-            409,
-            format!(
-                "Machine(s) cannot be released in their current state: {}.",
-                bad.join(", ")
-            ),
-        ));
-    }
-    let comment: Vec<(String, String)> = params
-        .iter()
-        .filter(|(k, _)| k == "comment")
-        .cloned()
-        .collect();
-    for &i in &indexes {
-        world.release(i, user, &comment)?;
-    }
-    Ok(Response::json(200, &json!(ids)))
-}
-
-fn machine_call(
-    world: &mut World,
-    user: &User,
-    req: &Request,
-    id: &str,
-    op: Option<&str>,
-    params: &[(String, String)],
-) -> Outcome<Response> {
-    let index = world.machine_index(id)?;
-    if !world.visible(&world.machines[index], user) {
-        return Err(Failure::Text(403, String::new()));
-    }
-    let machine_json = |w: &World| Ok(Response::json(200, &render::machine(w, &w.machines[index])));
-    match (req.method.as_str(), op) {
-        ("GET", None) => machine_json(world),
-        ("GET", Some("query_power_state")) => Ok(Response::json(
-            200,
-            &json!({"state": world.machines[index].power_state}),
-        )),
-        ("POST", Some("deploy")) => {
-            world.deploy(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("release")) => {
-            world.release(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("power_on")) => {
-            world.power_on(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("power_off")) => {
-            world.power_off(index, user)?;
-            if world.machines[index].power_type == "manual" {
-                return Ok(Response::json(200, &Value::Null));
-            }
-            machine_json(world)
-        }
-        ("POST", Some("set_owner_data" | "set_workload_annotations")) => {
-            world.set_owner_data(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("abort")) => {
-            world.abort(index)?;
-            machine_json(world)
-        }
-        ("POST", Some("mark_broken")) => {
-            let m = &world.machines[index];
-            if m.owner.as_deref().is_some_and(|o| o != user.username) {
-                return Err(Failure::Text(403, String::new()));
-            }
-            world.mark_broken(index);
-            machine_json(world)
-        }
-        ("POST", Some("mark_fixed")) => {
-            admin_only(user)?;
-            world.mark_fixed(index)?;
-            machine_json(world)
-        }
-        ("POST", Some("lock" | "unlock")) => {
-            let lock = op == Some("lock");
-            let m = &mut world.machines[index];
-            if lock && !matches!(m.status, MachineStatus::Deployed | MachineStatus::Deploying) {
-                return Err(Failure::Text(
-                    409,
-                    "Can't lock, node is not deployed or deploying".into(),
-                ));
-            }
-            m.locked = lock;
-            machine_json(world)
-        }
-        ("PUT", None) => {
-            admin_only(user).map_err(|_| Failure::Text(403, String::new()))?;
-            world.update_machine(index, params)?;
-            machine_json(world)
-        }
-        ("DELETE", None) => {
-            admin_only(user).map_err(|_| Failure::Text(403, String::new()))?;
-            world.machines.remove(index);
-            Ok(Response::empty(204))
-        }
-        (_, Some(_)) => unknown_op(req, op),
-        (_, None) => not_allowed(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -650,8 +495,8 @@ mod tests {
         assert_eq!(Route::parse("machines/").pattern, "machines/");
         assert_eq!(Route::parse("machines/abc123/").pattern, "machines/{id}/");
         assert_eq!(
-            Route::parse("boot-resources/7/upload/18/").pattern,
-            "boot-resources/{id}/upload/18/"
+            Route::parse("nodes/abc123/interfaces/7/").pattern,
+            "nodes/{id}/interfaces/{id}/"
         );
     }
 

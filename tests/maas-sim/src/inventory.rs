@@ -1,24 +1,31 @@
 //! The simulator's starting world, read from JSON.
 //!
 //! ```json
-//! { "api_keys": [{"key": "ck:tk:secret", "username": "admin", "is_superuser": true}],
+//! { "api_keys": [{"key": "ck:tk:secret", "username": "admin", "is_superuser": true},
+//!                {"key": "ck2:tk2:s2", "username": "alice", "is_superuser": false,
+//!                 "pools": ["alice-pool"]}],                // optional RBAC-style pools
 //!   "domains": [{"name": "k8s.maas", "ttl": 30}],        // "maas" (id 0) always exists
 //!   "zones": [{"name": "zone-a"}], "pools": [{"name": "cp-pool"}],   // "default" always exists
 //!   "tags": ["gpu"],                                       // plus every machine tag
 //!   "subnet": {"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1"},
+//!   "subnets": [{"cidr": "10.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-0"}}],
 //!   "boot_resources": [{"name": "ubuntu/jammy", "type": "Synced", "architecture": "amd64/ga-22.04"},
 //!                      {"name": "u-2204-0-k-1264-0", "type": "Uploaded", "architecture": "amd64/generic"}],
 //!   "machines": [{"hostname": "cp-1", "cpu_count": 8, "memory": 32768, "disks_gb": [120],
 //!                 "zone": "zone-a", "pool": "cp-pool", "tags": ["control-plane"],
-//!                 "ip_addresses": ["10.11.130.21"]}],
+//!                 "ip_addresses": ["10.11.130.21"]},
+//!                {"hostname": "cp-2", "interfaces": [
+//!                   {"name": "eth0", "links": [{"ip_address": "10.11.130.22"}]},
+//!                   {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "10.20.0.22"}]}]}],
 //!   "settings": {"deploy_seconds": 10, "release_seconds": 2} }
 //! ```
 //! Every field but `machines[].hostname` is optional.
 
 use serde::Deserialize;
 
-/// The built-in inventory (also at `tests/inventory/story.json`).
-pub const DEFAULT_INVENTORY: &str = include_str!("default_inventory.json");
+/// The built-in inventory: the story lab's, `tests/inventory/story.json`
+/// (this package lives in `tests/maas-sim/`; one file, not a copy).
+pub const DEFAULT_INVENTORY: &str = include_str!("../../inventory/story.json");
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -28,7 +35,9 @@ pub struct Inventory {
     pub zones: Vec<NamedEntry>,
     pub pools: Vec<NamedEntry>,
     pub tags: Vec<String>,
+    /// The first subnet (older inventories); `subnets` follow it.
     pub subnet: Option<SubnetEntry>,
+    pub subnets: Vec<SubnetEntry>,
     pub boot_resources: Vec<BootResourceEntry>,
     pub machines: Vec<MachineEntry>,
     pub dns_resources: Vec<DnsEntry>,
@@ -46,6 +55,11 @@ pub struct ApiKeyEntry {
     pub username: String,
     #[serde(default = "yes")]
     pub is_superuser: bool,
+    /// The resource pools this user may see and deploy from, as MAAS with
+    /// RBAC grants `view` and `deploy-machines` per pool. Absent: every
+    /// pool (MAAS without RBAC). Admins always see every pool.
+    #[serde(default)]
+    pub pools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -66,14 +80,48 @@ pub struct NamedEntry {
     pub description: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SubnetEntry {
     pub cidr: String,
-    #[serde(default)]
     pub gateway_ip: Option<String>,
-    #[serde(default)]
+    /// Defaults to the CIDR, as in MAAS.
     pub name: Option<String>,
+    pub description: Option<String>,
+    pub dns_servers: Vec<String>,
+    pub space: Option<String>,
+    /// Default: an untagged VLAN on a fabric of the subnet's own.
+    pub vlan: Option<VlanEntry>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VlanEntry {
+    pub vid: u16,
+    pub fabric: Option<String>,
+    pub mtu: Option<u32>,
+}
+
+/// A machine interface: `{"name": "eth1", "mac_address": "...", "links":
+/// [{"subnet": "10.20.0.0/24", "mode": "static", "ip_address": "10.20.0.5"}]}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InterfaceEntry {
+    pub name: String,
+    pub mac_address: Option<String>,
+    pub links: Vec<LinkEntry>,
+}
+
+/// A link: `subnet` (CIDR, name or id; default: the one holding
+/// `ip_address`, else the first), `mode` (auto, static, dhcp, link_up;
+/// default auto) and `ip_address` (for AUTO/DHCP the address it gets when
+/// deployed, if free; for STATIC the address).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkEntry {
+    pub subnet: Option<String>,
+    pub mode: Option<String>,
+    pub ip_address: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,9 +155,12 @@ pub struct MachineEntry {
     pub pool: Option<String>,
     pub tags: Vec<String>,
     pub architecture: Option<String>,
-    /// Addresses the machine gets once deployment starts.
+    /// Addresses the machine gets once deployment starts (one AUTO link on
+    /// `eth0` each); or, with several NICs, `interfaces`.
     pub ip_addresses: Vec<String>,
     pub mac_address: Option<String>,
+    /// Interfaces, boot interface first (instead of `ip_addresses`).
+    pub interfaces: Vec<InterfaceEntry>,
     pub power_type: Option<String>,
     /// Starting status name (default `Ready`).
     pub status: Option<String>,
@@ -137,6 +188,8 @@ pub struct Settings {
     pub release_seconds: f64,
     /// Series used when a deploy names none.
     pub default_distro_series: String,
+    /// Every API call (not `/_sim/`) takes at least this long.
+    pub latency_ms: u64,
 }
 
 impl Default for Settings {
@@ -145,6 +198,7 @@ impl Default for Settings {
             deploy_seconds: 10.0,
             release_seconds: 2.0,
             default_distro_series: "jammy".into(),
+            latency_ms: 0,
         }
     }
 }

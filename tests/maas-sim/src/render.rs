@@ -4,8 +4,9 @@
 
 use serde_json::{json, Value};
 
-use super::world::{BootResourceRec, DnsRec, DomainRec, Machine, Named, World};
-use crate::maas::MachineStatus;
+use crate::status::Status;
+use crate::world::network::subnet_json;
+use crate::world::{BootResourceRec, DnsRec, DomainRec, Interface, Machine, Named, World};
 
 const API: &str = "/MAAS/api/2.0";
 
@@ -63,9 +64,14 @@ pub fn dns_resource(world: &World, d: &DnsRec) -> Value {
         .ips
         .iter()
         .map(|ip| {
+            let subnet = ip
+                .parse()
+                .ok()
+                .and_then(|ip| world.subnet_for_ip(ip))
+                .map(subnet_json);
             json!({"ip": ip, "alloc_type": 4, "alloc_type_name": "User reserved",
                    "created": "2024-01-01T00:00:00.000", "owner": user("admin", true),
-                   "subnet": null, "interface_set": [],
+                   "subnet": subnet, "interface_set": [],
                    "resource_uri": format!("{API}/ipaddresses/")})
         })
         .collect();
@@ -74,30 +80,70 @@ pub fn dns_resource(world: &World, d: &DnsRec) -> Value {
            "resource_uri": format!("{API}/dnsresources/{}/", d.id)})
 }
 
-fn vlan() -> Value {
-    json!({"vid": 0, "mtu": 1500, "dhcp_on": true, "external_dhcp": null, "relay_vlan": null,
-           "space": "undefined", "primary_rack": "rack01", "secondary_rack": null,
-           "fabric": "fabric-0", "id": 5001, "fabric_id": 0, "name": "untagged",
-           "resource_uri": format!("{API}/vlans/5001/")})
+/// An interface as `InterfaceHandler` renders it, links with their
+/// subnets (`ip_address` only once assigned).
+pub fn interface(world: &World, m: &Machine, iface: &Interface) -> Value {
+    serde_json::from_str(&interface_text(world, m, iface)).unwrap_or(Value::Null)
 }
 
-fn interface(world: &World, m: &Machine) -> Value {
-    let subnet = json!({"name": world.subnet_name, "vlan": vlan(), "cidr": world.subnet_cidr,
-        "rdns_mode": 2, "gateway_ip": world.subnet_gateway, "dns_servers": [],
-        "allow_dns": true, "allow_proxy": true, "active_discovery": false, "managed": true,
-        "disabled_boot_architectures": [], "space": "undefined", "id": 1,
-        "resource_uri": format!("{API}/subnets/1/")});
-    let mut link = json!({"id": m.seq * 10, "mode": "auto", "subnet": subnet});
-    if let Some(ip) = m.ip_addresses.first() {
-        link["ip_address"] = json!(ip);
-    }
-    json!({"firmware_version": null, "vlan": vlan(), "parents": [], "effective_mtu": 1500,
+/// [`interface`] as JSON text, built from the subnets' and VLANs'
+/// pre-rendered JSON (lists of many machines are built this way).
+fn interface_text(world: &World, m: &Machine, iface: &Interface) -> String {
+    let vlan = world
+        .subnets
+        .iter()
+        .find(|s| s.vlan.id == iface.vlan_id)
+        .map_or("null", |s| s.vlan.json.as_str());
+    let links: Vec<String> = iface
+        .links
+        .iter()
+        .map(|l| {
+            let mut link = format!("{{\"id\":{},\"mode\":\"{}\"", l.id, l.mode.name());
+            if let Some(s) = l.subnet_id.and_then(|id| world.subnet(id)) {
+                link.push_str(",\"subnet\":");
+                link.push_str(&s.json);
+            }
+            if let Some(ip) = &l.ip {
+                link.push_str(",\"ip_address\":");
+                link.push_str(&json!(ip).to_string());
+            }
+            link.push('}');
+            link
+        })
+        .collect();
+    let scalars = json!({"firmware_version": null, "parents": [], "effective_mtu": 1500,
         "system_id": m.system_id, "tags": [], "enabled": true, "product": null,
-        "links": [link], "type": "physical", "children": [], "vendor": null,
-        "mac_address": m.mac_address, "discovered": null, "id": m.seq * 10,
-        "params": "", "name": "eth0", "link_connected": true, "interface_speed": 10000,
+        "type": "physical", "children": [], "vendor": null,
+        "mac_address": iface.mac_address, "discovered": null, "id": iface.id,
+        "params": "", "name": iface.name, "link_connected": true, "interface_speed": 10000,
         "link_speed": 10000, "numa_node": 0, "sriov_max_vf": 0,
-        "resource_uri": format!("{API}/nodes/{}/interfaces/{}/", m.system_id, m.seq * 10)})
+        "resource_uri": format!("{API}/nodes/{}/interfaces/{}/", m.system_id, iface.id)})
+    .to_string();
+    format!(
+        "{},\"vlan\":{vlan},\"links\":[{}]}}",
+        scalars.strip_suffix('}').unwrap_or(&scalars),
+        links.join(",")
+    )
+}
+
+/// `default_gateways.ipv4`: the link chosen with `default_gateway`, else
+/// the first link (boot interface first) on a subnet with an IPv4 gateway.
+fn default_gateway(world: &World, m: &Machine) -> Value {
+    let links = || m.interfaces.iter().flat_map(|i| &i.links);
+    let gateway_of = |subnet_id: Option<i64>| {
+        subnet_id
+            .and_then(|id| world.subnet(id))
+            .and_then(|s| s.gateway_ip.clone())
+            .filter(|gw| gw.parse::<std::net::Ipv4Addr>().is_ok())
+    };
+    if let Some(link) = m
+        .gateway_link_ipv4
+        .and_then(|id| links().find(|l| l.id == id))
+    {
+        return json!({"gateway_ip": gateway_of(link.subnet_id), "link_id": link.id});
+    }
+    let gateway = links().find_map(|l| gateway_of(l.subnet_id));
+    json!({"gateway_ip": gateway, "link_id": null})
 }
 
 fn block_device(m: &Machine, index: usize, size_gb: u64) -> Value {
@@ -138,7 +184,15 @@ fn status_pair(code: i64) -> (i64, &'static str) {
     }
 }
 
+/// A machine as `MachineHandler` renders it.
 pub fn machine(world: &World, m: &Machine) -> Value {
+    serde_json::from_str(&machine_text(world, m)).unwrap_or(Value::Null)
+}
+
+/// [`machine`] as JSON text: what changes is rendered now, the rest (disks,
+/// hardware, test results: most of the bytes) was rendered once when the
+/// machine was added ([`machine_static`]).
+pub fn machine_text(world: &World, m: &Machine) -> String {
     let domain = world
         .domains
         .iter()
@@ -157,6 +211,56 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         .find(|p| p.name == m.pool)
         .map(pool)
         .unwrap_or(Value::Null);
+    let interfaces: Vec<String> = m
+        .interfaces
+        .iter()
+        .map(|i| interface_text(world, m, i))
+        .collect();
+    let fqdn = format!("{}.{}", m.hostname, world.domain_name(m.domain_id));
+    let changing = json!({
+        "status": m.status.code(),
+        "status_name": m.status.name(),
+        "status_message": m.status_event.message,
+        "status_action": m.status_event.action,
+        "default_gateways": {"ipv4": default_gateway(world, m),
+                             "ipv6": {"gateway_ip": null, "link_id": null}},
+        "pool": pool,
+        "zone": zone,
+        "domain": domain,
+        "netboot": !matches!(m.status, Status::Deployed),
+        "swap_size": m.swap_size,
+        "hostname": m.hostname,
+        "description": m.description,
+        "hwe_kernel": m.hwe_kernel,
+        "fqdn": fqdn,
+        "locked": m.locked,
+        "ip_addresses": m.ip_addresses(),
+        "osystem": m.osystem,
+        "distro_series": m.distro_series,
+        "tag_names": m.tags,
+        "power_state": m.power_state,
+        "power_type": m.power_type,
+        "owner": m.owner,
+        "owner_data": m.owner_data,
+        "workload_annotations": m.owner_data,
+        "ephemeral_deploy": m.ephemeral_deploy,
+        "error_description": m.error_description,
+    })
+    .to_string();
+    let mut out = String::with_capacity(changing.len() + m.static_json.len() + 4096);
+    out.push_str(changing.strip_suffix('}').unwrap_or(&changing));
+    out.push(',');
+    out.push_str(&m.static_json);
+    out.push_str(",\"boot_interface\":");
+    out.push_str(interfaces.first().map_or("null", String::as_str));
+    out.push_str(",\"interface_set\":[");
+    out.push_str(&interfaces.join(","));
+    out.push_str("]}");
+    out
+}
+
+/// The members of a machine's JSON that never change (without braces).
+pub fn machine_static(m: &Machine) -> String {
     let disks: Vec<Value> = m
         .disks_gb
         .iter()
@@ -164,22 +268,16 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         .map(|(i, gb)| block_device(m, i, *gb))
         .collect();
     let storage_mb: f64 = m.disks_gb.iter().map(|gb| *gb as f64 * 1000.0).sum();
-    let iface = interface(world, m);
     let (passed, passed_name) = status_pair(2);
-    let fqdn = format!("{}.{}", m.hostname, world.domain_name(m.domain_id));
-    let mut v = json!({
-        "status": m.status.code(),
-        "default_gateways": {"ipv4": {"gateway_ip": world.subnet_gateway, "link_id": null},
-                             "ipv6": {"gateway_ip": null, "link_id": null}},
-        "status_name": m.status.name(),
+    let fixed = json!({
         "disable_ipv4": false,
         "other_test_status": passed, "other_test_status_name": passed_name,
-        "pool": pool,
         "boot_disk": disks.first().cloned().unwrap_or(Value::Null),
         "address_ttl": null,
         "physicalblockdevice_set": disks,
+        "blockdevice_set": disks,
+        "virtualblockdevice_set": [],
         "storage": storage_mb,
-        "netboot": !matches!(m.status, MachineStatus::Deployed),
         "cpu_test_status": passed, "cpu_test_status_name": passed_name,
         "memory_test_status": passed, "memory_test_status_name": passed_name,
         "network_test_status": passed, "network_test_status_name": passed_name,
@@ -187,45 +285,20 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         "interface_test_status": passed, "interface_test_status_name": passed_name,
         "commissioning_status": passed, "commissioning_status_name": passed_name,
         "testing_status": passed, "testing_status_name": passed_name,
-    });
-    let more = json!({
-        "swap_size": m.swap_size,
         "cpu_count": m.cpu_count,
         "cpu_speed": 2400,
-        "hostname": m.hostname,
-        "description": m.description,
         "current_installation_result_id": null,
         "current_commissioning_result_id": m.seq * 3,
         "current_testing_result_id": m.seq * 3 + 1,
         "architecture": m.architecture,
         "min_hwe_kernel": "",
-        "hwe_kernel": m.hwe_kernel,
-        "fqdn": fqdn,
         "system_id": m.system_id,
-        "locked": m.locked,
-        "ip_addresses": m.ip_addresses,
         "node_type": 0,
         "node_type_name": "Machine",
         "special_filesystems": [],
         "bios_boot_method": "uefi",
-        "boot_interface": iface.clone(),
-        "interface_set": [iface],
-        "osystem": m.osystem,
-        "distro_series": m.distro_series,
-        "tag_names": m.tags,
-        "power_state": m.power_state,
-        "power_type": m.power_type,
-        "status_message": m.status_message,
-        "status_action": "",
-        "virtualblockdevice_set": [],
-        "blockdevice_set": m.disks_gb.iter().enumerate().map(|(i, gb)| block_device(m, i, *gb)).collect::<Vec<_>>(),
     });
-    let rest = json!({
-        "owner": m.owner,
-        "owner_data": m.owner_data,
-        "workload_annotations": m.owner_data,
-        "zone": zone,
-        "domain": domain,
+    let hardware = json!({
         "memory": m.memory,
         "hardware_info": {"system_vendor": "Simulated", "system_product": "maas-sim", "system_family": "Unknown",
             "system_version": "Unknown", "system_sku": "Unknown", "system_serial": m.system_id,
@@ -240,18 +313,16 @@ pub fn machine(world: &World, m: &Machine) -> Value {
         "pod": null,
         "parent": null,
         "virtualmachine_id": null,
-        "ephemeral_deploy": m.ephemeral_deploy,
         "enable_hw_sync": false,
         "enable_kernel_crash_dump": false,
         "last_sync": null, "next_sync": null, "sync_interval": null,
         "is_dpu": false,
-        "error_description": "",
         "resource_uri": format!("{API}/machines/{}/", m.system_id),
     });
-    for part in [more, rest] {
-        if let (Value::Object(into), Value::Object(from)) = (&mut v, part) {
-            into.extend(from);
-        }
-    }
-    v
+    let (fixed, hardware) = (fixed.to_string(), hardware.to_string());
+    format!(
+        "{},{}",
+        &fixed[1..fixed.len() - 1],
+        &hardware[1..hardware.len() - 1]
+    )
 }
