@@ -39,7 +39,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::adapters::{self, Workload};
-use super::api_poller::ApiPoller;
+use super::api_poller::{ApiPoller, PROBES_STOP};
 use super::caches::Caches;
 use super::mappers::{self, Keys};
 use super::ports::SystemClock;
@@ -59,8 +59,9 @@ use crate::serve::{self, Health, Routes};
 const LIST_PAGE_SIZE: u32 = 100;
 /// How long queued Events may take to be written on shutdown.
 const EVENTS_FLUSH: Duration = Duration::from_secs(2);
-/// How long the threads that only wait for the shutdown signal may take.
-const THREADS_STOP: Duration = Duration::from_secs(5);
+/// How long the threads that end on the shutdown signal may take: the api
+/// poller waits for its running probes first.
+const THREADS_STOP: Duration = PROBES_STOP.saturating_add(Duration::from_secs(2));
 /// Deadline of each request to a workload cluster's API server.
 const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(5);
 
