@@ -1,20 +1,21 @@
-//! The real Cluster API core manager, run out of cluster next to the test
-//! control plane (see shared/reference/capi-core-local.md for why each step
-//! is needed).
+//! The real Cluster API managers (core, KubeadmControlPlane, kubeadm
+//! bootstrap), each run out of cluster next to the test control plane (see
+//! shared/reference/capi-core-local.md for why each step is needed).
 //!
 //! ```ignore
 //! let cp = support::control_plane();
-//! let capi = support::capi::CapiManager::start(cp);
+//! let capi = support::capi::CapiManager::start(cp); // the core manager
+//! let kcp = CapiManager::start_provider(cp, Provider::KubeadmControlPlane);
 //! // Cluster API objects are now defaulted, validated and converted by the
 //! // real webhooks, and reconciled by the real controllers.
 //! drop(capi); // webhook configurations removed, CRDs back to conversion
 //!             // None, manager stopped
 //! ```
 //!
-//! What `start` does, in order:
-//! 1. builds (or finds in `.cache/`) `cluster-api-manager` with
-//!    `tests/capi-testbin/build.sh`, which also copies the module's CRD bases
-//!    and `config/webhook/manifests.yaml` beside it;
+//! What `start_provider` does, in order:
+//! 1. builds (or finds in `.cache/`) the managers with
+//!    `tests/capi-testbin/build.sh`, which also copies each provider's CRD
+//!    bases and `config/webhook/manifests.yaml` beside them;
 //! 2. issues a serving certificate for 127.0.0.1 signed by the control
 //!    plane's CA (the webhook server cannot be turned off, and it exits
 //!    without `tls.crt`/`tls.key`);
@@ -22,54 +23,160 @@
 //!    namespace), health and diagnostics on loopback ports, the webhook
 //!    server on a free port (it binds every interface: there is no host flag);
 //! 4. waits for `/readyz` (it only answers once the webhook server serves TLS);
-//! 5. registers the core's Mutating/ValidatingWebhookConfiguration with
+//! 5. labels the provider's CRDs with the contract versions they serve
+//!    (`cluster.x-k8s.io/v1beta2: v1beta2`, as the release's kustomize
+//!    does; Cluster API reads a referenced object's contract from them),
+//!    registers the provider's Mutating/ValidatingWebhookConfiguration with
 //!    `service:` references rewritten to `url: https://127.0.0.1:PORT/...`
-//!    and the CA as `caBundle`, and points the core CRDs' conversion at
+//!    and the CA as `caBundle`, and points its CRDs' conversion at
 //!    `/convert` on the same server;
-//! 6. waits until a server-side dry-run create of a bare MachineDeployment
-//!    comes back defaulted: the apiserver picks up webhook configurations
-//!    asynchronously, and an object created before that skips defaulting.
+//! 6. waits until a server-side dry-run create shows the webhooks in effect
+//!    (a bare MachineDeployment or KubeadmControlPlane comes back
+//!    defaulted, an ignition KubeadmConfig is refused): the apiserver picks
+//!    up webhook configurations asynchronously, and an object created
+//!    before that skips them.
 //!
-//! The manager runs under a small bash guard that kills it when the guard's
-//! standard input closes, so it also dies when the test binary dies without
-//! unwinding. With a panic, `Drop` runs as usual.
+//! The manager runs under a guard (tests/support/guard.rs), so it also dies
+//! when the test binary dies without unwinding. With a panic, `Drop` runs as
+//! usual.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use super::guard::Guarded;
 use super::{repo_root, ControlPlane};
 
-/// Names of the registered webhook configurations (kustomize would prefix
-/// the upstream names with `capi-` in a release the same way).
+/// Names of the core's registered webhook configurations (kustomize would
+/// prefix the upstream names with `capi-` in a release the same way).
 pub const MUTATING_CONFIG: &str = "capi-mutating-webhook-configuration";
 pub const VALIDATING_CONFIG: &str = "capi-validating-webhook-configuration";
 
 /// Group of the Cluster API core objects; tests always write v1beta2.
 pub const CAPI_API_VERSION: &str = "cluster.x-k8s.io/v1beta2";
+pub const KCP_API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta2";
+pub const CABPK_API_VERSION: &str = "bootstrap.cluster.x-k8s.io/v1beta2";
+
+/// The Cluster API managers tests/capi-testbin builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    Core,
+    KubeadmControlPlane,
+    KubeadmBootstrap,
+}
+
+impl Provider {
+    pub fn binary(self) -> &'static str {
+        match self {
+            Provider::Core => "cluster-api-manager",
+            Provider::KubeadmControlPlane => "kcp-manager",
+            Provider::KubeadmBootstrap => "cabpk-manager",
+        }
+    }
+
+    /// Its directory under the build's `manifests/`.
+    fn manifests(self) -> &'static str {
+        match self {
+            Provider::Core => "core",
+            Provider::KubeadmControlPlane => "kcp",
+            Provider::KubeadmBootstrap => "cabpk",
+        }
+    }
+
+    /// The prefix a release's kustomize gives its webhook configurations.
+    pub fn config_prefix(self) -> &'static str {
+        match self {
+            Provider::Core => "capi-",
+            Provider::KubeadmControlPlane => "capi-kubeadm-control-plane-",
+            Provider::KubeadmBootstrap => "capi-kubeadm-bootstrap-",
+        }
+    }
+
+    /// A server-side dry-run create that only succeeds (`Ok(check)`) or
+    /// fails (`Err(text)`) the expected way once the webhooks are in effect.
+    fn webhook_probe(self) -> (Value, WebhookEffect) {
+        let meta = json!({"name": "capi-webhook-probe", "namespace": "default"});
+        match self {
+            Provider::Core => (
+                json!({
+                    "apiVersion": CAPI_API_VERSION,
+                    "kind": "MachineDeployment",
+                    "metadata": meta,
+                    "spec": {
+                        "clusterName": "probe",
+                        "template": {"spec": {
+                            "clusterName": "probe",
+                            "bootstrap": {"dataSecretName": "probe"},
+                            "infrastructureRef": {
+                                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                                "kind": "MaasMachineTemplate",
+                                "name": "probe",
+                            },
+                        }},
+                    },
+                }),
+                WebhookEffect::Defaults("/spec/rollout/strategy/type", "RollingUpdate"),
+            ),
+            Provider::KubeadmControlPlane => (
+                json!({
+                    "apiVersion": KCP_API_VERSION,
+                    "kind": "KubeadmControlPlane",
+                    "metadata": meta,
+                    "spec": {
+                        "version": "1.26.4",
+                        "machineTemplate": {"spec": {"infrastructureRef": {
+                            "apiGroup": "infrastructure.cluster.x-k8s.io",
+                            "kind": "MaasMachineTemplate",
+                            "name": "probe",
+                        }}},
+                    },
+                }),
+                WebhookEffect::Defaults("/spec/version", "v1.26.4"),
+            ),
+            Provider::KubeadmBootstrap => (
+                json!({
+                    "apiVersion": CABPK_API_VERSION,
+                    "kind": "KubeadmConfig",
+                    "metadata": meta,
+                    "spec": {"format": "ignition"},
+                }),
+                WebhookEffect::Refuses("KubeadmBootstrapFormatIgnition"),
+            ),
+        }
+    }
+}
+
+/// How a webhook probe shows the webhooks are in effect.
+enum WebhookEffect {
+    /// The JSON pointer comes back with this value.
+    Defaults(&'static str, &'static str),
+    /// The create is refused with a message containing this text.
+    Refuses(&'static str),
+}
 
 pub struct CapiManager {
     cp: &'static ControlPlane,
-    guard: Child,
-    manager_pid: u32,
+    pub provider: Provider,
+    process: Guarded,
     /// Scratch directory: certificates, rendered manifests, the log.
     pub dir: PathBuf,
     /// The manager's combined stdout/stderr.
     pub log: PathBuf,
-    /// The directory of `cluster-api-manager`, `clusterctl` and `manifests/`.
+    /// The directory of the managers, `clusterctl`, `workload-sim` and
+    /// `manifests/`.
     pub bin_dir: PathBuf,
     /// e.g. `v1.13.6`.
     pub version: String,
     pub webhook_port: u16,
     pub health_addr: SocketAddr,
     pub diagnostics_addr: SocketAddr,
-    /// Names of the core CRDs whose conversion points at this manager.
+    /// Names of the provider's CRDs, whose conversion points at this manager.
     crds: Vec<String>,
 }
 
@@ -90,11 +197,18 @@ pub fn build() -> PathBuf {
     );
     let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let dir = PathBuf::from(dir);
-    assert!(
-        dir.join("cluster-api-manager").is_file(),
-        "no cluster-api-manager in {}",
-        dir.display()
-    );
+    for provider in [
+        Provider::Core,
+        Provider::KubeadmControlPlane,
+        Provider::KubeadmBootstrap,
+    ] {
+        assert!(
+            dir.join(provider.binary()).is_file(),
+            "no {} in {}",
+            provider.binary(),
+            dir.display()
+        );
+    }
     dir
 }
 
@@ -110,14 +224,19 @@ fn free_port() -> u16 {
 }
 
 impl CapiManager {
+    /// The core manager.
     pub fn start(cp: &'static ControlPlane) -> CapiManager {
+        CapiManager::start_provider(cp, Provider::Core)
+    }
+
+    pub fn start_provider(cp: &'static ControlPlane, provider: Provider) -> CapiManager {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let bin_dir = build();
         let version = std::fs::read_to_string(bin_dir.join("VERSION"))
             .map(|v| v.trim().to_string())
             .unwrap_or_default();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = cp.dir.join(format!("capi-manager-{n}"));
+        let dir = cp.dir.join(format!("{}-{n}", provider.binary()));
         let cert_dir = dir.join("certs");
         std::fs::create_dir_all(&cert_dir).expect("creating the manager's directory");
 
@@ -129,7 +248,6 @@ impl CapiManager {
         let health_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let diagnostics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let log = dir.join("manager.log");
-        let pid_file = dir.join("manager.pid");
 
         let args: Vec<String> = vec![
             format!("--kubeconfig={}", cp.kubeconfig.display()),
@@ -146,41 +264,23 @@ impl CapiManager {
             "--feature-gates=MachinePool=true,ClusterTopology=false".into(),
             format!("--v={}", verbosity()),
         ];
-        // The guard: the manager runs in the background; a second background
-        // job waits for EOF on fd 3 (our pipe; explicit because bash gives
-        // background jobs /dev/null as stdin) and then sends SIGTERM. The
-        // guard itself exits with the manager, so `try_wait` sees a crash.
-        let guard_script = r#"trap '' INT HUP
-exec 3<&0
-"$@" </dev/null 3<&- &
-pid=$!
-echo "$pid" > "$CAPI_PID_FILE"
-( cat <&3 >/dev/null; kill "$pid" 2>/dev/null ) &
-exec 3<&-
-wait "$pid""#;
-        let log_file = std::fs::File::create(&log).expect("creating the manager log");
-        let guard = Command::new("bash")
-            .arg("-c")
-            .arg(guard_script)
-            .arg("capi-guard")
-            .arg(bin_dir.join("cluster-api-manager"))
-            .args(&args)
-            .env("CAPI_PID_FILE", &pid_file)
-            // "Running on the workload cluster" detection keys off these.
-            .env_remove("POD_NAMESPACE")
-            .env_remove("POD_NAME")
-            .env_remove("POD_UID")
-            .stdin(Stdio::piped())
-            .stdout(log_file.try_clone().expect("cloning the log file"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawning the cluster-api manager");
-        let manager_pid = read_pid(&pid_file);
-        let crds = core_crd_names(&bin_dir.join("manifests/crd-bases"));
+        let process = Guarded::spawn(
+            provider.binary(),
+            &bin_dir.join(provider.binary()),
+            &args,
+            &[],
+            &log,
+        );
+        let crds = crd_names(
+            &bin_dir
+                .join("manifests")
+                .join(provider.manifests())
+                .join("crd-bases"),
+        );
         let mut manager = CapiManager {
             cp,
-            guard,
-            manager_pid,
+            provider,
+            process,
             dir,
             log,
             bin_dir,
@@ -191,27 +291,20 @@ wait "$pid""#;
             crds,
         };
         manager.wait_ready();
+        manager.label_contract_versions();
         manager.register_webhooks();
-        manager.wait_defaulting();
+        manager.wait_webhooks();
         manager
     }
 
     /// Panics (with the log's tail) if the manager has exited.
     pub fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.guard.try_wait() {
-            panic!(
-                "cluster-api manager exited ({status}); last log lines of {}:\n{}",
-                self.log.display(),
-                self.log_tail(40)
-            );
-        }
+        self.process.assert_running();
     }
 
     /// The last `lines` lines of the manager's log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        self.process.log_tail(lines)
     }
 
     /// Lines of the manager's log containing every one of `needles`.
@@ -237,7 +330,8 @@ wait "$pid""#;
             }
             assert!(
                 Instant::now() < deadline,
-                "cluster-api manager not ready after 120s; log {}:\n{}",
+                "{} not ready after 120s; log {}:\n{}",
+                self.provider.binary(),
                 self.log.display(),
                 self.log_tail(40)
             );
@@ -250,11 +344,32 @@ wait "$pid""#;
         base64::engine::general_purpose::STANDARD.encode(pem)
     }
 
+    /// The labels a release's kustomize puts on every Cluster API CRD.
+    fn label_contract_versions(&self) {
+        let mut args = vec!["label", "crd", "--overwrite"];
+        args.extend(self.crds.iter().map(String::as_str));
+        args.extend([
+            "cluster.x-k8s.io/v1beta1=v1beta1",
+            "cluster.x-k8s.io/v1beta2=v1beta2",
+        ]);
+        self.cp.kubectl(&args);
+    }
+
     /// Registers the webhook configurations and the CRD conversion webhook.
     fn register_webhooks(&self) {
-        let manifests = std::fs::read_to_string(self.bin_dir.join("manifests/webhook.yaml"))
-            .expect("reading manifests/webhook.yaml");
-        let list = render_webhook_configurations(&manifests, self.webhook_port, &self.ca_bundle());
+        let path = self
+            .bin_dir
+            .join("manifests")
+            .join(self.provider.manifests())
+            .join("webhook.yaml");
+        let manifests = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let list = render_provider_webhook_configurations(
+            &manifests,
+            self.provider.config_prefix(),
+            self.webhook_port,
+            &self.ca_bundle(),
+        );
         let rendered = self.dir.join("webhook-configurations.json");
         std::fs::write(&rendered, serde_json::to_vec_pretty(&list).expect("JSON"))
             .expect("writing");
@@ -283,69 +398,38 @@ wait "$pid""#;
         }
     }
 
-    /// Loops on a defaulting probe until the mutating webhook answers.
-    fn wait_defaulting(&mut self) {
-        let probe = json!({
-            "apiVersion": CAPI_API_VERSION,
-            "kind": "MachineDeployment",
-            "metadata": {"name": "capi-webhook-probe", "namespace": "default"},
-            "spec": {
-                "clusterName": "probe",
-                "template": {"spec": {
-                    "clusterName": "probe",
-                    "bootstrap": {"dataSecretName": "probe"},
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "MaasMachineTemplate",
-                        "name": "probe",
-                    },
-                }},
-            },
-        })
-        .to_string();
+    /// Loops on a dry-run probe until the webhooks answer.
+    fn wait_webhooks(&mut self) {
+        let (probe, effect) = self.provider.webhook_probe();
+        let probe = probe.to_string();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last: String;
         loop {
             self.assert_running();
-            match self.cp.try_kubectl(
+            let answer = self.cp.try_kubectl(
                 &["create", "--dry-run=server", "-o", "json", "-f", "-"],
                 &probe,
-            ) {
-                Ok(out) => {
-                    let md: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
-                    if md["spec"]["rollout"]["strategy"]["type"] == "RollingUpdate" {
+            );
+            match (&effect, answer) {
+                (WebhookEffect::Defaults(pointer, want), Ok(out)) => {
+                    let obj: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+                    if obj.pointer(pointer).and_then(Value::as_str) == Some(*want) {
                         return;
                     }
                     last = "created without defaults".into();
                 }
-                Err(e) => last = e,
+                (WebhookEffect::Refuses(text), Err(e)) if e.contains(text) => return,
+                (WebhookEffect::Refuses(_), Ok(_)) => last = "created, not refused".into(),
+                (_, Err(e)) => last = e,
             }
             assert!(
                 Instant::now() < deadline,
-                "Cluster API defaulting webhook not in effect after 60s (last: {last}); log:\n{}",
+                "{} webhooks not in effect after 60s (last: {last}); log:\n{}",
+                self.provider.binary(),
                 self.log_tail(40)
             );
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-
-    /// Sends SIGTERM and waits up to 30 s (the manager's graceful shutdown),
-    /// then SIGKILL.
-    fn stop_process(&mut self) {
-        drop(self.guard.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.guard.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = Command::new("kill")
-            .arg("-9")
-            .arg(self.manager_pid.to_string())
-            .status();
-        let _ = self.guard.kill();
-        let _ = self.guard.wait();
     }
 }
 
@@ -354,13 +438,20 @@ impl Drop for CapiManager {
     /// Cluster API object would fail while the configurations point at a
     /// stopped server. Never panics (it may run during a panic).
     fn drop(&mut self) {
+        let prefix = self.provider.config_prefix();
         for (kind, name) in [
-            ("mutatingwebhookconfiguration", MUTATING_CONFIG),
-            ("validatingwebhookconfiguration", VALIDATING_CONFIG),
+            (
+                "mutatingwebhookconfiguration",
+                format!("{prefix}mutating-webhook-configuration"),
+            ),
+            (
+                "validatingwebhookconfiguration",
+                format!("{prefix}validating-webhook-configuration"),
+            ),
         ] {
             if let Err(e) = self
                 .cp
-                .try_kubectl(&["delete", kind, name, "--ignore-not-found"], "")
+                .try_kubectl(&["delete", kind, &name, "--ignore-not-found"], "")
             {
                 eprintln!("capi teardown: deleting {kind} {name}: {e}");
             }
@@ -375,30 +466,13 @@ impl Drop for CapiManager {
                 eprintln!("capi teardown: resetting conversion of {crd}: {e}");
             }
         }
-        self.stop_process();
-    }
-}
-
-fn read_pid(pid_file: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the manager guard wrote no pid to {}",
-            pid_file.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
+        // The manager's graceful shutdown takes up to 30 s.
+        self.process.stop(Duration::from_secs(30));
     }
 }
 
 /// `metadata.name` of every CRD file in `dir` (the module's config/crd/bases).
-fn core_crd_names(dir: &Path) -> Vec<String> {
+fn crd_names(dir: &Path) -> Vec<String> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
     {
@@ -419,11 +493,27 @@ fn core_crd_names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Rewrites the module's config/webhook/manifests.yaml for an out-of-cluster
+/// The core's webhook configurations (see
+/// [`render_provider_webhook_configurations`]), named `capi-...`.
+pub fn render_webhook_configurations(manifests_yaml: &str, port: u16, ca_bundle: &str) -> Value {
+    render_provider_webhook_configurations(
+        manifests_yaml,
+        Provider::Core.config_prefix(),
+        port,
+        ca_bundle,
+    )
+}
+
+/// Rewrites a provider's config/webhook/manifests.yaml for an out-of-cluster
 /// server: each `clientConfig.service{name,namespace,path}` becomes
 /// `clientConfig{url: https://127.0.0.1:PORT<path>, caBundle}`, and the
-/// objects get the `capi-` prefix. Returns a `v1/List`.
-pub fn render_webhook_configurations(manifests_yaml: &str, port: u16, ca_bundle: &str) -> Value {
+/// objects get `prefix`. Returns a `v1/List`.
+pub fn render_provider_webhook_configurations(
+    manifests_yaml: &str,
+    prefix: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(manifests_yaml).expect("parsing webhook manifests");
     let mut items = Vec::new();
@@ -432,7 +522,7 @@ pub fn render_webhook_configurations(manifests_yaml: &str, port: u16, ca_bundle:
             .as_str()
             .expect("webhook configuration name")
             .to_string();
-        doc["metadata"]["name"] = Value::String(format!("capi-{name}"));
+        doc["metadata"]["name"] = Value::String(format!("{prefix}{name}"));
         for webhook in doc["webhooks"].as_array_mut().expect("webhooks list") {
             let path = webhook["clientConfig"]["service"]["path"]
                 .as_str()

@@ -13,11 +13,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+pub mod api_probe;
 pub mod capi;
+pub mod guard;
+pub mod kcp_lab;
 pub mod maas_sim;
+pub mod maas_timeline;
+pub mod netns;
 pub mod nodes;
 pub mod objects;
 pub mod story;
+pub mod workload_sim;
 
 pub struct ControlPlane {
     /// `https://127.0.0.1:PORT`

@@ -457,22 +457,7 @@ impl Snapshot {
                 r.node.clone(),
             ]);
         }
-        let mut widths = [0usize; 7];
-        for line in &lines {
-            for (w, cell) in widths.iter_mut().zip(line.iter()) {
-                *w = (*w).max(cell.len());
-            }
-        }
-        let mut out = String::new();
-        for line in &lines {
-            let cells: Vec<String> = line
-                .iter()
-                .zip(widths.iter())
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            out.push_str(cells.join("  ").trim_end());
-            out.push('\n');
-        }
+        let mut out = aligned(&lines);
         let mut phases: BTreeMap<&str, usize> = BTreeMap::new();
         for phase in self.machines.values() {
             *phases.entry(phase.as_str()).or_default() += 1;
@@ -493,15 +478,40 @@ impl Snapshot {
                 .unwrap_or_else(|| "-".into()),
         ));
         if !self.maas.is_empty() {
-            let maas: Vec<String> = self
-                .maas
-                .iter()
-                .map(|(status, hosts)| format!("{status} {}", hosts.join(" ")))
-                .collect();
-            out.push_str(&format!("MAAS: {}\n", maas.join("; ")));
+            out.push_str(&maas_line(&self.maas));
         }
         out
     }
+}
+
+/// Rows as left-aligned columns two spaces apart, one line each.
+pub fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `MAAS: Deployed cp-1 cp-2; Ready worker-6` (hostnames by status).
+pub fn maas_line(maas: &BTreeMap<String, Vec<String>>) -> String {
+    let maas: Vec<String> = maas
+        .iter()
+        .map(|(status, hosts)| format!("{status} {}", hosts.join(" ")))
+        .collect();
+    format!("MAAS: {}\n", maas.join("; "))
 }
 
 fn string(v: &Value) -> String {
