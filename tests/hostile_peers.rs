@@ -259,7 +259,7 @@ fn bombs_and_oversized_bodies_are_refused_once_with_bounded_memory() {
     let watch_peer = peer(move |_| answer.to_vec());
     let client = kube_client(&watch_peer.addr, None);
     let mut events = client
-        .watch(&CONFIG_MAPS, Some("ns"), &WatchParams::default())
+        .watch::<serde_json::Value>(&CONFIG_MAPS, Some("ns"), &WatchParams::default())
         .unwrap();
     assert!(matches!(
         events.next(),

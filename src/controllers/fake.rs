@@ -14,11 +14,13 @@ use serde_json::{json, Value};
 
 use super::ports::*;
 use super::{Context, Options};
-use crate::api::capi::{Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::{MaasCluster, MaasMachine};
+use crate::kube;
+use crate::maas;
 use crate::maas::{
-    AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host, MachineStatus,
-    PowerState, ReleaseRequest,
+    AllocateRequest, BootResource, DeployRequest, DnsResource, MachineStatus, PowerState,
+    ReleaseRequest,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,12 +127,12 @@ impl FakeKube {
         kind: &'static str,
         ns: &str,
         name: &str,
-    ) -> Option<T> {
+    ) -> Option<Arc<T>> {
         let key = (kind, ns.to_string(), name.to_string());
         let value = lock(&self.stale)
             .remove(&key)
             .or_else(|| lock(&self.objects).get(&key).cloned())?;
-        Some(serde_json::from_value(value).unwrap())
+        Some(Arc::new(serde_json::from_value(value).unwrap()))
     }
 
     fn apply(
@@ -140,7 +142,7 @@ impl FakeKube {
         name: &str,
         patch: &Value,
         status: bool,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         lock(&self.writes).push(Write {
             kind,
             name: name.into(),
@@ -150,20 +152,18 @@ impl FakeKube {
         let key = (kind.as_str(), ns.to_string(), name.to_string());
         let mut objects = lock(&self.objects);
         let Some(obj) = objects.get_mut(&key) else {
-            return Err(KubeError::new(
-                "patch",
-                KubeFailure::NotFound,
-                format!("{name} not found"),
-            ));
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH {name}"),
+                message: format!("{name} not found"),
+            });
         };
         let mut patch = patch.clone();
         if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
             if rv != obj["metadata"]["resourceVersion"].as_str().unwrap_or("") {
-                return Err(KubeError::new(
-                    "patch",
-                    KubeFailure::Conflict,
-                    "the object has been modified",
-                ));
+                return Err(kube::Error::Conflict {
+                    request: format!("PATCH {name}"),
+                    message: "the object has been modified".into(),
+                });
             }
             patch["metadata"]
                 .as_object_mut()
@@ -196,21 +196,21 @@ impl FakeKube {
 }
 
 impl KubeApi for FakeKube {
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
         self.read(CLUSTER, namespace, name)
     }
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>> {
         self.read(MACHINE, namespace, name)
     }
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>> {
         self.read(Kind::MaasCluster.as_str(), namespace, name)
     }
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.read(Kind::MaasMachine.as_str(), namespace, name)
     }
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
         let objects = lock(&self.objects);
-        let mut out: Vec<MaasMachine> = objects
+        let mut out: Vec<Arc<MaasMachine>> = objects
             .iter()
             .filter(|((kind, ns, _), v)| {
                 *kind == Kind::MaasMachine.as_str()
@@ -218,9 +218,9 @@ impl KubeApi for FakeKube {
                     && v["metadata"]["labels"][crate::api::capi::CLUSTER_NAME_LABEL]
                         == json!(cluster)
             })
-            .map(|(_, v)| serde_json::from_value(v.clone()).unwrap())
+            .map(|(_, v)| Arc::new(serde_json::from_value(v.clone()).unwrap()))
             .collect();
-        out.sort_by(|a: &MaasMachine, b| a.metadata.name.cmp(&b.metadata.name));
+        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         out
     }
     fn secret_value(
@@ -228,7 +228,7 @@ impl KubeApi for FakeKube {
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Option<Vec<u8>>, KubeError> {
+    ) -> Result<Option<Vec<u8>>, kube::Error> {
         Ok(lock(&self.secrets)
             .get(&(namespace.into(), name.into()))
             .and_then(|s| s.get(key).cloned()))
@@ -239,7 +239,7 @@ impl KubeApi for FakeKube {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         self.apply(kind, namespace, name, patch, false)
     }
     fn patch_status(
@@ -248,7 +248,7 @@ impl KubeApi for FakeKube {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         self.apply(kind, namespace, name, patch, true)
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
@@ -260,14 +260,14 @@ impl KubeApi for FakeKube {
 #[derive(Default)]
 pub struct Faults {
     /// `op` name → error returned (once) instead of doing the call.
-    pub once: HashMap<&'static str, MaasError>,
+    pub once: HashMap<&'static str, maas::Error>,
     /// Allocate succeeds in MAAS but the answer is lost (crash/timeout).
     pub lose_allocate_answer: bool,
 }
 
 #[derive(Default)]
 pub struct FakeMaas {
-    pub machines: Mutex<BTreeMap<String, Host>>,
+    pub machines: Mutex<BTreeMap<String, maas::Machine>>,
     pub agent_names: Mutex<HashMap<String, String>>,
     pub dns: Mutex<BTreeMap<i64, DnsResource>>,
     pub images: Mutex<Vec<BootResource>>,
@@ -306,7 +306,7 @@ impl FakeMaas {
     }
 
     pub fn add_ready(&self, system_id: &str, hostname: &str, zone: &str, cpus: u32, memory: u64) {
-        let host = Host {
+        let host = maas::Machine {
             system_id: system_id.into(),
             hostname: hostname.into(),
             fqdn: format!("{hostname}.maas"),
@@ -318,12 +318,12 @@ impl FakeMaas {
             cpu_count: cpus,
             memory,
             swap_size: Some(1 << 30),
-            ..Host::default()
+            ..maas::Machine::default()
         };
         lock(&self.machines).insert(system_id.into(), host);
     }
 
-    pub fn host(&self, system_id: &str) -> Host {
+    pub fn host(&self, system_id: &str) -> maas::Machine {
         lock(&self.machines)[system_id].clone()
     }
 
@@ -345,10 +345,11 @@ impl FakeMaas {
         }
     }
 
-    pub fn fail_once(&self, op: &'static str, failure: MaasFailure, message: &str) {
+    /// The next `op` call fails as MAAS answering `status` with `body`.
+    pub fn fail_once(&self, op: &'static str, status: u16, body: &str) {
         lock(&self.faults)
             .once
-            .insert(op, MaasError::new(op, failure, message));
+            .insert(op, maas::Error::from_response(op, status, body, None));
     }
 
     pub fn calls(&self) -> Vec<String> {
@@ -384,7 +385,7 @@ impl FakeMaas {
         lock(&self.dns).values().cloned().collect()
     }
 
-    fn call(&self, op: &'static str, detail: &str) -> Result<(), MaasError> {
+    fn call(&self, op: &'static str, detail: &str) -> Result<(), maas::Error> {
         lock(&self.calls).push(format!("{op} {detail}").trim().to_string());
         match lock(&self.faults).once.remove(op) {
             Some(e) => Err(e),
@@ -392,17 +393,13 @@ impl FakeMaas {
         }
     }
 
-    fn not_found(op: &'static str) -> MaasError {
-        MaasError::new(
-            op,
-            MaasFailure::NotFound,
-            "No Machine matches the given query.",
-        )
+    fn not_found(op: &'static str) -> maas::Error {
+        maas::Error::from_response(op, 404, "No Machine matches the given query.", None)
     }
 }
 
 impl MaasApi for FakeMaas {
-    fn machine(&self, system_id: &str) -> Result<Host, MaasError> {
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
         self.call("machine", system_id)?;
         lock(&self.machines)
             .get(system_id)
@@ -410,7 +407,7 @@ impl MaasApi for FakeMaas {
             .ok_or_else(|| Self::not_found("machine"))
     }
 
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, MaasError> {
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
         self.call("machines_by_agent_name", "")?;
         let agents = lock(&self.agent_names);
         Ok(lock(&self.machines)
@@ -420,7 +417,7 @@ impl MaasApi for FakeMaas {
             .collect())
     }
 
-    fn allocate(&self, req: &AllocateRequest) -> Result<Host, MaasError> {
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
         self.call("allocate", "")?;
         let mut machines = lock(&self.machines);
         let candidate = machines.values_mut().find(|h| {
@@ -431,13 +428,14 @@ impl MaasApi for FakeMaas {
                 && req.tags.iter().all(|t| h.tag_names.contains(t))
         });
         let Some(host) = candidate else {
-            return Err(MaasError::new(
+            return Err(maas::Error::from_response(
                 "allocate",
-                MaasFailure::Conflict,
-                format!(
+                409,
+                &format!(
                     "No available machine matches constraints: cpu_count={:?} mem={:?}",
                     req.cpu_count, req.mem
                 ),
+                None,
             ));
         };
         host.status = MachineStatus::Allocated;
@@ -447,16 +445,16 @@ impl MaasApi for FakeMaas {
         }
         let host = host.clone();
         if std::mem::take(&mut lock(&self.faults).lose_allocate_answer) {
-            return Err(MaasError::new(
+            return Err(maas::Error::new(
                 "allocate",
-                MaasFailure::Unavailable,
+                maas::ErrorKind::Timeout,
                 "timed out reading the response",
             ));
         }
         Ok(host)
     }
 
-    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError> {
+    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
         self.call("disable_swap", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -466,20 +464,21 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, MaasError> {
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
         self.call("deploy", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("deploy"))?;
         if !matches!(host.status, MachineStatus::Allocated | MachineStatus::Ready) {
-            return Err(MaasError::new(
+            return Err(maas::Error::from_response(
                 "deploy",
-                MaasFailure::Conflict,
-                format!(
+                409,
+                &format!(
                     "Can't deploy a machine that is in the '{}' state",
                     host.status_name
                 ),
+                None,
             ));
         }
         host.status = MachineStatus::Deploying;
@@ -497,7 +496,7 @@ impl MaasApi for FakeMaas {
         Ok(host.clone())
     }
 
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError> {
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
         self.call("release", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -512,7 +511,7 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), MaasError> {
+    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
         self.call("power_on", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -522,17 +521,17 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError> {
+    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         self.call("boot_resources", "")?;
         Ok(lock(&self.images).clone())
     }
 
-    fn zones(&self) -> Result<Vec<String>, MaasError> {
+    fn zones(&self) -> Result<Vec<String>, maas::Error> {
         self.call("zones", "")?;
         Ok(lock(&self.zones).clone())
     }
 
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError> {
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
         self.call("dns_resources", fqdn)?;
         Ok(lock(&self.dns)
             .values()
@@ -546,7 +545,7 @@ impl MaasApi for FakeMaas {
         fqdn: &str,
         ttl: u32,
         ips: &[String],
-    ) -> Result<DnsResource, MaasError> {
+    ) -> Result<DnsResource, maas::Error> {
         self.call("create_dns_resource", fqdn)?;
         let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
         let id = self.add_dns(fqdn, &ips);
@@ -556,29 +555,40 @@ impl MaasApi for FakeMaas {
         Ok(record.clone())
     }
 
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError> {
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
         self.call("set_dns_resource_ips", &ips.join(" "))?;
         let mut dns = lock(&self.dns);
         let record = dns.get_mut(&id).ok_or_else(|| {
-            MaasError::new(
+            maas::Error::from_response(
                 "set_dns",
-                MaasFailure::NotFound,
+                404,
                 "No DNSResource matches the given query.",
+                None,
             )
         })?;
         record.ip_addresses = ips.to_vec();
         Ok(())
     }
 
-    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError> {
+    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
         self.call("delete_dns_resource", &id.to_string())?;
         lock(&self.dns).remove(&id).map(|_| ()).ok_or_else(|| {
-            MaasError::new(
+            maas::Error::from_response(
                 "delete_dns",
-                MaasFailure::NotFound,
+                404,
                 "No DNSResource matches the given query.",
+                None,
             )
         })
+    }
+}
+
+/// A workload API server that does not answer.
+pub fn refused(cluster: &str) -> kube::Error {
+    kube::Error::Transient {
+        request: format!("GET https://{cluster}:6443/api/v1/nodes?limit=1"),
+        status: None,
+        message: "connection refused".into(),
     }
 }
 
@@ -590,11 +600,11 @@ pub struct FakeWorkload {
 }
 
 impl WorkloadApi for FakeWorkload {
-    fn probe(&self, _namespace: &str, cluster: &str) -> Result<(), String> {
+    fn probe(&self, _namespace: &str, cluster: &str) -> Result<(), kube::Error> {
         if lock(&self.up).contains(cluster) {
             Ok(())
         } else {
-            Err("connection refused".into())
+            Err(refused(cluster))
         }
     }
     fn node(
@@ -602,7 +612,7 @@ impl WorkloadApi for FakeWorkload {
         _namespace: &str,
         cluster: &str,
         node_name: &str,
-    ) -> Result<Option<NodeInfo>, String> {
+    ) -> Result<Option<NodeInfo>, kube::Error> {
         Ok(lock(&self.nodes)
             .get(&(cluster.into(), node_name.into()))
             .map(|p| NodeInfo {
@@ -616,13 +626,21 @@ impl WorkloadApi for FakeWorkload {
         cluster: &str,
         node_name: &str,
         provider_id: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), kube::Error> {
+        let request = format!("PATCH /api/v1/nodes/{node_name}");
         let mut nodes = lock(&self.nodes);
         let p = nodes
             .get_mut(&(cluster.into(), node_name.into()))
-            .ok_or("node not found")?;
+            .ok_or_else(|| kube::Error::NotFound {
+                request: request.clone(),
+                message: "node not found".into(),
+            })?;
         if !p.is_empty() {
-            return Err("spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid".into());
+            return Err(kube::Error::Invalid {
+                request,
+                message: "spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid".into(),
+                causes: Vec::new(),
+            });
         }
         *p = provider_id.into();
         Ok(())

@@ -23,7 +23,7 @@
 //! when MAAS shows that machine under this identity ([`Ownership::Ours`]).
 
 use crate::api::ObjectMeta;
-use crate::maas::Machine;
+use crate::maas;
 
 /// The MaasMachine annotation holding its identity. Its name predates the
 /// identity rules: capmaas before them wrote `capmaas/<ns>/<name>/<uid>`
@@ -111,7 +111,7 @@ pub enum Ownership {
     Other(String),
 }
 
-pub fn ownership(machine: &Machine, identity: &Identity) -> Ownership {
+pub fn ownership(machine: &maas::Machine, identity: &Identity) -> Ownership {
     match machine.owner_data.get(OWNER_DATA_KEY) {
         Some(value) if value == identity.as_str() => Ownership::Ours,
         Some(value) if !value.is_empty() => Ownership::Other(value.clone()),
@@ -120,7 +120,7 @@ pub fn ownership(machine: &Machine, identity: &Identity) -> Ownership {
 }
 
 /// Why a recorded machine is not acted on, in words for a condition.
-pub fn not_ours_message(system_id: &str, machine: Option<&Machine>) -> String {
+pub fn not_ours_message(system_id: &str, machine: Option<&maas::Machine>) -> String {
     let Some(machine) = machine else {
         return format!(
             "MAAS machine {system_id} is not allocated to this MaasMachine (it does not exist or is not visible to this MAAS user); left alone"
@@ -157,12 +157,12 @@ mod tests {
         m
     }
 
-    fn machine(owner: Option<&str>, identity: Option<&str>) -> Machine {
-        let mut m = Machine {
+    fn machine(owner: Option<&str>, identity: Option<&str>) -> maas::Machine {
+        let mut m = maas::Machine {
             system_id: "abc123".into(),
             status_name: "Deployed".into(),
             owner: owner.map(str::to_string),
-            ..Machine::default()
+            ..maas::Machine::default()
         };
         if let Some(id) = identity {
             m.owner_data.insert(OWNER_DATA_KEY.into(), id.into());
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn messages_say_why_a_machine_is_left_alone() {
         assert!(not_ours_message("abc123", None).contains("does not exist or is not visible"));
-        let ready = Machine {
+        let ready = maas::Machine {
             status_name: "Ready".into(),
             ..machine(None, None)
         };

@@ -27,6 +27,7 @@ use super::auth::ApiKey;
 use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
+use crate::backoff::Backoff;
 use crate::metrics;
 
 const KIB: u64 = 1024;
@@ -780,6 +781,7 @@ impl Client {
     /// [`Client::call`], with `read` turning a 2xx body into the answer.
     fn call_reading<T>(&self, call: Call<'_>, read: ReadBody<T>) -> Result<T, Error> {
         let mut attempt = 0;
+        let mut backoff = retry_backoff();
         loop {
             attempt += 1;
             let err = match self.attempt_reading(&call, read) {
@@ -792,7 +794,7 @@ impl Client {
             let delay = err
                 .retry_after()
                 .map(|d| d.min(MAX_RETRY_AFTER))
-                .unwrap_or_else(|| backoff(attempt));
+                .unwrap_or_else(|| backoff.next_delay());
             log::debug!(
                 "MAAS {} failed (attempt {attempt}), retrying in {delay:?}: {err}",
                 call.op
@@ -1037,16 +1039,8 @@ fn may_retry(err: &Error, repeat: Repeat) -> bool {
 
 /// 200 ms, 400 ms, 800 ms ... capped at 5 s, with ±25 % jitter so that many
 /// workers do not retry in lockstep.
-fn backoff(attempt: u32) -> Duration {
-    let exp = BASE_BACKOFF.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-    let capped = exp.min(MAX_BACKOFF);
-    let mut byte = [0u8; 1];
-    let jitter = if getrandom::getrandom(&mut byte).is_ok() {
-        f64::from(byte[0]) / 255.0 * 0.5 + 0.75
-    } else {
-        1.0
-    };
-    capped.mul_f64(jitter)
+fn retry_backoff() -> Backoff {
+    Backoff::new(BASE_BACKOFF, MAX_BACKOFF).with_jitter(0.75, 1.25)
 }
 
 /// Classifies a failure to get an answer. The caller scrubs the text.
@@ -1157,6 +1151,14 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
+        let backoff = |attempt| {
+            let mut b = retry_backoff();
+            let mut delay = b.next_delay();
+            for _ in 1..attempt {
+                delay = b.next_delay();
+            }
+            delay
+        };
         assert!(backoff(1) <= Duration::from_millis(250));
         assert!(backoff(3) >= Duration::from_millis(600));
         assert!(backoff(30) <= Duration::from_millis(6250));

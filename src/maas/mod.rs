@@ -42,7 +42,7 @@
 //! Error: op(), kind() (Config|Connect|Timeout|Transport|Tls|Status|Decode), http_status(),
 //!        body() (MaasBody::Empty|Text|FieldErrors), retry_after(), attempts(), message(),
 //!        is_transient(), is_not_found(), is_conflict(), is_unauthorized(), is_forbidden(),
-//!        is_bad_request()
+//!        is_bad_request(), is_refused() (any of the five before: MAAS said no)
 //! ```
 //!
 //! Secrets: every error (and so every condition, Event and log line built

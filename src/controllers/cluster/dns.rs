@@ -13,12 +13,14 @@
 //!   API endpoint away);
 //! - the record is deleted with the cluster.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
-use super::Reconciling;
+use super::ClusterReconciling;
 use crate::api::capi::Cluster;
 use crate::api::{MaasCluster, MaasMachine};
-use crate::controllers::ports::{EventType, Kind};
+use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::DnsResource;
 
@@ -27,9 +29,9 @@ const SUFFIX_LEN: usize = 6;
 const SUFFIX_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// The DNS name of this cluster, choosing and persisting it on first use.
-pub(super) fn ensure_name(r: &mut Reconciling, cluster: &Cluster) -> Result<String, Error> {
-    if let Some(name) = current_name(&r.mc, &cluster.metadata.name) {
-        if r.mc.dns_name().is_none() {
+pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Result<String, Error> {
+    if let Some(name) = current_name(&r.object, &cluster.metadata.name) {
+        if r.object.dns_name().is_none() {
             // Adopted from the endpoint (status is not moved by clusterctl move).
             persist_name(r, &name)?;
         }
@@ -39,7 +41,7 @@ pub(super) fn ensure_name(r: &mut Reconciling, cluster: &Cluster) -> Result<Stri
         "{}-{}.{}",
         cluster.metadata.name,
         random_suffix()?,
-        r.mc.spec.dns_domain
+        r.object.spec.dns_domain
     );
     persist_name(r, &name)?;
     Ok(name)
@@ -61,24 +63,14 @@ pub(super) fn current_name(mc: &MaasCluster, cluster_name: &str) -> Option<Strin
 /// Writes the name with the resourceVersion we read: if our cache was
 /// stale (a name may already be stored), the API server refuses and we
 /// retry with fresh data rather than pick a second name.
-fn persist_name(r: &mut Reconciling, name: &str) -> Result<(), Error> {
-    let meta = &r.mc.metadata;
+fn persist_name(r: &mut ClusterReconciling, name: &str) -> Result<(), Error> {
     let patch = json!({
-        "metadata": {"resourceVersion": meta.resource_version},
+        "metadata": {"resourceVersion": r.object.metadata.resource_version},
         "status": {"network": {"dnsName": name}}
     });
-    let new_version =
-        r.ctx
-            .kube
-            .patch_status(Kind::MaasCluster, &meta.namespace, &meta.name, &patch)?;
-    r.mc.metadata.resource_version = new_version;
-    for status in [
-        &mut r.status,
-        r.old_status.get_or_insert_with(Default::default),
-    ] {
+    r.patch_status_now(&patch, |status| {
         status.network.get_or_insert_with(Default::default).dns_name = name.to_string();
-    }
-    Ok(())
+    })
 }
 
 fn random_suffix() -> Result<String, Error> {
@@ -93,7 +85,7 @@ fn random_suffix() -> Result<String, Error> {
 
 /// The record named `fqdn`, created (with `ips`) if MAAS has none.
 pub(super) fn ensure_record(
-    r: &mut Reconciling,
+    r: &mut ClusterReconciling,
     fqdn: &str,
     ips: &[String],
 ) -> Result<DnsResource, Error> {
@@ -120,11 +112,14 @@ pub(super) fn ensure_record(
 /// "leave the record as it is": no such machine runs, but control-plane
 /// machines that are not being deleted exist (rebooting, powered off).
 pub(super) fn desired_ips(
-    machines: &[MaasMachine],
+    machines: &[Arc<MaasMachine>],
     is_control_plane: impl Fn(&MaasMachine) -> bool,
 ) -> Option<Vec<String>> {
-    let control_plane: Vec<&MaasMachine> =
-        machines.iter().filter(|m| is_control_plane(m)).collect();
+    let control_plane: Vec<&MaasMachine> = machines
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|m| is_control_plane(m))
+        .collect();
     let mut ips: Vec<String> = control_plane
         .iter()
         .filter(|m| !m.metadata.is_being_deleted() && is_running(m))
@@ -161,7 +156,7 @@ fn is_running(m: &MaasMachine) -> bool {
 /// Writes the desired addresses if they differ from MAAS's (which also
 /// repairs drift made by hand); true when it wrote.
 pub(super) fn update_attachments(
-    r: &mut Reconciling,
+    r: &mut ClusterReconciling,
     record: &DnsResource,
     desired: Option<Vec<String>>,
 ) -> Result<bool, Error> {
@@ -186,10 +181,13 @@ pub(super) fn update_attachments(
 }
 
 /// Deletes the cluster's record(s); a record already gone is fine.
-pub(super) fn delete_record(r: &mut Reconciling, cluster_name: Option<&str>) -> Result<(), Error> {
+pub(super) fn delete_record(
+    r: &mut ClusterReconciling,
+    cluster_name: Option<&str>,
+) -> Result<(), Error> {
     let name = match cluster_name {
-        Some(cluster) => current_name(&r.mc, cluster),
-        None => r.mc.dns_name().map(str::to_string),
+        Some(cluster) => current_name(&r.object, cluster),
+        None => r.object.dns_name().map(str::to_string),
     };
     let Some(fqdn) = name else { return Ok(()) };
     let records = match r.ctx.maas.dns_resources(&fqdn) {

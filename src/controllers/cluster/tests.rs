@@ -7,12 +7,13 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_cluster as mc_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::ports::{Kind, MaasFailure};
-use crate::controllers::{Error, Next};
+use crate::controllers::ports::Kind;
+use crate::controllers::Error;
+use crate::runtime::Action;
 
 const NS: &str = "ns";
 
-fn reconcile(w: &World) -> Result<Next, Error> {
+fn reconcile(w: &World) -> Result<Action, Error> {
     super::reconcile(&w.ctx, NS, "c1")
 }
 
@@ -46,7 +47,7 @@ fn waits_for_the_owner_cluster() {
     w.edit(MAAS_CLUSTER, NS, "c1", |v| {
         v["metadata"]["ownerReferences"] = json!([])
     });
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty());
     assert!(w.maas_cluster(NS, "c1").metadata.finalizers.is_empty());
 }
@@ -55,7 +56,7 @@ fn waits_for_the_owner_cluster() {
 fn names_the_record_persists_the_name_first_and_provisions() {
     let w = World::new(0);
     w.cluster(NS, "c1");
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
 
     let mc = w.maas_cluster(NS, "c1");
     assert_eq!(mc.metadata.finalizers, vec![mc_api::FINALIZER.to_string()]);
@@ -397,7 +398,7 @@ fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
     w.delete(MAAS_CLUSTER, NS, "c1");
     assert_eq!(
         reconcile(&w).unwrap(),
-        Next::RequeueAfter(Duration::from_secs(10))
+        Action::RequeueAfter(Duration::from_secs(10))
     );
     assert_eq!(w.maas.dns_records().len(), 1, "kept while machines remain");
     let ready = conditions::get(w.maas_cluster(NS, "c1").conditions(), conditions::READY)
@@ -406,7 +407,7 @@ fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
     assert_eq!(ready.reason, mc_api::DELETING);
 
     w.kube.remove(MAAS_MACHINE, NS, "cp1");
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.dns_records().is_empty(), "record deleted");
     assert!(
         w.kube.get(MAAS_CLUSTER, NS, "c1").is_none(),
@@ -429,7 +430,7 @@ fn delete_with_the_record_already_gone_completes() {
     reconcile(&w).unwrap();
     w.maas.dns.lock().unwrap().clear();
     w.delete(MAAS_CLUSTER, NS, "c1");
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.kube.get(MAAS_CLUSTER, NS, "c1").is_none());
 }
 
@@ -440,7 +441,7 @@ fn paused_cluster_touches_nothing() {
     w.edit(CAPI_CLUSTER, NS, "c1", |v| {
         v["spec"]["paused"] = json!(true)
     });
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty());
     let mc = w.maas_cluster(NS, "c1");
     let paused = conditions::get(mc.conditions(), conditions::PAUSED).unwrap();
@@ -502,15 +503,11 @@ fn a_maas_outage_changes_no_status_and_a_refusal_is_reported() {
     w.cluster(NS, "c1");
     reconcile(&w).unwrap();
     w.kube.clear_writes();
-    w.maas
-        .fail_once("dns_resources", MaasFailure::Unavailable, "503");
+    w.maas.fail_once("dns_resources", 503, "503");
     assert!(reconcile(&w).is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
-    w.maas.fail_once(
-        "dns_resources",
-        MaasFailure::NotFound,
-        "No Domain matches the given query.",
-    );
+    w.maas
+        .fail_once("dns_resources", 404, "No Domain matches the given query.");
     assert!(reconcile(&w).is_err());
     let mc = w.maas_cluster(NS, "c1");
     let lb = conditions::get(mc.conditions(), mc_api::LOAD_BALANCER_READY).unwrap();

@@ -8,18 +8,19 @@
 
 use serde_json::json;
 
-use super::{Reconciling, Step};
-use crate::api::capi::Machine;
+use super::{MachineReconciling, Step};
+use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
-use crate::controllers::ports::{EventType, Kind, MaasFailure};
-use crate::controllers::{Error, Next};
-use crate::maas::{check_image, AllocateRequest, Machine as Host, ReleaseRequest};
+use crate::controllers::ports::EventType;
+use crate::controllers::Error;
+use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
+use crate::runtime::Action;
 
 pub(super) fn find_or_allocate(
-    r: &mut Reconciling,
-    machine: &Machine,
-) -> Result<Step<Host>, Error> {
-    if let Some(system_id) = r.mm.system_id().map(str::to_string) {
+    r: &mut MachineReconciling,
+    machine: &capi::Machine,
+) -> Result<Step<maas::Machine>, Error> {
+    if let Some(system_id) = r.object.system_id().map(str::to_string) {
         match r.ctx.maas.machine(&system_id) {
             Ok(host) => return Ok(Step::Continue(host)),
             Err(e) if e.is_not_found() => {
@@ -29,7 +30,7 @@ pub(super) fn find_or_allocate(
             }
             // A MAAS outage changes nothing we know about the machine: keep
             // the status as it is (no flapping to Unknown) and retry.
-            Err(e) if e.failure == MaasFailure::Unavailable => return Err(e.into()),
+            Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => {
                 r.set(crate::api::Desired::unknown(
                     mm_api::MACHINE_DEPLOYED,
@@ -58,13 +59,7 @@ pub(super) fn find_or_allocate(
     }
 
     // Check the image before taking a machine we could not deploy.
-    if !image_available(r)? {
-        return Err(Error::Retry(format!(
-            "{}: image {:?} not in MAAS",
-            r.key(),
-            r.mm.spec.image
-        )));
-    }
+    require_image(r)?;
     if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
         r.set(crate::api::Desired::false_(
             mm_api::MACHINE_DEPLOYED,
@@ -85,8 +80,8 @@ pub(super) fn find_or_allocate(
         }
         // No machine matches (409) or MAAS rejects a constraint (400): the
         // user can read why on the condition; the queue retries with backoff.
-        Err(e) if matches!(e.failure, MaasFailure::Conflict | MaasFailure::Rejected) => {
-            let message = format!("allocating a machine: {}", e.message);
+        Err(e) if e.is_conflict() || e.is_bad_request() => {
+            let message = format!("allocating a machine: {}", e.message());
             r.set(crate::api::Desired::false_(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_DEPLOY_FAILED,
@@ -102,8 +97,11 @@ pub(super) fn find_or_allocate(
 /// Our recorded machine no longer exists in MAAS. Before it was ever
 /// provisioned we simply allocate another; afterwards Cluster API already
 /// copied the providerID to the Machine, so this is terminal and reported.
-fn gone_from_maas(r: &mut Reconciling, system_id: &str) -> Result<Option<Step<Host>>, Error> {
-    if r.mm.is_provisioned() {
+fn gone_from_maas(
+    r: &mut MachineReconciling,
+    system_id: &str,
+) -> Result<Option<Step<maas::Machine>>, Error> {
+    if r.object.is_provisioned() {
         let message = format!("MAAS machine {system_id} no longer exists");
         if r.status.failure_message.as_deref() != Some(message.as_str()) {
             r.event(EventType::Warning, "NoMachineFound", &message);
@@ -115,32 +113,31 @@ fn gone_from_maas(r: &mut Reconciling, system_id: &str) -> Result<Option<Step<Ho
         ));
         r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
         r.status.failure_message = Some(message);
-        return Ok(Some(Step::Stop(Next::Done)));
+        return Ok(Some(Step::Stop(Action::Done)));
     }
     log::warn!(
         "{}: MAAS machine {system_id} disappeared before deployment; allocating another",
         r.key()
     );
     let patch = json!({"spec": {"providerID": null, "systemID": null}});
-    r.mm.metadata.resource_version = r.ctx.kube.patch(
-        Kind::MaasMachine,
-        &r.mm.metadata.namespace,
-        &r.mm.metadata.name,
-        &patch,
-    )?;
-    r.mm.spec.provider_id = None;
-    r.mm.spec.system_id = None;
+    r.patch(&patch)?;
+    r.object.spec.provider_id = None;
+    r.object.spec.system_id = None;
     Ok(None)
 }
 
-fn allocate_request(r: &Reconciling, machine: &Machine, agent_name: String) -> AllocateRequest {
-    let spec = &r.mm.spec;
+fn allocate_request(
+    r: &MachineReconciling,
+    machine: &capi::Machine,
+    agent_name: String,
+) -> AllocateRequest {
+    let spec = &r.object.spec;
     let zone = spec
         .failure_domain
         .clone()
         .or_else(|| machine.spec.failure_domain.clone())
         .filter(|z| !z.is_empty());
-    let meta = &r.mm.metadata;
+    let meta = &r.object.metadata;
     let cluster = meta
         .labels
         .get(crate::api::capi::CLUSTER_NAME_LABEL)
@@ -173,15 +170,19 @@ fn allocate_request(r: &Reconciling, machine: &Machine, agent_name: String) -> A
 
 /// Persists `spec.providerID`, `spec.systemID`, `spec.failureDomain` right
 /// after allocation (or adoption).
-fn record_allocation(r: &mut Reconciling, host: &Host) -> Result<(), Error> {
+fn record_allocation(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), Error> {
     let provider_id = provider_id(&host.zone, &host.system_id);
     let zone = (!host.zone.is_empty()).then(|| host.zone.clone());
     let agent_name = r.agent_name();
-    let spec = &r.mm.spec;
+    let spec = &r.object.spec;
     if spec.provider_id.as_deref() == Some(provider_id.as_str())
         && spec.system_id.as_deref() == Some(host.system_id.as_str())
         && (zone.is_none() || spec.failure_domain == zone)
-        && r.mm.metadata.annotations.get(mm_api::AGENT_NAME_ANNOTATION) == Some(&agent_name)
+        && r.object
+            .metadata
+            .annotations
+            .get(mm_api::AGENT_NAME_ANNOTATION)
+            == Some(&agent_name)
     {
         return Ok(());
     }
@@ -192,26 +193,22 @@ fn record_allocation(r: &mut Reconciling, host: &Host) -> Result<(), Error> {
     if let Some(zone) = &zone {
         patch["spec"]["failureDomain"] = json!(zone);
     }
-    r.mm.metadata.resource_version = r.ctx.kube.patch(
-        Kind::MaasMachine,
-        &r.mm.metadata.namespace,
-        &r.mm.metadata.name,
-        &patch,
-    )?;
-    r.mm.metadata
+    r.patch(&patch)?;
+    r.object
+        .metadata
         .annotations
         .insert(mm_api::AGENT_NAME_ANNOTATION.into(), agent_name);
-    r.mm.spec.provider_id = Some(provider_id);
-    r.mm.spec.system_id = Some(host.system_id.clone());
+    r.object.spec.provider_id = Some(provider_id);
+    r.object.spec.system_id = Some(host.system_id.clone());
     if zone.is_some() {
-        r.mm.spec.failure_domain = zone;
+        r.object.spec.failure_domain = zone;
     }
     Ok(())
 }
 
 /// Two machines carry our identity only if an allocate answer was lost and
 /// retried; keep the first, give the others back.
-fn release_duplicate(r: &Reconciling, host: &Host) {
+fn release_duplicate(r: &MachineReconciling, host: &maas::Machine) {
     let request = ReleaseRequest {
         comment: Some(format!("capmaas: duplicate allocation for {}", r.key())),
         ..Default::default()
@@ -231,18 +228,19 @@ fn release_duplicate(r: &Reconciling, host: &Host) {
 }
 
 /// Is the image of this MaasMachine among MAAS's boot resources? If not,
-/// says so on `MachineDeployed` with the closest existing names.
-pub(super) fn image_available(r: &mut Reconciling) -> Result<bool, Error> {
+/// says so on `MachineDeployed` with the closest existing names, and the
+/// reconcile stops here (retried with backoff).
+pub(super) fn require_image(r: &mut MachineReconciling) -> Result<(), Error> {
     // Checked once per reconcile (before allocating, then before deploying).
-    if r.image_found {
-        return Ok(true);
+    if r.facts.image_found {
+        return Ok(());
     }
-    let wanted = r.mm.spec.image.clone();
+    let wanted = r.object.spec.image.clone();
     let resources = r.ctx.maas.boot_resources()?;
     let check = check_image(&wanted, &resources);
     if check.exists {
-        r.image_found = true;
-        return Ok(true);
+        r.facts.image_found = true;
+        return Ok(());
     }
     let message = if check.closest.is_empty() {
         format!("image {wanted:?} not found in MAAS boot resources (none are deployable)")
@@ -253,9 +251,10 @@ pub(super) fn image_available(r: &mut Reconciling) -> Result<bool, Error> {
             closest.join(", ")
         )
     };
-    if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED)
-        || conditions_message(r) != message
-    {
+    let reported = r
+        .condition(mm_api::MACHINE_DEPLOYED)
+        .is_some_and(|c| c.reason == mm_api::MACHINE_DEPLOY_FAILED && c.message == message);
+    if !reported {
         r.event(EventType::Warning, "ImageNotFound", &message);
     }
     r.set(crate::api::Desired::false_(
@@ -263,11 +262,8 @@ pub(super) fn image_available(r: &mut Reconciling) -> Result<bool, Error> {
         mm_api::MACHINE_DEPLOY_FAILED,
         message,
     ));
-    Ok(false)
-}
-
-fn conditions_message(r: &Reconciling) -> String {
-    crate::api::conditions::get(&r.status.conditions, mm_api::MACHINE_DEPLOYED)
-        .map(|c| c.message.clone())
-        .unwrap_or_default()
+    Err(Error::Retry(format!(
+        "{}: image {wanted:?} not in MAAS",
+        r.key()
+    )))
 }

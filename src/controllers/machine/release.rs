@@ -3,17 +3,18 @@
 //! the finalizer goes. A machine MAAS no longer knows (404) does not block
 //! deletion.
 
-use super::{dns, Owners, Reconciling};
-use crate::api::maas_machine::{self as mm_api, FINALIZER};
+use super::{dns, MachineReconciling, Owners};
+use crate::api::maas_machine as mm_api;
 use crate::api::{conditions, Desired};
-use crate::controllers::ports::{EventType, Kind, MaasFailure};
-use crate::controllers::{finalizer, Error, Next};
+use crate::controllers::ports::EventType;
+use crate::controllers::Error;
 use crate::maas::{MachineStatus, ReleaseRequest};
+use crate::runtime::Action;
 
-pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error> {
-    if !r.mm.metadata.has_finalizer(FINALIZER) {
+pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Action, Error> {
+    if !r.has_finalizer() {
         r.summarize = false;
-        return Ok(Next::Done);
+        return Ok(Action::Done);
     }
 
     // A cluster that is being deleted removes the whole record once its
@@ -23,9 +24,9 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         .maas_cluster
         .as_ref()
         .is_some_and(|c| !c.metadata.is_being_deleted());
-    if r.is_control_plane && record_stays {
+    if r.facts.is_control_plane && record_stays {
         let ips = external_ips(r);
-        if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, false)? {
+        if let Some(next) = dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, false)? {
             return Ok(next);
         }
     }
@@ -40,22 +41,12 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
         "",
     ));
     r.status.ready = false;
-    conditions::set(
-        &mut r.status.conditions,
-        Desired::false_(conditions::READY, mm_api::DELETED, "MAAS machine released"),
-        r.mm.metadata.generation,
-        &r.now,
-    );
-    r.summarize = false;
-    r.write_status()?;
-    finalizer::remove(
-        r.ctx.kube.as_ref(),
-        Kind::MaasMachine,
-        &mut r.mm.metadata,
-        FINALIZER,
-    )?;
-    r.done_with_object = true;
-    Ok(Next::Done)
+    r.set(Desired::false_(
+        conditions::READY,
+        mm_api::DELETED,
+        "MAAS machine released",
+    ));
+    r.finish_deletion()
 }
 
 /// Every MAAS machine carrying our identity, including an allocation whose
@@ -63,7 +54,7 @@ pub(super) fn delete(r: &mut Reconciling, owners: &Owners) -> Result<Next, Error
 /// objects allocated by the Go provider, which marked nothing: for ours, a
 /// recorded machine MAAS no longer lists under our identity was released
 /// already (the answer lost in a crash) and may now be someone else's.
-fn machines_to_release(r: &Reconciling) -> Result<Vec<String>, Error> {
+fn machines_to_release(r: &MachineReconciling) -> Result<Vec<String>, Error> {
     let mut system_ids: Vec<String> = r
         .ctx
         .maas
@@ -71,11 +62,12 @@ fn machines_to_release(r: &Reconciling) -> Result<Vec<String>, Error> {
         .into_iter()
         .map(|host| host.system_id)
         .collect();
-    let allocated_by_us =
-        r.mm.metadata
-            .annotations
-            .contains_key(mm_api::AGENT_NAME_ANNOTATION);
-    if let Some(recorded) = r.mm.system_id() {
+    let allocated_by_us = r
+        .object
+        .metadata
+        .annotations
+        .contains_key(mm_api::AGENT_NAME_ANNOTATION);
+    if let Some(recorded) = r.object.system_id() {
         if system_ids.iter().any(|id| id == recorded) {
             // Listed under our identity: released above.
         } else if allocated_by_us {
@@ -104,7 +96,7 @@ fn machines_to_release(r: &Reconciling) -> Result<Vec<String>, Error> {
     Ok(system_ids)
 }
 
-fn release(r: &mut Reconciling, system_id: &str) -> Result<(), Error> {
+fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
     let request = ReleaseRequest {
         erase: r.ctx.options.release_erase,
         comment: Some(format!("capmaas: {} deleted", r.key())),
@@ -129,11 +121,11 @@ fn release(r: &mut Reconciling, system_id: &str) -> Result<(), Error> {
         }
         // 409: MAAS cannot release it in its current state. Fine if it is
         // no longer ours anyway (already released, never commissioned).
-        Err(e) if e.failure == MaasFailure::Conflict => match r.ctx.maas.machine(system_id) {
+        Err(e) if e.is_conflict() => match r.ctx.maas.machine(system_id) {
             Ok(host) if matches!(host.status, MachineStatus::Ready | MachineStatus::New) => Ok(()),
             Err(get) if get.is_not_found() => Ok(()),
             _ => {
-                r.event(EventType::Warning, "MachineReleaseFailed", &e.message);
+                r.event(EventType::Warning, "MachineReleaseFailed", &e.message());
                 Err(e.into())
             }
         },
@@ -141,7 +133,7 @@ fn release(r: &mut Reconciling, system_id: &str) -> Result<(), Error> {
     }
 }
 
-fn external_ips(r: &Reconciling) -> Vec<String> {
+fn external_ips(r: &MachineReconciling) -> Vec<String> {
     r.status
         .addresses
         .iter()
