@@ -412,6 +412,16 @@ fn shown(value: &str) -> String {
     format!("{:?}... ({} bytes)", &value[..cut], value.len())
 }
 
+/// The PEM of `--maas-ca-file`, if given.
+fn maas_ca_pem(config: &Config) -> Result<Option<Vec<u8>>, String> {
+    let Some(path) = &config.maas_ca_file else {
+        return Ok(None);
+    };
+    std::fs::read(path)
+        .map(Some)
+        .map_err(|e| format!("--maas-ca-file {}: {e}", path.display()))
+}
+
 /// MAAS_ENDPOINT and MAAS_API_KEY; the key never appears in a message.
 fn maas_client(config: &Config) -> Result<maas::Client, String> {
     let endpoint = std::env::var("MAAS_ENDPOINT")
@@ -426,11 +436,7 @@ fn maas_client(config: &Config) -> Result<maas::Client, String> {
         "MAAS_API_KEY is not a MAAS API key (expected three parts <consumer>:<token>:<secret>)"
     })?;
     let mut client_config = maas::ClientConfig::new(endpoint.trim(), api_key);
-    if let Some(path) = &config.maas_ca_file {
-        let pem =
-            std::fs::read(path).map_err(|e| format!("--maas-ca-file {}: {e}", path.display()))?;
-        client_config.extra_ca_pem = Some(pem);
-    }
+    client_config.extra_ca_pem = maas_ca_pem(config)?;
     maas::Client::new(client_config)
         .map_err(|e| format!("MAAS client for {}: {e}", maas::redact_url(endpoint.trim())))
 }
@@ -518,7 +524,8 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         kube.server(),
         maas.api_root()
     );
-    let manager_config = manager_config(config, kube.default_namespace());
+    let mut manager_config = manager_config(config, kube.default_namespace());
+    manager_config.maas_ca_pem = maas_ca_pem(config)?;
     Ok(match manager::run(&manager_config, kube, maas)? {
         Stopped::Shutdown => ExitCode::SUCCESS,
         Stopped::LeadershipLost => ExitCode::FAILURE,
@@ -559,6 +566,7 @@ fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manage
         health_probe_bind_address: config.health_probe_bind_address,
         options: config.options.clone(),
         shutdown_timeout: config.shutdown_timeout,
+        maas_ca_pem: None,
     }
 }
 

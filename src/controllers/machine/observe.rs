@@ -42,7 +42,7 @@ pub(super) fn observe(
             Action::Done
         }
         (MachineStatus::Deployed, false) => {
-            r.ctx.maas.power_on(
+            r.maas()?.power_on(
                 &host.system_id,
                 "capmaas: deployed machine found powered off",
             )?;
