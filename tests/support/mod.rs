@@ -24,6 +24,7 @@ pub mod maas_timeline;
 pub mod netns;
 pub mod nodes;
 pub mod objects;
+pub mod service_account;
 pub mod story;
 pub mod workload_sim;
 
