@@ -17,6 +17,7 @@ use std::sync::{Mutex, OnceLock};
 pub mod api_probe;
 pub mod capi;
 pub mod clusterctl;
+pub mod go_provider;
 pub mod guard;
 pub mod kcp_lab;
 pub mod maas_sim;
