@@ -1,9 +1,12 @@
-//! The namespaced install (`deploy/rbac-namespaced.yaml`, rendered by
-//! `deploy/clusterctl/generate.sh --namespaced`): a manager run with
-//! `--namespace NS` and only Roles in NS and in capmaas-system reconciles a
-//! MaasCluster and a MaasMachine in NS without one 401 or 403, and its
-//! ServiceAccount can do nothing outside NS (no cluster-wide Secret `get`,
-//! no watch of other namespaces).
+//! The namespaced install: the components rendered by
+//! `deploy/clusterctl/generate.sh --namespaced` (`deploy/rbac-namespaced.yaml`
+//! in place of rbac.yaml, `--namespace` on the Deployment) plus
+//! `deploy/rbac-watched-namespace.yaml` applied on its own. The real
+//! clusterctl renders the components with nothing cluster-wide; a manager
+//! run with `--namespace NS` and only these Roles reconciles a MaasCluster
+//! and a MaasMachine in NS without one 401 or 403, and its ServiceAccount
+//! can do nothing outside NS (no cluster-wide Secret `get`, no watch of
+//! other namespaces).
 //!
 //!     cargo test --test deploy_namespaced
 
@@ -16,6 +19,7 @@ use support::ControlPlane;
 
 const SA: &str = "system:serviceaccount:capmaas-system:capmaas-manager";
 const VARIABLE: &str = "${CAPMAAS_WATCH_NAMESPACE}";
+const PROVIDER_VARIABLE: &str = "${CAPMAAS_PROVIDER_NAMESPACE}";
 
 /// `generate.sh --namespaced`'s output.
 fn namespaced_components() -> String {
@@ -61,15 +65,75 @@ fn generated_namespaced_components_watch_one_namespace_with_roles_only() {
     );
 }
 
+/// The real clusterctl moves every namespaced object of the components into
+/// the provider's namespace (why the watched namespace's Role is applied on
+/// its own): what it renders has no cluster-wide RBAC and the flag.
+#[test]
+fn clusterctl_renders_the_namespaced_components() {
+    let (clusterctl, _) = support::clusterctl::clusterctl_bin();
+    let dir = support::tempdir("capmaas-namespaced-repo").unwrap();
+    let script = support::repo_root().join("deploy/clusterctl/generate.sh");
+    let status = Command::new(&script)
+        .args(["--namespaced", "--repo"])
+        .arg(dir.join("repo"))
+        .arg("v0.1.0")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let config = dir.join("clusterctl.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "providers:\n- name: maas\n  type: InfrastructureProvider\n  url: file://{}/repo/infrastructure-maas/v0.1.0/infrastructure-components.yaml\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(clusterctl)
+        .args(["generate", "provider", "--infrastructure", "maas:v0.1.0"])
+        .arg("--config")
+        .arg(&config)
+        .env("HOME", &dir)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+        .env("GOPROXY", "off")
+        .env("MAAS_ENDPOINT", "http://maas.example:5240/MAAS")
+        .env("MAAS_API_KEY", "ck:tk:secret")
+        .env("CAPMAAS_WATCH_NAMESPACE", "prod")
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("ClusterRole"), "{text}");
+    assert!(text.contains("--namespace=prod"), "{text}");
+    let count = |line: &str| text.lines().filter(|l| *l == line).count();
+    assert_eq!(
+        count("kind: Role"),
+        1,
+        "only the leader-election Role: {text}"
+    );
+    assert_eq!(count("kind: RoleBinding"), 1, "{text}");
+    assert_eq!(count("kind: ServiceAccount"), 1, "{text}");
+}
+
 #[test]
 fn manager_reconciles_in_its_namespace_with_roles_only() {
     let cp = support::control_plane();
     let ns = cp.new_namespace("namespaced");
     let other = cp.new_namespace("not-watched");
     cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("namespace.yaml"));
+    cp.kubectl_stdin(&["apply", "-f", "-"], &deploy_file("rbac-namespaced.yaml"));
     cp.kubectl_stdin(
         &["apply", "-f", "-"],
-        &deploy_file("rbac-namespaced.yaml").replace(VARIABLE, &ns),
+        &deploy_file("rbac-watched-namespace.yaml")
+            .replace(VARIABLE, &ns)
+            .replace(PROVIDER_VARIABLE, "capmaas-system"),
     );
 
     for (verb, resource) in [

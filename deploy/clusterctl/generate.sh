@@ -14,7 +14,9 @@
 #                               rbac.yaml, and the Deployment gets
 #                               --namespace=${CAPMAAS_WATCH_NAMESPACE};
 #                               --write goes to
-#                               infrastructure-components-namespaced.yaml
+#                               infrastructure-components-namespaced.yaml.
+#                               The watched namespace's Role is applied on
+#                               its own: deploy/rbac-watched-namespace.yaml
 #
 # infrastructure-components.yaml = crds/*.yaml, then deploy/{namespace,
 # credentials,rbac,manager}.yaml, as separate YAML documents, verbatim
