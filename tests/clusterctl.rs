@@ -167,6 +167,8 @@ fn generate_provider_renders_components_the_api_server_accepts() {
             "RoleBinding",
             "Secret",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     );
     for o in &objects {

@@ -1,7 +1,9 @@
 //! The CRDs in crds/ on a real kube-apiserver: they install, accept what the Go
 //! provider's users write, reject what its webhooks rejected (here through CEL
-//! rules), and keep every status field the controllers write (a field missing
-//! from the schema would be pruned silently).
+//! rules and, for MaasMachineTemplate, an admission policy that lets Cluster
+//! API's topology dry runs through), and keep every status field the
+//! controllers write (a field missing from the schema would be pruned
+//! silently).
 
 mod support;
 
@@ -28,8 +30,33 @@ fn plane() -> &'static ControlPlane {
         let names: Vec<String> = CRDS.iter().map(|c| format!("crd/{c}")).collect();
         args.extend(names.iter().map(String::as_str));
         cp.kubectl(&args);
+        wait_for_template_policy(cp);
     });
     cp
+}
+
+const TEMPLATE_POLICY: &str = "capmaas-maasmachinetemplate-immutability";
+
+fn maas_machine_template(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachineTemplate\n\
+         metadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      image: {image}\n      minCPU: 2\n      minMemory: 4096\n"
+    )
+}
+
+/// The API server loads admission policies asynchronously: until then an
+/// update the policy forbids goes through. Waits until one is refused.
+fn wait_for_template_policy(cp: &ControlPlane) {
+    let ns = cp.new_namespace("crd-policy-probe");
+    apply(cp, &ns, &maas_machine_template("probe", "ubuntu/jammy")).unwrap();
+    support::eventually(60, "the MaasMachineTemplate policy in effect", || {
+        cp.try_kubectl(
+            &["apply", "-n", &ns, "--dry-run=server", "-f", "-"],
+            &maas_machine_template("probe", "ubuntu/noble"),
+        )
+        .err()
+        .filter(|e| e.contains(TEMPLATE_POLICY))
+    });
 }
 
 fn get_json(cp: &ControlPlane, args: &[&str]) -> Value {
@@ -681,4 +708,83 @@ fn cluster_template_is_accepted_validated_and_its_dns_domain_immutable() {
         err.contains("changing cluster DNS Domain not allowed"),
         "{err}"
     );
+}
+
+/// The contract's "InfraMachineTemplate: support for SSA dry run": Cluster
+/// API's topology controller server-side applies a changed template onto
+/// the current one as a dry run annotated `topology.cluster.x-k8s.io/
+/// dry-run`, to see whether it must rotate the template. That dry run goes
+/// through; the same change without the annotation, or for real, does not.
+#[test]
+fn template_immutability_lets_topology_dry_runs_through() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-topology-dry-run");
+    apply(cp, &ns, &maas_machine_template("t", "ubuntu/jammy")).unwrap();
+    // `spec` of a changed template, annotated or not.
+    let changed = |annotated: bool, spec: &str| {
+        let annotations = if annotated {
+            "  annotations:\n    topology.cluster.x-k8s.io/dry-run: \"\"\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachineTemplate\n\
+             metadata:\n  name: t\n{annotations}spec:\n  template:\n    spec:\n{spec}"
+        )
+    };
+    let ssa = |dry_run: bool, yaml: &str| {
+        let mut args = vec![
+            "apply",
+            "-n",
+            &ns,
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=capi-topology",
+            "-o",
+            "json",
+            "-f",
+            "-",
+        ];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        cp.try_kubectl(&args, yaml)
+    };
+
+    // The topology controller's dry run: answered with the changed object.
+    let all_changed = "      image: ubuntu/noble\n      minCPU: 8\n      minMemory: 16384\n";
+    let out = ssa(true, &changed(true, all_changed)).unwrap();
+    let answered: Value = serde_json::from_str(&out).unwrap();
+    let spec = &answered["spec"]["template"]["spec"];
+    assert_eq!(
+        (&spec["image"], &spec["minCPU"], &spec["minMemory"]),
+        (&"ubuntu/noble".into(), &8.into(), &16384.into())
+    );
+
+    // Anything else is refused with the Go provider's messages.
+    for (spec, message) in [
+        (
+            "      image: ubuntu/noble\n      minCPU: 2\n      minMemory: 4096\n",
+            "maas machine template image change is not allowed",
+        ),
+        (
+            "      image: ubuntu/jammy\n      minCPU: 8\n      minMemory: 4096\n",
+            "maas machine template min cpu count change is not allowed",
+        ),
+        (
+            "      image: ubuntu/jammy\n      minCPU: 2\n      minMemory: 16384\n",
+            "maas machine template min memory change is not allowed",
+        ),
+    ] {
+        for (dry_run, annotated) in [(true, false), (false, true), (false, false)] {
+            let err = ssa(dry_run, &changed(annotated, spec)).unwrap_err();
+            assert!(
+                err.contains(message),
+                "dry run {dry_run}, annotated {annotated}: {err}"
+            );
+        }
+    }
+    let stored = get_json(cp, &["-n", &ns, "maasmachinetemplate", "t"]);
+    assert_eq!(stored["spec"]["template"]["spec"]["image"], "ubuntu/jammy");
+    assert_eq!(stored["spec"]["template"]["spec"]["minCPU"], 2);
 }
