@@ -2,22 +2,26 @@
 //!
 //! The layers, each knowing only the ones below it:
 //!
-//! - [`controllers`]: the story. MaasCluster and MaasMachine reconcilers and
-//!   the workload API readiness poller. The only layer that joins MAAS and
-//!   Kubernetes.
-//! - [`api`]: the CRD types (serde) and the few Cluster API fields we read.
-//! - [`runtime`]: generic controller machinery: watch threads and caches, the
-//!   work queue, worker pools, Lease leader election, events.
+//! - [`controllers`]: the story. MaasCluster and MaasMachine reconcilers, the
+//!   workload API readiness poller, and the manager that wires and stops
+//!   them. The only layer that joins MAAS and Kubernetes.
+//! - [`api`]: the CRD types (serde) and the few Cluster API fields we read;
+//!   the one shape of a watched object, from the informer to the reconcile.
+//! - [`runtime`]: generic controller machinery: typed stores and the
+//!   informers that fill them, the work queue, worker pools, Lease leader
+//!   election, events.
 //! - [`kube`]: raw Kubernetes REST over ureq: config, requests, typed errors,
 //!   the watch stream.
 //! - [`maas`]: the blocking MAAS client; knows nothing of Kubernetes.
 //!
-//! Beside them: [`serve`] (health probes and Prometheus metrics) and
-//! [`metrics`] (the process-wide registry every layer records into). The
-//! MAAS simulator the tests run against is not part of the product: it is
-//! its own package, `tests/maas-sim`.
+//! Beside them: [`serve`] (health probes and Prometheus metrics),
+//! [`metrics`] (the process-wide registry every layer records into) and
+//! [`backoff`] (the one jittered exponential backoff, used by the runtime
+//! and the MAAS client). The MAAS simulator the tests run against is not
+//! part of the product: it is its own package, `tests/maas-sim`.
 
 pub mod api;
+pub mod backoff;
 pub mod controllers;
 pub mod kube;
 pub mod maas;

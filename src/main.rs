@@ -1,37 +1,28 @@
 //! The `capmaas` operator binary: flags and environment → configuration
-//! (failing fast with a clear message, secrets redacted), then the wiring:
-//!
-//! ```text
-//! informers (Cluster, Machine, MaasCluster, MaasMachine) ─► mappers ─► two work queues
-//! leader election ─► gate ─► worker pools (maascluster, maasmachine) ─► controllers
-//! api poller thread ─► maascluster queue          serve: /healthz /readyz /metrics
-//! SIGTERM/SIGINT or lost leadership ─► stop queues ─► join workers ─► release the Lease
-//! ```
+//! (failing fast with a clear message, secrets redacted), logging, the
+//! Kubernetes and MAAS clients; then [`capmaas::controllers::manager::run`]
+//! starts the controllers and stops them on SIGTERM/SIGINT or lost
+//! leadership. Exit status: 0 after a clean stop, 1 after lost leadership
+//! or a failed start, 2 for bad flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use capmaas::api::{capi, meta};
-use capmaas::controllers::adapters::{self, Caches};
-use capmaas::controllers::api_poller::ApiPoller;
-use capmaas::controllers::{self, mappers, ports::SystemClock, Context, Next, Options};
-use capmaas::kube::{self, resources};
-use capmaas::maas::{self, StartCheck};
-use capmaas::runtime::{
-    self, Action, Event, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
-    Leadership, ObjectKey, Shutdown, WorkQueue,
-};
-use capmaas::serve::{self, Health, Routes};
-use serde_json::Value;
+use capmaas::controllers::adopt;
+use capmaas::controllers::credentials::Credentials;
+use capmaas::controllers::manager::{self, Stopped};
+use capmaas::controllers::Options;
+use capmaas::kube;
+use capmaas::maas;
+use capmaas::runtime::{self, LeaderConfig};
 
 const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical MAAS
 
 USAGE:
-    capmaas [FLAGS]
+    capmaas [FLAGS]          run the controllers
+    capmaas adopt [FLAGS]    adopt the Go provider's machines once (capmaas adopt --help)
 
 ENVIRONMENT:
     MAAS_ENDPOINT   MAAS URL, e.g. http://10.0.0.1:5240/MAAS (required)
@@ -70,10 +61,6 @@ FLAGS:
 DURATION is a number with a unit: 500ms, 15s, 10m, 2h, 1m30s. ADDR is IP:PORT or :PORT.
 Values out of range are refused at start with the flag's name and range.
 ";
-
-/// Objects per informer list page (client-go: 500). See BENCHMARKS.md
-/// "Memory" for the peak it saves.
-const LIST_PAGE_SIZE: u32 = 100;
 
 /// Every setting, from flags and the environment.
 #[derive(Debug)]
@@ -428,6 +415,16 @@ fn shown(value: &str) -> String {
     format!("{:?}... ({} bytes)", &value[..cut], value.len())
 }
 
+/// The PEM of `--maas-ca-file`, if given.
+fn maas_ca_pem(config: &Config) -> Result<Option<Vec<u8>>, String> {
+    let Some(path) = &config.maas_ca_file else {
+        return Ok(None);
+    };
+    std::fs::read(path)
+        .map(Some)
+        .map_err(|e| format!("--maas-ca-file {}: {e}", path.display()))
+}
+
 /// MAAS_ENDPOINT and MAAS_API_KEY; the key never appears in a message.
 fn maas_client(config: &Config) -> Result<maas::Client, String> {
     let endpoint = std::env::var("MAAS_ENDPOINT")
@@ -442,17 +439,16 @@ fn maas_client(config: &Config) -> Result<maas::Client, String> {
         "MAAS_API_KEY is not a MAAS API key (expected three parts <consumer>:<token>:<secret>)"
     })?;
     let mut client_config = maas::ClientConfig::new(endpoint.trim(), api_key);
-    if let Some(path) = &config.maas_ca_file {
-        let pem =
-            std::fs::read(path).map_err(|e| format!("--maas-ca-file {}: {e}", path.display()))?;
-        client_config.extra_ca_pem = Some(pem);
-    }
+    client_config.extra_ca_pem = maas_ca_pem(config)?;
     maas::Client::new(client_config)
         .map_err(|e| format!("MAAS client for {}: {e}", maas::redact_url(endpoint.trim())))
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("adopt") {
+        return adopt_main(args.get(1..).unwrap_or_default());
+    }
     let config = match parse_args(&args) {
         Ok(Parsed::Help) => {
             print!("{USAGE}");
@@ -473,6 +469,143 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("capmaas: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const ADOPT_USAGE: &str = "capmaas adopt: give the Go provider's machines a capmaas identity, once
+
+USAGE:
+    capmaas adopt (--namespace NS)... | --all-namespaces  [--apply] [FLAGS]
+
+For every MaasMachine in the namespaces that records a MAAS machine
+(spec.systemID) allocated to the MAAS user of its cluster's credentials
+and carrying no capmaas identity, writes the object's identity into the
+machine's owner data (and the object's annotation). Without --apply it
+only prints what it would do. Refused, with the reason: several objects
+naming one machine, a machine under another identity, an unallocated
+machine, a machine this MAAS user cannot see. Safe to run again.
+
+ENVIRONMENT:
+    MAAS_ENDPOINT, MAAS_API_KEY   the controller-wide MAAS credentials, as for the
+                                  controller (clusters with spec.identityRef use theirs)
+
+FLAGS:
+    --namespace NS        look at this namespace (repeat for more)
+    --all-namespaces      look at every namespace
+    --apply               change MAAS and the objects (default: dry run)
+    --kubeconfig PATH     kubeconfig of the management cluster (default: $KUBECONFIG,
+                          else in-cluster)
+    --maas-ca-file PATH   verify MAAS with this CA bundle (PEM) instead of the public roots
+    -h, --help            print this help
+
+EXIT STATUS: 0 when every machine is adopted (or already was), 1 otherwise, 2 for bad flags.
+";
+
+/// `capmaas adopt`'s flags.
+#[derive(Debug, Default)]
+struct AdoptConfig {
+    namespaces: Vec<String>,
+    all_namespaces: bool,
+    apply: bool,
+    kubeconfig: Option<PathBuf>,
+    maas_ca_file: Option<PathBuf>,
+}
+
+fn parse_adopt_args(args: &[String]) -> Result<Option<AdoptConfig>, String> {
+    let mut config = AdoptConfig::default();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag, Some(value.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| format!("--{name} needs a value")),
+            }
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--apply" => config.apply = true,
+            "--all-namespaces" => config.all_namespaces = true,
+            "--namespace" => {
+                let ns = parse_name("namespace", &value("namespace")?, NameRule::Label)?
+                    .ok_or("--namespace needs a value")?;
+                config.namespaces.push(ns);
+            }
+            "--kubeconfig" => {
+                config.kubeconfig = Some(parse_path("kubeconfig", &value("kubeconfig")?)?)
+            }
+            "--maas-ca-file" => {
+                config.maas_ca_file = Some(parse_path("maas-ca-file", &value("maas-ca-file")?)?)
+            }
+            _ => {
+                return Err(format!(
+                    "adopt: unexpected argument {arg:?} (see capmaas adopt --help)"
+                ))
+            }
+        }
+    }
+    match (config.namespaces.is_empty(), config.all_namespaces) {
+        (true, false) => Err(
+            "adopt: name the namespaces (--namespace NS, repeatable) or --all-namespaces".into(),
+        ),
+        (false, true) => Err("adopt: --namespace and --all-namespaces exclude each other".into()),
+        _ => Ok(Some(config)),
+    }
+}
+
+/// `capmaas adopt`: prints the plan (and, with --apply, what was done).
+fn adopt_main(args: &[String]) -> ExitCode {
+    let config = match parse_adopt_args(args) {
+        Ok(Some(config)) => config,
+        Ok(None) => {
+            print!("{ADOPT_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("capmaas: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging_at("warn");
+    let run = || -> Result<adopt::Report, String> {
+        let controller = Config {
+            maas_ca_file: config.maas_ca_file.clone(),
+            ..Config::default()
+        };
+        let maas = maas_client(&controller)?;
+        for warning in maas.security_warnings() {
+            eprintln!("capmaas: warning: {warning}");
+        }
+        let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
+            .map_err(|e| format!("kubeconfig: {e}"))?;
+        let kube = kube::Client::new(kube_config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        let credentials = Credentials::new(maas, None, kube.clone(), maas_ca_pem(&controller)?);
+        let scope = if config.all_namespaces {
+            adopt::Scope::AllNamespaces
+        } else {
+            adopt::Scope::Namespaces(config.namespaces.clone())
+        };
+        adopt::run(&kube, &credentials, &scope, config.apply)
+    };
+    match run() {
+        Ok(report) => {
+            print!("{}", report.render(config.apply));
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("capmaas adopt: {e}");
             ExitCode::FAILURE
         }
     }
@@ -514,34 +647,21 @@ impl log::Log for CappedLogger {
 }
 
 fn init_logging() {
+    init_logging_at("info");
+}
+
+/// Logging with RUST_LOG, else `default`.
+fn init_logging_at(default: &str) {
     let logger =
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+            .build();
     let max_level = logger.filter();
     if log::set_boxed_logger(Box::new(CappedLogger(logger))).is_ok() {
         log::set_max_level(max_level);
     }
 }
 
-/// Maps one informer event to the keys to reconcile.
-type Mapper = dyn Fn(&Event, Option<&Caches>) -> mappers::Keys + Send;
-
-/// The key of an informer event mapped onto the two queues.
-fn enqueue(keys: mappers::Keys, clusters: &WorkQueue, machines: &WorkQueue) {
-    for key in keys.maas_clusters {
-        clusters.add(key);
-    }
-    for key in keys.maas_machines {
-        machines.add(key);
-    }
-}
-
-fn to_action(next: Next) -> Action {
-    match next {
-        Next::Done => Action::Done,
-        Next::RequeueAfter(d) => Action::RequeueAfter(d),
-    }
-}
-
+/// The Kubernetes and MAAS clients, then the controllers until they stop.
 fn run(config: &Config) -> Result<ExitCode, String> {
     let maas = maas_client(config)?;
     let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
@@ -553,124 +673,19 @@ fn run(config: &Config) -> Result<ExitCode, String> {
         kube.server(),
         maas.api_root()
     );
+    let mut manager_config = manager_config(config, kube.default_namespace());
+    manager_config.maas_ca_pem = maas_ca_pem(config)?;
+    Ok(match manager::run(&manager_config, kube, maas)? {
+        Stopped::Shutdown => ExitCode::SUCCESS,
+        Stopped::LeadershipLost => ExitCode::FAILURE,
+    })
+}
 
-    let shutdown = Shutdown::new();
-    runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
-
-    let health = Arc::new(Health::new());
-    // Each listener serves only its own routes; one address given for both
-    // serves both.
-    let listeners = match (
-        config.health_probe_bind_address,
-        config.metrics_bind_address,
-    ) {
-        (Some(probes), Some(metrics)) if probes == metrics => {
-            vec![(
-                "health probes and metrics",
-                probes,
-                Routes::Both(health.clone()),
-            )]
-        }
-        (probes, metrics) => probes
-            .map(|a| ("health probes", a, Routes::Probes(health.clone())))
-            .into_iter()
-            .chain(metrics.map(|a| ("metrics", a, Routes::Metrics)))
-            .collect(),
-    };
-    for (what, addr, routes) in listeners {
-        let (bound, _thread) =
-            serve::start(addr, routes).map_err(|e| format!("{what} on {addr}: {e}"))?;
-        log::info!("serving {what} on {bound}");
-    }
-
-    // Start-up checks: refused credentials end the process with the reason
-    // (exit 1: a wrong key or token never fixes itself, and the restart
-    // picks up a corrected Secret); an unreachable MAAS keeps /readyz
-    // failing with the reason until it answers.
-    match kube.check_credentials() {
-        Ok(Some(user)) => log::info!("API server {}: authenticated as {user}", kube.server()),
-        Ok(None) => {}
-        Err(e) => return Err(format!("the API server refused our credentials: {e}")),
-    }
-    check_maas_at_start(&maas, &health, &shutdown)?;
-
+/// The controllers' settings. The Lease lives in `--leader-election-namespace`,
+/// else the pod's namespace, else the kubeconfig's, else `default`.
+fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manager::Config {
     let identity = runtime::default_identity();
-    let events = runtime::EventRecorder::spawn(kube.clone(), "capmaas", &identity)
-        .map_err(|e| e.to_string())?;
-    let cluster_queue = WorkQueue::new("maascluster");
-    let machine_queue = WorkQueue::new("maasmachine");
-
-    // Informers. Mappers reach the other stores through `caches` once all
-    // informers exist; until then each event maps to its own key only.
-    let caches: Arc<OnceLock<Caches>> = Arc::new(OnceLock::new());
-    let informer_config = |resource| {
-        let mut c = InformerConfig::new(resource).namespace(config.namespace.clone());
-        // A list page is held whole as `Value`s (~6x its JSON) while it is
-        // cut down and encoded: smaller pages, lower peak memory at start.
-        c.page_size = LIST_PAGE_SIZE;
-        if let Some(filter) = &config.watch_filter {
-            c = c.label_selector(format!("{}={filter}", capi::WATCH_FILTER_LABEL));
-        }
-        c
-    };
-    // Each kind is cached cut down to what the controllers and mappers read
-    // (the projections sit beside the types that read them).
-    let spawn = |resource: kube::Resource, project: fn(&mut Value), map: Box<Mapper>| {
-        let (cq, mq, caches) = (cluster_queue.clone(), machine_queue.clone(), caches.clone());
-        Informer::spawn(
-            kube.clone(),
-            informer_config(resource).transform(project),
-            move |event: &Event| enqueue(map(event, caches.get()), &cq, &mq),
-            shutdown.clone(),
-        )
-        .map_err(|e| format!("{} informer: {e}", resource.plural))
-    };
-    let clusters = spawn(
-        resources::CLUSTERS,
-        capi::project_cluster,
-        Box::new(mappers::on_cluster),
-    )?;
-    let machines = spawn(
-        resources::MACHINES,
-        capi::project_machine,
-        Box::new(|e, _| mappers::on_machine(e)),
-    )?;
-    let maas_clusters = spawn(
-        resources::MAAS_CLUSTERS,
-        meta::project_own_kind,
-        Box::new(mappers::on_maas_cluster),
-    )?;
-    let maas_machines = spawn(
-        resources::MAAS_MACHINES,
-        meta::project_own_kind,
-        Box::new(mappers::on_maas_machine),
-    )?;
-    let stores = Caches {
-        clusters: clusters.store(),
-        machines: machines.store(),
-        maas_clusters: maas_clusters.store(),
-        maas_machines: maas_machines.store(),
-    };
-    let _ = caches.set(stores.clone());
-
-    for (name, store) in [
-        ("clusters", &stores.clusters),
-        ("machines", &stores.machines),
-        ("maasclusters", &stores.maas_clusters),
-        ("maasmachines", &stores.maas_machines),
-    ] {
-        while !store.wait_until_synced(Duration::from_secs(1)) {
-            if shutdown.is_triggered() {
-                return Ok(ExitCode::SUCCESS);
-            }
-            log::debug!("waiting for the {name} cache");
-        }
-    }
-    health.set_synced(true);
-    log::info!("caches synced");
-
-    // Leader election: workers run only while the gate is open.
-    let elector = if config.leader_elect {
+    let leader_election = config.leader_elect.then(|| {
         let namespace = config
             .leader_election_namespace
             .clone()
@@ -679,198 +694,62 @@ fn run(config: &Config) -> Result<ExitCode, String> {
                     .ok()
                     .filter(|n| !n.is_empty())
             })
-            .or_else(|| kube.default_namespace().map(str::to_string))
+            .or_else(|| kubeconfig_namespace.map(str::to_string))
             .unwrap_or_else(|| "default".to_string());
         let mut lease = LeaderConfig::new(namespace, config.leader_election_id.clone());
         lease.identity = identity.clone();
         lease.lease_duration = config.lease_duration;
         lease.renew_deadline = config.renew_deadline;
         lease.retry_period = config.retry_period;
-        Some(
-            LeaderElector::spawn(kube.clone(), lease)
-                .map_err(|e| format!("leader election: {e}"))?,
-        )
-    } else {
-        None
-    };
-    let gate = elector
-        .as_ref()
-        .map(LeaderElector::gate)
-        .unwrap_or_else(LeaderGate::always_open);
-    let lost = elector
-        .as_ref()
-        .map(LeaderElector::lost)
-        .unwrap_or_else(crossbeam_channel::never);
-    let _leadership_reporter = report_leadership(gate.clone(), health.clone(), shutdown.clone());
-
-    let workload = Arc::new(adapters::Workload::new(
-        kube.clone(),
-        Duration::from_secs(5),
-    ));
-    let poller_queue = cluster_queue.clone();
-    let (poller, _poller_thread) = ApiPoller::spawn(
-        workload.clone(),
-        move |ns, name| poller_queue.add(ObjectKey::new(ns, name)),
-        shutdown.receiver().clone(),
-    )
-    .map_err(|e| format!("api poller: {e}"))?;
-
-    let ctx = Context {
-        kube: Arc::new(adapters::Kube {
-            client: kube.clone(),
-            caches: stores.clone(),
-            events: events.clone(),
-        }),
-        maas: Arc::new(adapters::Maas { client: maas }),
-        workload,
-        api_watch: Arc::new(poller.clone()),
-        machine_queue: Arc::new(machine_queue.clone()),
-        clock: Arc::new(SystemClock),
+        lease
+    });
+    manager::Config {
+        namespace: config.namespace.clone(),
+        watch_filter: config.watch_filter.clone(),
+        maascluster_concurrency: config.maascluster_concurrency,
+        maasmachine_concurrency: config.maasmachine_concurrency,
+        sync_period: config.sync_period,
+        leader_election,
+        identity,
+        metrics_bind_address: config.metrics_bind_address,
+        health_probe_bind_address: config.health_probe_bind_address,
         options: config.options.clone(),
-    };
-
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    let c = ctx.clone();
-    workers.extend(runtime::run_workers(
-        "maascluster",
-        cluster_queue.clone(),
-        config.maascluster_concurrency,
-        move |key: &ObjectKey| {
-            controllers::cluster::reconcile(&c, &key.namespace, &key.name).map(to_action)
-        },
-        gate.clone(),
-    ));
-    let c = ctx.clone();
-    workers.extend(runtime::run_workers(
-        "maasmachine",
-        machine_queue.clone(),
-        config.maasmachine_concurrency,
-        move |key: &ObjectKey| {
-            controllers::machine::reconcile(&c, &key.namespace, &key.name).map(to_action)
-        },
-        gate.clone(),
-    ));
-    for (store, queue) in [
-        (&stores.maas_clusters, &cluster_queue),
-        (&stores.maas_machines, &machine_queue),
-    ] {
-        runtime::spawn_resync(
-            store.clone(),
-            queue.clone(),
-            config.sync_period,
-            shutdown.clone(),
-        )
-        .map_err(|e| format!("resync: {e}"))?;
+        shutdown_timeout: config.shutdown_timeout,
+        maas_ca_pem: None,
     }
-    log::info!("controllers running");
-
-    let lost_leadership = crossbeam_channel::select! {
-        recv(shutdown.receiver()) -> _ => false,
-        recv(lost) -> _ => true,
-    };
-    if lost_leadership {
-        log::error!("leadership lost; stopping");
-        health.set_leadership(serve::Leadership::Lost);
-        poller.forget_all();
-    } else {
-        log::info!("shutting down");
-    }
-    health.set_stopping();
-    shutdown.trigger();
-    cluster_queue.shutdown();
-    machine_queue.shutdown();
-    if !runtime::join_within(workers, config.shutdown_timeout) {
-        log::warn!(
-            "reconciles still running after {:?}; exiting anyway",
-            config.shutdown_timeout
-        );
-    }
-    events.flush(Duration::from_secs(2));
-    if let Some(elector) = elector {
-        elector.release();
-    }
-    Ok(if lost_leadership {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// One `whoami` before any work: Ready → go on; Refused (wrong key, not
-/// MAAS, TLS) → the error that ends the process; Unreachable → not ready,
-/// with the reason, while a thread checks again with backoff.
-fn check_maas_at_start(
-    maas: &maas::Client,
-    health: &Arc<Health>,
-    shutdown: &Shutdown,
-) -> Result<(), String> {
-    let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
-    match maas.start_check() {
-        StartCheck::Ready(user) => {
-            log::info!(
-                "MAAS {}: authenticated as {}",
-                maas.api_root(),
-                user.username
-            );
-            Ok(())
-        }
-        StartCheck::Refused(why) => Err(why),
-        StartCheck::Unreachable(e) => {
-            log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
-            health.set_available("MAAS", unreachable(&e));
-            let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
-            std::thread::Builder::new()
-                .name("maas-start-check".into())
-                .spawn(move || {
-                    let report = |check: &StartCheck| {
-                        if let StartCheck::Unreachable(e) = check {
-                            health.set_available("MAAS", unreachable(e));
-                        }
-                    };
-                    match maas.recheck_until_ready(report, &stop) {
-                        Some(StartCheck::Ready(user)) => {
-                            log::info!("MAAS answers: authenticated as {}", user.username);
-                            health.set_available("MAAS", Ok(()));
-                        }
-                        // Stays unready with the reason: fix the key, then
-                        // restart the pod.
-                        Some(StartCheck::Refused(why)) => {
-                            log::error!("{why}");
-                            health.set_available("MAAS", Err(why));
-                        }
-                        _ => {}
-                    }
-                })
-                .map(|_| ())
-                .map_err(|e| format!("MAAS start-up check thread: {e}"))
-        }
-    }
-}
-
-/// Mirrors the gate's leadership into the readiness probe.
-fn report_leadership(
-    gate: LeaderGate,
-    health: Arc<Health>,
-    shutdown: Shutdown,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("leadership-report".into())
-        .spawn(move || loop {
-            let state = match gate.leadership() {
-                Leadership::Leader => serve::Leadership::Leader,
-                Leadership::Standby => serve::Leadership::Standby,
-                Leadership::Lost => serve::Leadership::Lost,
-            };
-            health.set_leadership(state);
-            if shutdown.sleep(Duration::from_secs(1)) {
-                return;
-            }
-        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adopt_needs_explicit_namespaces() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = parse_adopt_args(&args(&["--namespace", "a", "--namespace=b", "--apply"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.namespaces, vec!["a", "b"]);
+        assert!(c.apply && !c.all_namespaces);
+        let c = parse_adopt_args(&args(&["--all-namespaces"]))
+            .unwrap()
+            .unwrap();
+        assert!(c.all_namespaces && !c.apply, "a dry run unless asked");
+        assert!(parse_adopt_args(&args(&["--help"])).unwrap().is_none());
+        for (bad, needle) in [
+            (vec![], "--all-namespaces"),
+            (
+                vec!["--all-namespaces", "--namespace", "a"],
+                "exclude each other",
+            ),
+            (vec!["--namespace"], "needs a value"),
+            (vec!["--namespace", "Not_A_Namespace"], "--namespace"),
+            (vec!["--bogus"], "unexpected argument"),
+        ] {
+            let err = parse_adopt_args(&args(&bad)).unwrap_err();
+            assert!(err.contains(needle), "{bad:?}: {err}");
+        }
+    }
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

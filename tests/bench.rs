@@ -346,8 +346,8 @@ fn memory_idle_and_with_1000_machines() {
     }
     std::thread::sleep(Duration::from_secs(5));
     let loaded = capmaas.memory();
-    // What the cache holds per object, as compact JSON without managedFields
-    // (the informer strips them).
+    // How large each object is, as compact JSON without managedFields (the
+    // size of what the informer decodes; it caches the typed fields only).
     for r in [&resources::MACHINES, &resources::MAAS_MACHINES] {
         let items = kube.list(r, nsr, &ListParams::default()).unwrap().items;
         let bytes: usize = items

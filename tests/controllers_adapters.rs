@@ -8,10 +8,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capmaas::controllers::adapters::{Caches, Kube};
-use capmaas::controllers::ports::{Kind, KubeApi, KubeFailure};
-use capmaas::kube::{self, resources};
-use capmaas::runtime::{EventRecorder, Informer, InformerConfig, Shutdown};
+use capmaas::controllers::adapters::Kube;
+use capmaas::controllers::caches::Caches;
+use capmaas::controllers::ports::{Kind, KubeApi};
+use capmaas::kube::{self, resources, Resource};
+use capmaas::runtime::{EventRecorder, Informer, InformerConfig, Object, Shutdown, Store};
 use serde_json::{json, Value};
 
 fn setup() -> (&'static support::ControlPlane, String, Kube, Shutdown) {
@@ -19,29 +20,53 @@ fn setup() -> (&'static support::ControlPlane, String, Kube, Shutdown) {
     let ns = cp.new_namespace("adapters");
     let client = kube::Client::new(kube::Config::infer(Some(&cp.kubeconfig)).unwrap()).unwrap();
     let shutdown = Shutdown::new();
-    let informer = |r| {
-        Informer::spawn(
-            client.clone(),
-            InformerConfig::new(r).namespace(Some(ns.clone())),
-            |_| {},
-            shutdown.clone(),
-        )
-        .unwrap()
-        .store()
-    };
-    let caches = Caches {
-        clusters: informer(resources::CLUSTERS),
-        machines: informer(resources::MACHINES),
-        maas_clusters: informer(resources::MAAS_CLUSTERS),
-        maas_machines: informer(resources::MAAS_MACHINES),
-    };
-    for store in [
+    let caches = Caches::new();
+    fn spawn<T: Object>(
+        client: &kube::Client,
+        ns: &str,
+        r: Resource,
+        store: &Store<T>,
+        s: &Shutdown,
+    ) {
+        let config = InformerConfig::new(r).namespace(Some(ns.to_string()));
+        Informer::spawn(client.clone(), config, store.clone(), |_| {}, s.clone()).unwrap();
+    }
+    spawn(
+        &client,
+        &ns,
+        resources::CLUSTERS,
         &caches.clusters,
+        &shutdown,
+    );
+    spawn(
+        &client,
+        &ns,
+        resources::MACHINES,
         &caches.machines,
+        &shutdown,
+    );
+    spawn(
+        &client,
+        &ns,
+        resources::MAAS_CLUSTERS,
         &caches.maas_clusters,
+        &shutdown,
+    );
+    spawn(
+        &client,
+        &ns,
+        resources::MAAS_MACHINES,
         &caches.maas_machines,
+        &shutdown,
+    );
+    let within = Duration::from_secs(30);
+    for synced in [
+        caches.clusters.wait_until_synced(within),
+        caches.machines.wait_until_synced(within),
+        caches.maas_clusters.wait_until_synced(within),
+        caches.maas_machines.wait_until_synced(within),
     ] {
-        assert!(store.wait_until_synced(Duration::from_secs(30)));
+        assert!(synced);
     }
     let events = EventRecorder::spawn(client.clone(), "capmaas-test", "test").unwrap();
     (
@@ -85,7 +110,7 @@ fn stale_resource_versions_are_refused_on_object_and_status() {
     let err = kube
         .patch(Kind::MaasCluster, &ns, "mc1", &with_finalizer)
         .unwrap_err();
-    assert_eq!(err.failure, KubeFailure::Conflict, "{err}");
+    assert!(err.is_conflict(), "{err}");
 
     // The DNS name write on the status subresource is guarded the same way.
     let name = |rv: &str, dns: &str| json!({"metadata": {"resourceVersion": rv}, "status": {"ready": false, "network": {"dnsName": dns}}});
@@ -105,7 +130,7 @@ fn stale_resource_versions_are_refused_on_object_and_status() {
             &name(&rv1, "mc1-bbbbbb.maas"),
         )
         .unwrap_err();
-    assert_eq!(err.failure, KubeFailure::Conflict, "{err}");
+    assert!(err.is_conflict(), "{err}");
     let stored: Value =
         serde_json::from_str(&cp.kubectl(&["get", "maascluster", "mc1", "-n", &ns, "-o", "json"]))
             .unwrap();
@@ -161,7 +186,7 @@ fn maas_machines_of_a_cluster_come_from_the_cache_by_label() {
         let mut names: Vec<String> = kube
             .maas_machines_of_cluster(&ns, "c1")
             .into_iter()
-            .map(|m| m.metadata.name)
+            .map(|m| m.metadata.name.clone())
             .collect();
         names.sort();
         (names.len() == 2).then_some(names)

@@ -492,7 +492,9 @@ fn fuzz_probe_server_request_head() {
     use std::net::TcpStream;
     use std::sync::Arc;
 
-    let health = Arc::new(capmaas::serve::Health::new());
+    let health = Arc::new(capmaas::serve::Health::new(
+        capmaas::runtime::LeaderGate::always_open(),
+    ));
     let (addr, _thread) = capmaas::serve::start(
         "127.0.0.1:0".parse().unwrap(),
         capmaas::serve::Routes::Both(health),

@@ -206,6 +206,18 @@ fn bombs_and_oversized_bodies_are_refused_once_with_bounded_memory() {
     assert!(shown.contains("machine_read"), "names the call: {shown}");
     assert_eq!(maas_peer.requests.load(Ordering::SeqCst), 1, "not retried");
 
+    // MAAS, the machine list (decoded as it arrives): refused at 32 MiB,
+    // the same way, without holding the text.
+    let err = client.machines_owned_by("capmaas").unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Decode, "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("more than 32 MiB"),
+        "names the limit: {shown}"
+    );
+    assert!(shown.contains("machines_list"), "names the call: {shown}");
+    assert_eq!(maas_peer.requests.load(Ordering::SeqCst), 2, "not retried");
+
     // MAAS, no compression: a plain 8 MiB answer to a small list.
     let plain = Arc::new(response("200 OK", "", &vec![b' '; 8 * MIB]));
     let answer = plain.clone();
@@ -247,7 +259,7 @@ fn bombs_and_oversized_bodies_are_refused_once_with_bounded_memory() {
     let watch_peer = peer(move |_| answer.to_vec());
     let client = kube_client(&watch_peer.addr, None);
     let mut events = client
-        .watch(&CONFIG_MAPS, Some("ns"), &WatchParams::default())
+        .watch::<serde_json::Value>(&CONFIG_MAPS, Some("ns"), &WatchParams::default())
         .unwrap();
     assert!(matches!(
         events.next(),
@@ -281,6 +293,46 @@ fn bombs_and_oversized_bodies_are_refused_once_with_bounded_memory() {
 
 /// A huge error body is cut, and the status still classifies the error
 /// (here a transient 503, retried as usual).
+/// The machine list is decoded as it arrives: a body cut short is a
+/// broken transfer (transient, retried), a body that is not a machine list
+/// is a decode error (not retried) that shows no key part.
+#[test]
+fn a_streamed_machine_list_tells_a_cut_from_a_wrong_answer() {
+    // A head promising 4 KiB, then the start of a list, then hang-up.
+    let mut cut = response("200 OK", "", &[b' '; 4096]);
+    cut.truncate(cut.len() - 4096);
+    cut.extend_from_slice(br#"[{"system_id": "abc""#);
+    let cut = Arc::new(cut);
+    let answer = cut.clone();
+    let broken = peer(move |_| answer.to_vec());
+    let mut config = ClientConfig::new(
+        format!("http://{}/MAAS", broken.addr),
+        ApiKey::parse(KEY).unwrap(),
+    );
+    config.max_retries = 1;
+    let client = maas::Client::new(config).unwrap();
+    let err = client.machines_owned_by("capmaas").unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(broken.requests.load(Ordering::SeqCst), 2, "retried once");
+
+    let secret = KEY.split(':').nth(2).unwrap();
+    let wrong = Arc::new(response(
+        "200 OK",
+        "",
+        // serde quotes the string it did not expect: the error is scrubbed.
+        format!(r#"["{secret}"]"#).as_bytes(),
+    ));
+    let answer = wrong.clone();
+    let odd = peer(move |_| answer.to_vec());
+    let client = maas_client(&format!("http://{}/MAAS", odd.addr));
+    let err = client.machines_owned_by("capmaas").unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Decode, "{err}");
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("unexpected JSON"), "{err}");
+    assert!(!format!("{err} {err:?}").contains(secret), "{err}");
+    assert_eq!(odd.requests.load(Ordering::SeqCst), 1, "not retried");
+}
+
 #[test]
 fn oversized_error_bodies_are_cut_but_classified() {
     let body = Arc::new(response(

@@ -605,7 +605,7 @@ fn watch_from_an_expired_version_is_gone() {
         ..WatchParams::default()
     };
     // The 410 may come as the HTTP status or as an ERROR event.
-    let err = match client.watch(&CLUSTERS, Some(&ns), &params) {
+    let err = match client.watch::<Value>(&CLUSTERS, Some(&ns), &params) {
         Err(e) => e,
         Ok(mut stream) => match stream.next() {
             Some(Err(e)) => {
@@ -627,7 +627,7 @@ fn watch_from_an_expired_version_is_gone() {
         allow_bookmarks: false,
         ..WatchParams::after_list(&ListParams::default(), &list.resource_version)
     };
-    let events: Vec<_> = client
+    let events: Vec<WatchEvent> = client
         .watch(&CLUSTERS, Some(&ns), &params)
         .unwrap()
         .collect::<Result<_, _>>()

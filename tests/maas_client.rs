@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use capmaas::maas::{
-    AllocateRequest, ApiKey, Client, DeployRequest, ErrorKind, MaasBody, MachineFilter,
-    MachineStatus, PowerState, ReleaseRequest,
+    AllocateRequest, ApiKey, Client, DeployRequest, ErrorKind, EventLevel, EventQuery, MaasBody,
+    MachineFilter, MachineStatus, PowerState, ReleaseRequest,
 };
 use serde_json::json;
 use support::maas_sim::MaasSim;
@@ -138,6 +138,149 @@ fn list_and_filter_machines() {
         })
         .unwrap();
     assert_eq!(by_id, vec![read]);
+}
+
+/// The MAAS watch's list: every machine of one owner, whatever its state;
+/// a release takes it out; a machine of another user never shows.
+#[test]
+fn machines_owned_by_lists_every_state_of_one_owner() {
+    let sim = MaasSim::start_with_args(None, &["--release-seconds", "0"]);
+    let admin = sim.client();
+    assert!(admin.machines_owned_by("admin").unwrap().is_empty());
+    let allocated = allocate_cp(&admin, "ns/a");
+    let deploying = allocate_cp(&admin, "ns/b");
+    admin
+        .deploy(&deploying.system_id, &DeployRequest::default())
+        .unwrap();
+    let operator = sim.client_for("operator");
+    let theirs = operator
+        .allocate(&AllocateRequest {
+            pool: Some("worker-pool".into()),
+            ..AllocateRequest::default()
+        })
+        .unwrap();
+    let mut owned: Vec<(String, MachineStatus)> = admin
+        .machines_owned_by("admin")
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.system_id, m.status))
+        .collect();
+    owned.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut expected = vec![
+        (allocated.system_id.clone(), MachineStatus::Allocated),
+        (deploying.system_id.clone(), MachineStatus::Deploying),
+    ];
+    expected.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(owned, expected);
+    let mine = operator.machines_owned_by("operator").unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].system_id, theirs.system_id);
+
+    admin
+        .release(&allocated.system_id, &ReleaseRequest::default())
+        .unwrap();
+    let owned = admin.machines_owned_by("admin").unwrap();
+    assert_eq!(owned.len(), 1, "a released machine leaves its owner's list");
+    assert_eq!(owned[0].system_id, deploying.system_id);
+
+    // An unknown user is an error, not an empty list (`clean_owner`).
+    let err = admin.machines_owned_by("nobody").unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+    assert!(err.message().contains("No such owner: 'nobody'."), "{err}");
+}
+
+/// `events/?op=query`: newest first, `after` pages forward from the oldest,
+/// ids repeat, levels filter, and a failed deployment carries curtin's
+/// reason.
+#[test]
+fn events_query_follows_a_deployment() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0.2"]);
+    let client = sim.client();
+    let a = allocate_cp(&client, "ns/a");
+    let b = allocate_cp(&client, "ns/b");
+    sim.fail_deployment_because(&b.system_id, "disk on fire");
+    for id in [&a.system_id, &b.system_id] {
+        client.deploy(id, &DeployRequest::default()).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        client.machine(&a.system_id).unwrap().status,
+        MachineStatus::Deployed
+    );
+
+    let info = |after, ids: &[&str]| {
+        client
+            .events(&EventQuery {
+                system_ids: ids.iter().map(|s| s.to_string()).collect(),
+                after,
+                level: Some(EventLevel::Info),
+                limit: Some(1000),
+            })
+            .unwrap()
+    };
+    let a_events = info(None, &[&a.system_id]);
+    let ids: Vec<i64> = a_events.iter().map(|e| e.id).collect();
+    let mut newest_first = ids.clone();
+    newest_first.sort_by(|x, y| y.cmp(x));
+    assert_eq!(ids, newest_first, "newest first");
+    assert!(a_events.iter().all(|e| e.system_id == a.system_id));
+    let kinds: Vec<&str> = a_events.iter().rev().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"Deploying"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"Deployed"), "{kinds:?}");
+    assert!(kinds.contains(&"Performing PXE boot"), "{kinds:?}");
+    assert!(kinds.contains(&"Installing OS"), "{kinds:?}");
+    assert!(
+        a_events.iter().all(|e| e.level != EventLevel::Debug),
+        "INFO and above"
+    );
+
+    // `after` with a small limit: the oldest events above it, still
+    // answered newest first.
+    let oldest = *ids.last().unwrap();
+    let page = client
+        .events(&EventQuery {
+            system_ids: vec![a.system_id.clone()],
+            after: Some(oldest),
+            level: Some(EventLevel::Info),
+            limit: Some(2),
+        })
+        .unwrap();
+    let page_ids: Vec<i64> = page.iter().map(|e| e.id).collect();
+    let mut expected: Vec<i64> = ids.iter().copied().filter(|id| *id > oldest).collect();
+    expected.sort();
+    expected.truncate(2);
+    expected.reverse();
+    assert_eq!(page_ids, expected);
+
+    // Both machines in one call; the failed one tells why.
+    let both = info(Some(oldest - 1), &[&a.system_id, &b.system_id]);
+    assert!(both.iter().any(|e| e.system_id == a.system_id));
+    let failure = both
+        .iter()
+        .find(|e| e.system_id == b.system_id && e.kind == "Node installation failure")
+        .expect("curtin's failure is logged");
+    assert_eq!(failure.level, EventLevel::Error);
+    assert!(failure.level.is_problem());
+    assert!(failure.description.contains("disk on fire"), "{failure:?}");
+
+    // DEBUG adds the status changes, with the allocation to its user.
+    let debug = client
+        .events(&EventQuery {
+            system_ids: vec![a.system_id.clone()],
+            level: Some(EventLevel::Debug),
+            ..EventQuery::default()
+        })
+        .unwrap();
+    assert!(debug.iter().any(|e| e.kind == "Node changed status"
+        && e.description == "From 'Ready' to 'Allocated' (to admin)"));
+    // A limit over MAAS's maximum is sent as the maximum, not refused.
+    let capped = client
+        .events(&EventQuery {
+            limit: Some(5000),
+            ..EventQuery::default()
+        })
+        .unwrap();
+    assert!(!capped.is_empty());
 }
 
 #[test]

@@ -83,3 +83,24 @@ fn a_hot_loop_is_capped_per_object() {
     assert_eq!(events_about(&client, &ns, "hot").len(), 25);
     assert_eq!(events_about(&client, &ns, "calm").len(), 1);
 }
+
+#[test]
+fn close_writes_what_was_recorded_then_ends_the_writer() {
+    let cp = support::control_plane();
+    let client = admin();
+    let ns = cp.new_namespace("rt-events-close");
+    let obj = subject(&client, &ns, "closing");
+    let recorder = EventRecorder::spawn(admin(), "capmaas-test", "test-instance").unwrap();
+    let clone_held_elsewhere = recorder.clone();
+
+    recorder.normal(&obj, "Released", "before close");
+    assert!(recorder.close(EVENTUALLY), "the writer thread ended");
+    clone_held_elsewhere.normal(&obj, "Late", "after close");
+    assert!(!clone_held_elsewhere.flush(Duration::from_secs(1)));
+
+    let reasons: Vec<Value> = events_about(&client, &ns, "closing")
+        .iter()
+        .map(|e| e["reason"].clone())
+        .collect();
+    assert_eq!(reasons, [json!("Released")]);
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use capmaas::kube::resources::LEASES;
 use capmaas::kube::{Client, Config};
-use capmaas::runtime::{LeaderConfig, LeaderElector, Leadership};
+use capmaas::runtime::{LeaderConfig, LeaderElector, LeaderGate, Leadership};
 use crossbeam_channel::Receiver;
 use serde_json::{json, Value};
 
@@ -57,7 +57,8 @@ fn lease_contender() {
         &var("CONTENDER_LEASE"),
         &var("CONTENDER_IDENTITY"),
     );
-    let elector = LeaderElector::spawn(client_from(&kubeconfig), config).unwrap();
+    let elector =
+        LeaderElector::spawn(client_from(&kubeconfig), config, LeaderGate::standby()).unwrap();
     let gate = elector.gate();
     let identity = elector.identity().to_string();
     // Standard input closing (the parent dropping it) means "shut down".
@@ -225,7 +226,7 @@ fn release_on_shutdown_hands_over_at_once() {
     assert_eq!(released["spec"]["holderIdentity"], "");
     assert_eq!(released["spec"]["leaseDurationSeconds"], 1);
 
-    let successor = LeaderElector::spawn(admin(), config).unwrap();
+    let successor = LeaderElector::spawn(admin(), config, LeaderGate::standby()).unwrap();
     assert_eq!(
         successor.gate().wait_for_leadership(EVENTUALLY),
         Leadership::Leader
@@ -243,7 +244,12 @@ fn a_leader_whose_lease_is_taken_stops_at_once() {
     let client = admin();
     let ns = cp.new_namespace("rt-lost");
     let lease_name = "stolen";
-    let elector = LeaderElector::spawn(admin(), fast(&ns, lease_name, "victim")).unwrap();
+    let elector = LeaderElector::spawn(
+        admin(),
+        fast(&ns, lease_name, "victim"),
+        LeaderGate::standby(),
+    )
+    .unwrap();
     let gate = elector.gate();
     assert_eq!(gate.wait_for_leadership(EVENTUALLY), Leadership::Leader);
 
@@ -276,7 +282,12 @@ fn a_leader_recreates_a_deleted_lease_and_keeps_leading() {
     let client = admin();
     let ns = cp.new_namespace("rt-recreate");
     let lease_name = "deleted";
-    let elector = LeaderElector::spawn(admin(), fast(&ns, lease_name, "keeper")).unwrap();
+    let elector = LeaderElector::spawn(
+        admin(),
+        fast(&ns, lease_name, "keeper"),
+        LeaderGate::standby(),
+    )
+    .unwrap();
     assert_eq!(
         elector.gate().wait_for_leadership(EVENTUALLY),
         Leadership::Leader

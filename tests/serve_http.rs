@@ -7,16 +7,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capmaas::serve::{self, Health, Leadership, Routes, MAX_PER_PEER, MAX_REQUEST_BYTES};
+use capmaas::runtime::LeaderGate;
+use capmaas::serve::{self, Health, Routes, MAX_PER_PEER, MAX_REQUEST_BYTES};
 
-fn start() -> (SocketAddr, Arc<Health>) {
-    let health = Arc::new(Health::new());
+/// The probe server, its health and the leader gate that health reads.
+fn start() -> (SocketAddr, Arc<Health>, LeaderGate) {
+    let gate = LeaderGate::standby();
+    let health = Arc::new(Health::new(gate.clone()));
     let (addr, _thread) = serve::start(
         "127.0.0.1:0".parse().unwrap(),
         Routes::Probes(Arc::clone(&health)),
     )
     .unwrap();
-    (addr, health)
+    (addr, health, gate)
 }
 
 fn start_metrics() -> SocketAddr {
@@ -50,17 +53,17 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
 
 #[test]
 fn probes_follow_health() {
-    let (addr, health) = start();
+    let (addr, health, gate) = start();
     assert_eq!(get(addr, "/healthz").0, 200);
     let (status, _, body) = get(addr, "/readyz");
     assert_eq!((status, body.as_str()), (503, "caches not synced\n"));
 
     health.set_synced(true);
     assert_eq!(get(addr, "/readyz").0, 200, "synced standby");
-    health.set_leadership(Leadership::Leader);
+    gate.lead_until(Instant::now() + Duration::from_secs(600));
     let (status, _, body) = get(addr, "/readyz");
     assert_eq!((status, body.as_str()), (200, "ok\n"));
-    health.set_leadership(Leadership::Lost);
+    gate.lose();
     assert_eq!(get(addr, "/readyz").2, "leader election lost\n");
 
     health.set_live(false);
@@ -102,7 +105,7 @@ fn metrics_renders_the_registry() {
 
 #[test]
 fn bad_requests_get_http_errors() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     assert_eq!(get(addr, "/").0, 404);
     assert_eq!(exchange(addr, b"DELETE /healthz HTTP/1.1\r\n\r\n").0, 405);
     assert_eq!(exchange(addr, b"garbage\r\n\r\n").0, 400);
@@ -126,7 +129,7 @@ fn bad_requests_get_http_errors() {
 /// must not hand out /metrics (whose own address defaults to loopback).
 #[test]
 fn each_listener_serves_only_its_own_routes() {
-    let (probes, health) = start();
+    let (probes, health, _gate) = start();
     health.set_synced(true);
     let metrics = start_metrics();
     assert_eq!(get(probes, "/metrics").0, 404, "probe port serves metrics");
@@ -164,7 +167,7 @@ fn kubelet_probe(addr: SocketAddr) -> bool {
 /// connections trickling a byte now and then; every probe must answer.
 #[test]
 fn slow_clients_cannot_starve_the_probes() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     let stop = Arc::new(AtomicBool::new(false));
     let attackers: Vec<_> = (0..4)
         .map(|t| {
@@ -229,7 +232,7 @@ fn slow_clients_cannot_starve_the_probes() {
 
 #[test]
 fn a_client_trickling_its_request_is_cut_off() {
-    let (addr, _health) = start();
+    let (addr, _health, _gate) = start();
     let mut stream = TcpStream::connect(addr).unwrap();
     // Well under MAX_REQUEST_BYTES, but spread over far more than the
     // server's deadline for a request head: the server must give up first.

@@ -1,13 +1,13 @@
-//! The few Cluster API (cluster.x-k8s.io) fields the controllers read.
-//! Read-only projections: unknown fields are dropped because these objects
-//! are never written back. [`project_cluster`] and [`project_machine`] cut
-//! the cached objects down to the same fields.
+//! The few Cluster API (cluster.x-k8s.io) fields the controllers and the
+//! event mappers read. Read-only: these objects are never written, so the
+//! types name only what is read and decoding drops the rest (Cluster API's
+//! large Machine status: conditions, nodeInfo, addresses; a Cluster's
+//! topology, clusterNetwork pods ...). That is the cache's projection.
 
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::maas_cluster::ApiEndpoint;
-use super::meta::{project, ObjectMeta, METADATA_READ};
+use super::meta::ObjectMeta;
 
 pub const GROUP: &str = "cluster.x-k8s.io";
 pub const CLUSTER_KIND: &str = "Cluster";
@@ -24,42 +24,6 @@ pub const DEFAULT_API_SERVER_PORT: i64 = 6443;
 /// The workload kubeconfig Secret of a cluster (key `value`).
 pub fn kubeconfig_secret_name(cluster: &str) -> String {
     format!("{cluster}-kubeconfig")
-}
-
-/// What the controllers ([`Cluster`]) and the event mappers read of a
-/// Cluster, beyond [`METADATA_READ`].
-const CLUSTER_READ: [&str; 8] = [
-    "/apiVersion",
-    "/kind",
-    "/spec/paused",
-    "/spec/controlPlaneEndpoint",
-    "/spec/clusterNetwork/apiServerPort",
-    "/spec/infrastructureRef",
-    "/status/initialization",
-    "/status/infrastructureReady",
-];
-
-/// What the controllers ([`Machine`]) and the event mappers read of a
-/// Machine, beyond [`METADATA_READ`]. No status field is read.
-const MACHINE_READ: [&str; 6] = [
-    "/apiVersion",
-    "/kind",
-    "/spec/clusterName",
-    "/spec/bootstrap/dataSecretName",
-    "/spec/failureDomain",
-    "/spec/infrastructureRef",
-];
-
-/// The informer transform for Clusters: keeps only what is read (the
-/// cache's memory is per cached object).
-pub fn project_cluster(obj: &mut Value) {
-    project(obj, &[&METADATA_READ[..], &CLUSTER_READ[..]].concat());
-}
-
-/// The informer transform for Machines: keeps only what is read; Cluster
-/// API's large Machine status (conditions, nodeInfo, addresses) goes.
-pub fn project_machine(obj: &mut Value) {
-    project(obj, &[&METADATA_READ[..], &MACHINE_READ[..]].concat());
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -211,8 +175,8 @@ mod tests {
     }
 
     #[test]
-    fn cluster_projection_keeps_what_is_read() {
-        let mut obj = serde_json::json!({
+    fn a_whole_cluster_decodes_to_what_is_read() {
+        let whole = serde_json::json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
                          "generation": 2, "labels": {"l": "v"},
@@ -229,35 +193,26 @@ mod tests {
                        "infrastructureReady": true, "phase": "Provisioned",
                        "conditions": [{"type": "Available", "status": "True"}]}
         });
-        let mut before: Cluster = serde_json::from_value(obj.clone()).unwrap();
-        before.metadata.extra.clear(); // creationTimestamp & co., read by nobody
-        project_cluster(&mut obj);
-        assert_eq!(
-            obj,
-            serde_json::json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
-                             "generation": 2, "labels": {"l": "v"},
-                             "annotations": {"cluster.x-k8s.io/paused": ""},
-                             "finalizers": ["cluster.cluster.x-k8s.io"]},
-                "spec": {"paused": true, "clusterNetwork": {"apiServerPort": 7443},
-                         "controlPlaneEndpoint": {"host": "h", "port": 6443},
-                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "mc"}},
-                "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
-                           "infrastructureReady": true}
-            })
-        );
-        let after: Cluster = serde_json::from_value(obj).unwrap();
-        assert_eq!(
-            format!("{before:?}"),
-            format!("{after:?}"),
-            "the typed view is unchanged"
-        );
+        // What was read before (the old projection of the cached object).
+        let read = serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                         "generation": 2, "labels": {"l": "v"},
+                         "annotations": {"cluster.x-k8s.io/paused": ""},
+                         "finalizers": ["cluster.cluster.x-k8s.io"]},
+            "spec": {"paused": true, "clusterNetwork": {"apiServerPort": 7443},
+                     "controlPlaneEndpoint": {"host": "h", "port": 6443},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "mc"}},
+            "status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true},
+                       "infrastructureReady": true}
+        });
+        let whole: Cluster = serde_json::from_value(whole).unwrap();
+        let read: Cluster = serde_json::from_value(read).unwrap();
+        assert_eq!(format!("{whole:?}"), format!("{read:?}"));
     }
 
     #[test]
-    fn machine_projection_keeps_what_is_read() {
-        let mut obj = serde_json::json!({
+    fn a_whole_machine_decodes_to_what_is_read() {
+        let whole = serde_json::json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "m", "namespace": "ns", "uid": "u2", "resourceVersion": "9", "generation": 1,
                          "labels": {"cluster.x-k8s.io/control-plane": ""},
@@ -272,27 +227,17 @@ mod tests {
             "status": {"phase": "Running", "nodeRef": {"name": "n"},
                        "nodeInfo": {"kernelVersion": "6.8"}, "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}
         });
-        let mut before: Machine = serde_json::from_value(obj.clone()).unwrap();
-        before.metadata.extra.clear(); // creationTimestamp & co., read by nobody
-        project_machine(&mut obj);
-        assert_eq!(
-            obj,
-            serde_json::json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": "m", "namespace": "ns", "uid": "u2", "resourceVersion": "9", "generation": 1,
-                             "labels": {"cluster.x-k8s.io/control-plane": ""},
-                             "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "s", "uid": "u3"}],
-                             "deletionTimestamp": "2026-01-02T00:00:00Z"},
-                "spec": {"clusterName": "c", "bootstrap": {"dataSecretName": "m-boot"}, "failureDomain": "z1",
-                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": "mm"}}
-            })
-        );
-        let after: Machine = serde_json::from_value(obj).unwrap();
-        assert_eq!(
-            format!("{before:?}"),
-            format!("{after:?}"),
-            "the typed view is unchanged"
-        );
+        let read = serde_json::json!({
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u2", "resourceVersion": "9", "generation": 1,
+                         "labels": {"cluster.x-k8s.io/control-plane": ""},
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "s", "uid": "u3"}],
+                         "deletionTimestamp": "2026-01-02T00:00:00Z"},
+            "spec": {"clusterName": "c", "bootstrap": {"dataSecretName": "m-boot"}, "failureDomain": "z1",
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasMachine", "name": "mm"}}
+        });
+        let whole: Machine = serde_json::from_value(whole).unwrap();
+        let read: Machine = serde_json::from_value(read).unwrap();
+        assert_eq!(format!("{whole:?}"), format!("{read:?}"));
     }
 
     #[test]

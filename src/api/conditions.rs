@@ -10,7 +10,6 @@
 //!   default merge strategy does; `Paused` is never part of it.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 pub const READY: &str = "Ready";
 pub const PAUSED: &str = "Paused";
@@ -45,8 +44,6 @@ pub struct Condition {
     pub reason: String,
     #[serde(default)]
     pub message: String,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 /// What a controller wants a condition to say; `set` turns it into a stored
@@ -129,7 +126,6 @@ pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, generation: i6
             last_transition_time: now.to_string(),
             reason: reason.to_string(),
             message: desired.message,
-            extra: Map::new(),
         }),
     }
 }
@@ -175,76 +171,6 @@ fn describe(c: &Condition) -> String {
     } else {
         format!("* {}: {}", c.type_, c.message)
     }
-}
-
-/// The current time as RFC 3339 UTC with second precision, as Kubernetes
-/// writes `metav1.Time`.
-pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format_rfc3339(secs)
-}
-
-/// Seconds since the Unix epoch → `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn format_rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm)` → seconds since the Unix epoch.
-/// Lenient on purpose: it is only used to age conditions.
-pub fn parse_rfc3339(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut offset = 0i64;
-    if let Some(pos) = s[19..].find(['+', '-']) {
-        let tz = &s[19 + pos..];
-        let sign = if tz.starts_with('-') { -1 } else { 1 };
-        let oh = tz.get(1..3)?.parse::<i64>().ok()?;
-        let om = tz.get(4..6)?.parse::<i64>().ok()?;
-        offset = sign * (oh * 3600 + om * 60);
-    }
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + se - offset;
-    u64::try_from(secs).ok()
-}
-
-// Howard Hinnant's civil-calendar algorithms.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -302,19 +228,6 @@ mod tests {
         set(&mut cs, Desired::true_("B", "Ok"), 1, "t");
         set_ready_summary(&mut cs, &["A", "B"], 1, "t");
         assert!(is_true(&cs, READY));
-    }
-
-    #[test]
-    fn rfc3339_round_trips() {
-        for secs in [0u64, 951_782_400, 1_700_000_000, 4_102_444_799] {
-            assert_eq!(parse_rfc3339(&format_rfc3339(secs)), Some(secs));
-        }
-        assert_eq!(format_rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(
-            parse_rfc3339("2023-11-14T23:13:20.5+01:00"),
-            Some(1_700_000_000)
-        );
-        assert_eq!(parse_rfc3339("garbage"), None);
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! `MaasCluster` (infrastructure.cluster.x-k8s.io/v1beta1), field names as in
 //! the Go provider; status follows the Cluster API v1beta2 contract with the
 //! legacy `ready` flag kept for v1beta1 readers.
+//!
+//! The types name what the controllers read and write; decoding drops the
+//! rest (e.g. the Go provider's `spec.lxdConfig`), see `api::meta` for why
+//! that is safe.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -19,6 +23,13 @@ pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
 pub const API_SERVER_NOT_READY: &str = "APIServerNotReady";
 pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 pub const DELETING: &str = "Deleting";
+/// Ours (the Go provider has one controller-wide MAAS key): whether the
+/// MAAS credentials of the cluster (`spec.identityRef`, else the
+/// controller's) could be read and MAAS accepts them.
+pub const CREDENTIALS_READY: &str = "CredentialsReady";
+pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+/// Another MaasCluster already uses the DNS name this one asks for.
+pub const DNS_NAME_IN_USE: &str = "DNSNameInUse";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasCluster {
@@ -28,8 +39,6 @@ pub struct MaasCluster {
     pub spec: MaasClusterSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<MaasClusterStatus>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -41,9 +50,26 @@ pub struct MaasClusterSpec {
     pub control_plane_endpoint: Option<ApiEndpoint>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domains: Vec<String>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    /// The MAAS credentials of this cluster: a Secret in its namespace
+    /// (keys `MAAS_ENDPOINT`, `MAAS_API_KEY`, optional `MAAS_CA_CERT`).
+    /// Absent: the controller-wide credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_ref: Option<IdentityRef>,
 }
+
+/// Which credentials a cluster uses: the Cluster API multi-tenancy
+/// contract's `identityRef` (CAPA, CAPV, CAPZ call it so). Only `Secret`
+/// exists today; the kind leaves room for a cluster-scoped identity kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityRef {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// The only `identityRef.kind` there is.
+pub const IDENTITY_KIND_SECRET: &str = "Secret";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiEndpoint {
@@ -78,8 +104,6 @@ pub struct MaasClusterStatus {
     pub failure_domains: Vec<FailureDomain>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,8 +117,6 @@ pub struct Initialization {
 pub struct Network {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dns_name: String,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 /// One entry of the v1beta2 `status.failureDomains` list.
@@ -144,16 +166,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trip_keeps_unknown_fields() {
+    fn go_field_names_round_trip() {
         let input = serde_json::json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
             "metadata": {"name": "c", "namespace": "ns"},
-            "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false},
+            "spec": {"dnsDomain": "maas",
                      "controlPlaneEndpoint": {"host": "c-abcdef.maas", "port": 6443}},
             "status": {"ready": true, "initialization": {"provisioned": true},
                        "network": {"dnsName": "c-abcdef.maas"},
-                       "failureDomains": [{"name": "z1", "controlPlane": true}],
-                       "somethingNew": 1}
+                       "failureDomains": [{"name": "z1", "controlPlane": true}]}
         });
         let c: MaasCluster = serde_json::from_value(input.clone()).unwrap();
         assert_eq!(c.dns_name(), Some("c-abcdef.maas"));
@@ -161,8 +181,8 @@ mod tests {
     }
 
     #[test]
-    fn projection_keeps_spec_status_and_the_metadata_read() {
-        let mut obj = serde_json::json!({
+    fn decoding_drops_what_is_not_read() {
+        let whole = serde_json::json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
             "metadata": {"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": "5", "generation": 1,
                          "labels": {"cluster.x-k8s.io/cluster-name": "c"}, "finalizers": [FINALIZER],
@@ -172,19 +192,23 @@ mod tests {
                          "creationTimestamp": "2026-01-01T00:00:00Z", "selfLink": "/x"},
             "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false}},
             "status": {"ready": true, "network": {"dnsName": "c-abcdef.maas"},
-                       "failureDomains": {"z1": {"controlPlane": true}}}
+                       "failureDomains": {"z1": {"controlPlane": true}}, "somethingNew": 1}
         });
-        let mut expected = obj.clone();
-        for dropped in ["creationTimestamp", "selfLink"] {
-            expected["metadata"]
-                .as_object_mut()
-                .unwrap()
-                .remove(dropped);
-        }
-        crate::api::meta::project_own_kind(&mut obj);
-        assert_eq!(obj, expected);
-        let c: MaasCluster = serde_json::from_value(obj).unwrap();
+        let c: MaasCluster = serde_json::from_value(whole).unwrap();
         assert!(c.metadata.is_being_deleted() && c.dns_name() == Some("c-abcdef.maas"));
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::json!({
+                "metadata": {"name": "c", "namespace": "ns", "uid": "u", "resourceVersion": "5",
+                             "generation": 1, "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+                             "finalizers": [FINALIZER],
+                             "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2",
+                                                  "kind": "Cluster", "name": "c", "uid": "cu"}],
+                             "deletionTimestamp": "2026-01-02T00:00:00Z"},
+                "spec": {"dnsDomain": "maas"},
+                "status": {"ready": true, "network": {"dnsName": "c-abcdef.maas"}}
+            })
+        );
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! `MaasMachine` and `MaasMachineTemplate` (infrastructure.cluster.x-k8s.io/v1beta1),
 //! field names as in the Go provider; status follows the Cluster API v1beta2
 //! contract with the legacy `ready` flag kept for v1beta1 readers.
+//!
+//! The types name what the controllers read and write; decoding drops the
+//! rest (e.g. the Go provider's `spec.lxd`), see `api::meta` for why that
+//! is safe.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
+use super::capi;
 use super::conditions::Condition;
 use super::maas_cluster::Initialization;
 use super::meta::ObjectMeta;
@@ -36,6 +40,11 @@ pub const DNS_ATTACH_PENDING: &str = "DNSAttachPending";
 pub const DNS_DETACH_PENDING: &str = "DNSDetachPending";
 /// Ours (the Go provider has no such condition): whether the workload Node
 /// carries this machine's providerID.
+/// Ours: the recorded MAAS machine is not this MaasMachine's (MAAS does not
+/// list it under the object's identity), so it is never touched.
+pub const MACHINE_NOT_OWNED: &str = "MachineNotOwned";
+/// Ours: the MAAS credentials of the machine's cluster cannot be used.
+pub const CREDENTIALS_UNAVAILABLE: &str = super::maas_cluster::CREDENTIALS_UNAVAILABLE;
 pub const NODE_PROVIDER_ID_SET: &str = "NodeProviderIDSet";
 pub const WAITING_FOR_NODE: &str = "WaitingForNode";
 pub const NODE_PROVIDER_ID_MISMATCH: &str = "NodeProviderIDMismatch";
@@ -51,8 +60,6 @@ pub struct MaasMachine {
     pub spec: MaasMachineSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<MaasMachineStatus>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -97,8 +104,6 @@ pub struct MaasMachineSpec {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub deploy_in_memory: bool,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -128,8 +133,6 @@ pub struct MaasMachineStatus {
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_message: Option<String>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -149,6 +152,23 @@ impl MaasMachine {
             .as_ref()
             .map(|s| s.conditions.as_slice())
             .unwrap_or(&[])
+    }
+
+    /// The name of the Cluster API Machine that owns this one (by owner
+    /// reference; set by Cluster API soon after creation).
+    pub fn owner_machine_name(&self) -> Option<&str> {
+        self.metadata
+            .owner(capi::GROUP, capi::MACHINE_KIND)
+            .map(|o| o.name.as_str())
+    }
+
+    /// Labelled `cluster.x-k8s.io/control-plane`, or owned by a Machine
+    /// (`owner`, see [`owner_machine_name`](Self::owner_machine_name)) that
+    /// is: without a control-plane provider stamping the label, only the
+    /// Machine carries it.
+    pub fn is_control_plane(&self, owner: Option<&capi::Machine>) -> bool {
+        self.metadata.has_label(capi::CONTROL_PLANE_LABEL)
+            || owner.is_some_and(capi::Machine::is_control_plane)
     }
 
     pub fn is_provisioned(&self) -> bool {
@@ -182,24 +202,18 @@ pub struct MaasMachineTemplate {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: MaasMachineTemplateSpec,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasMachineTemplateSpec {
     #[serde(default)]
     pub template: MaasMachineTemplateResource,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasMachineTemplateResource {
     #[serde(default)]
     pub spec: MaasMachineSpec,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 #[cfg(test)]
@@ -207,14 +221,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn go_field_names_and_unknown_fields_round_trip() {
+    fn go_field_names_round_trip() {
         let input = serde_json::json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
             "metadata": {"name": "m", "namespace": "ns"},
             "spec": {"failureDomain": "z1", "systemID": "abc123", "providerID": "maas:///z1/abc123",
                      "resourcePool": "p", "minCPU": 2, "minMemory": 4096, "minDiskSize": 20,
-                     "tags": ["a"], "image": "custom/u-2204", "deployInMemory": true,
-                     "lxd": {"enabled": false}},
+                     "tags": ["a"], "image": "custom/u-2204", "deployInMemory": true},
             "status": {"ready": true, "initialization": {"provisioned": true}, "machineState": "Deployed",
                        "machinePowered": true, "hostname": "h", "dnsAttached": true,
                        "addresses": [{"type": "ExternalIP", "address": "10.0.0.1"}],
@@ -228,8 +240,8 @@ mod tests {
     }
 
     #[test]
-    fn projection_keeps_spec_status_and_the_metadata_read() {
-        let mut obj = serde_json::json!({
+    fn decoding_drops_what_is_not_read() {
+        let whole = serde_json::json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
             "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": "5", "generation": 3,
                          "labels": {"cluster.x-k8s.io/cluster-name": "c"},
@@ -244,17 +256,23 @@ mod tests {
                                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
                        "somethingNew": 1}
         });
-        let mut expected = obj.clone();
-        for dropped in ["creationTimestamp", "generateName", "managedFields"] {
-            expected["metadata"]
-                .as_object_mut()
-                .unwrap()
-                .remove(dropped);
-        }
-        crate::api::meta::project_own_kind(&mut obj);
-        assert_eq!(obj, expected);
-        let m: MaasMachine = serde_json::from_value(obj).unwrap();
-        assert!(m.metadata.extra.is_empty() && m.metadata.has_finalizer(FINALIZER));
+        let m: MaasMachine = serde_json::from_value(whole).unwrap();
+        assert!(m.metadata.has_finalizer(FINALIZER));
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({
+                "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": "5", "generation": 3,
+                             "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+                             "annotations": {"cluster.x-k8s.io/cloned-from-name": "t"},
+                             "finalizers": [FINALIZER],
+                             "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                                                  "name": "m", "uid": "mu"}]},
+                "spec": {"image": "ubuntu/jammy", "systemID": "abc"},
+                "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "reason": "R",
+                                                          "lastTransitionTime": "2026-01-01T00:00:00Z",
+                                                          "message": ""}]}
+            })
+        );
     }
 
     #[test]

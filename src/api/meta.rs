@@ -1,18 +1,19 @@
 //! The slice of Kubernetes `ObjectMeta` the controllers read and write.
 //!
-//! Every struct keeps the fields it does not name in `extra`, so an object
-//! read from the cache and written back whole never loses a field.
-//!
-//! [`project`] and [`METADATA_READ`] cut a watched object down to what the
-//! controllers read before it is cached (each kind's list sits beside its
-//! type). Projecting is safe because no cached object is ever written back
-//! whole: every write is a merge patch of named fields or of the difference
-//! between two values decoded from the same projected object.
+//! Decoding keeps only these fields (serde skips the rest: managedFields,
+//! creationTimestamp, ...), which is what keeps the informer caches small.
+//! Dropping the rest is safe because no object is ever written back whole:
+//! every write is a merge patch of named fields, or of the difference
+//! between two values of the same type (see `api::patch`), so a field left
+//! out here is never sent, hence never removed on the server.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::runtime::ObjectKey;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,77 +30,100 @@ pub struct ObjectMeta {
     pub generation: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "StringMap::is_empty")]
+    pub labels: StringMap,
+    #[serde(default, skip_serializing_if = "StringMap::is_empty")]
+    pub annotations: StringMap,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub finalizers: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
-/// The `metadata` fields the controllers and the event mappers read:
-/// identity, the fields that gate a reconcile, and the ones guarded writes
-/// send back (`resourceVersion`). Dropped: `creationTimestamp`,
-/// `generateName`, `managedFields` and anything else.
-pub const METADATA_READ: [&str; 10] = [
-    "/metadata/name",
-    "/metadata/namespace",
-    "/metadata/uid",
-    "/metadata/resourceVersion",
-    "/metadata/generation",
-    "/metadata/deletionTimestamp",
-    "/metadata/labels",
-    "/metadata/annotations",
-    "/metadata/finalizers",
-    "/metadata/ownerReferences",
-];
+/// Labels or annotations: a JSON object of strings, held as a sorted list.
+///
+/// A `BTreeMap` allocates a node of eleven slots (about 540 bytes) for the
+/// first entry; objects carry two to five labels and annotations, so a
+/// sorted `Vec` costs a tenth of that, and the informer caches hold one per
+/// object (BENCHMARKS.md "Architecture redesign").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StringMap(Vec<(String, String)>);
 
-/// The informer transform for our own kinds (MaasCluster, MaasMachine):
-/// `spec` and `status` stay whole (the reconcilers read nearly all of them,
-/// and keep unknown fields in `extra`), `metadata` is cut to
-/// [`METADATA_READ`]. Safe because the controllers write these objects only
-/// with merge patches of named fields or of the difference between two views
-/// of this projection, so a field left out here is never sent, hence never
-/// dropped on the server.
-pub fn project_own_kind(obj: &mut Value) {
-    project(
-        obj,
-        &[
-            &METADATA_READ[..],
-            &["/apiVersion", "/kind", "/spec", "/status"],
-        ]
-        .concat(),
-    );
-}
+impl StringMap {
+    pub fn get(&self, key: &str) -> Option<&String> {
+        let at = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
+        Some(&self.0[at].1)
+    }
 
-/// Keeps only the values at `pointers` (JSON pointers such as
-/// `/spec/bootstrap/dataSecretName`) and the objects leading to them;
-/// everything else in `obj` goes. Values are moved, not copied. No pointer
-/// may be a prefix of another.
-pub fn project(obj: &mut Value, pointers: &[&str]) {
-    let mut kept = Value::Object(Map::new());
-    for pointer in pointers {
-        let Some(value) = obj.pointer_mut(pointer).map(Value::take) else {
-            continue;
-        };
-        let mut at = &mut kept;
-        let mut segments = pointer.split('/').skip(1).peekable();
-        while let Some(segment) = segments.next() {
-            let Value::Object(map) = at else { break };
-            if segments.peek().is_none() {
-                map.insert(segment.to_string(), value);
-                break;
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Sets `key`; returns the value it replaced.
+    pub fn insert(&mut self, key: String, value: String) -> Option<String> {
+        match self.0.binary_search_by(|(k, _)| k.as_str().cmp(&key)) {
+            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
+            Err(at) => {
+                self.0.insert(at, (key, value));
+                None
             }
-            at = map
-                .entry(segment)
-                .or_insert_with(|| Value::Object(Map::new()));
         }
     }
-    *obj = kept;
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// In key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for StringMap {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> Self {
+        let sorted: BTreeMap<String, String> = pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        StringMap(sorted.into_iter().collect())
+    }
+}
+
+impl Serialize for StringMap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for StringMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = StringMap;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMap, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(pair) = map.next_entry::<String, String>()? {
+                    pairs.push(pair);
+                }
+                pairs.sort_by(|a, b| a.0.cmp(&b.0));
+                // JSON allows a key twice; the last one wins, as in a map.
+                pairs.reverse();
+                pairs.dedup_by(|a, b| a.0 == b.0);
+                pairs.reverse();
+                pairs.shrink_to_fit();
+                Ok(StringMap(pairs))
+            }
+        }
+        deserializer.deserialize_map(Pairs)
+    }
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -107,6 +131,11 @@ fn is_zero(n: &i64) -> bool {
 }
 
 impl ObjectMeta {
+    /// `namespace/name`; `None` without a name.
+    pub fn key(&self) -> Option<ObjectKey> {
+        ObjectKey::from_parts(&self.namespace, &self.name)
+    }
+
     pub fn is_being_deleted(&self) -> bool {
         self.deletion_timestamp.is_some()
     }
@@ -117,6 +146,10 @@ impl ObjectMeta {
 
     pub fn has_label(&self, label: &str) -> bool {
         self.labels.contains_key(label)
+    }
+
+    pub fn label(&self, label: &str) -> Option<&str> {
+        self.labels.get(label).map(String::as_str)
     }
 
     pub fn has_annotation(&self, annotation: &str) -> bool {
@@ -143,8 +176,6 @@ pub struct OwnerReference {
     pub name: String,
     #[serde(default)]
     pub uid: String,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 impl OwnerReference {
@@ -156,6 +187,28 @@ impl OwnerReference {
         }
     }
 }
+
+/// Makes each listed `api` kind (a struct with `metadata: ObjectMeta`) a
+/// [`runtime::Object`](crate::runtime::Object), so informers can cache it.
+macro_rules! cached_kinds {
+    ($($kind:ty),* $(,)?) => {$(
+        impl crate::runtime::Object for $kind {
+            fn key(&self) -> Option<ObjectKey> {
+                self.metadata.key()
+            }
+            fn resource_version(&self) -> &str {
+                &self.metadata.resource_version
+            }
+        }
+    )*};
+}
+
+cached_kinds!(
+    super::MaasCluster,
+    super::MaasMachine,
+    super::capi::Cluster,
+    super::capi::Machine,
+);
 
 #[cfg(test)]
 mod tests {
@@ -181,39 +234,45 @@ mod tests {
     }
 
     #[test]
-    fn project_keeps_the_pointers_and_the_path_to_them() {
-        let mut obj = serde_json::json!({
-            "kind": "K",
-            "metadata": {"name": "m", "creationTimestamp": "t", "labels": {"a": "b"}},
-            "spec": {"a": {"b": 1, "c": 2}, "d": [1, 2]},
-            "status": {"big": "x"}
-        });
-        project(
-            &mut obj,
-            &[
-                "/kind",
-                "/metadata/name",
-                "/metadata/labels",
-                "/spec/a/b",
-                "/spec/d",
-                "/missing/x",
-            ],
-        );
+    fn string_maps_read_and_write_as_json_objects() {
+        let labels: StringMap =
+            serde_json::from_value(serde_json::json!({"b": "2", "a": "1", "c": ""})).unwrap();
+        assert_eq!(labels.get("a").map(String::as_str), Some("1"));
+        assert!(labels.contains_key("c") && !labels.contains_key("d"));
+        let mut labels = labels;
+        assert_eq!(labels.insert("b".into(), "3".into()), Some("2".into()));
+        assert_eq!(labels.insert("0".into(), "x".into()), None);
         assert_eq!(
-            obj,
-            serde_json::json!({"kind": "K", "metadata": {"name": "m", "labels": {"a": "b"}},
-                               "spec": {"a": {"b": 1}, "d": [1, 2]}})
+            serde_json::to_string(&labels).unwrap(),
+            r#"{"0":"x","a":"1","b":"3","c":""}"#
         );
+        let twice: StringMap = serde_json::from_str(r#"{"k": "old", "k": "new"}"#).unwrap();
+        assert_eq!((twice.len(), twice.get("k").unwrap().as_str()), (1, "new"));
+        assert!(serde_json::from_str::<StringMap>(r#"{"n": 1}"#).is_err());
+        let built: StringMap = [("z", "1"), ("y", "2")].into_iter().collect();
+        assert_eq!(built.iter().collect::<Vec<_>>(), [("y", "2"), ("z", "1")]);
     }
 
     #[test]
-    fn unknown_fields_survive_a_round_trip() {
+    fn decoding_keeps_what_is_read_and_drops_the_rest() {
         let input = serde_json::json!({
-            "name": "m", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z",
+            "name": "m", "namespace": "ns", "uid": "u1", "resourceVersion": "5", "generation": 2,
+            "labels": {"l": "v"}, "annotations": {"a": "b"}, "finalizers": ["f"],
+            "deletionTimestamp": "2026-01-02T00:00:00Z",
+            "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": "m-",
             "managedFields": [{"manager": "x"}],
             "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "n", "uid": "u", "controller": true}]
         });
-        let meta: ObjectMeta = serde_json::from_value(input.clone()).unwrap();
-        assert_eq!(serde_json::to_value(&meta).unwrap(), input);
+        let meta: ObjectMeta = serde_json::from_value(input).unwrap();
+        assert_eq!(
+            serde_json::to_value(&meta).unwrap(),
+            serde_json::json!({
+                "name": "m", "namespace": "ns", "uid": "u1", "resourceVersion": "5", "generation": 2,
+                "labels": {"l": "v"}, "annotations": {"a": "b"}, "finalizers": ["f"],
+                "deletionTimestamp": "2026-01-02T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "n", "uid": "u"}]
+            })
+        );
+        assert_eq!(meta.key(), Some(ObjectKey::new("ns", "m")));
     }
 }

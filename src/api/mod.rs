@@ -1,10 +1,16 @@
 //! The CRD types (serde) of `infrastructure.cluster.x-k8s.io/v1beta1`, the
 //! few Cluster API fields we read, condition helpers and merge-patch diffs.
 //!
+//! These types are the one shape of an object in the process: informers
+//! decode watch events straight into them and cache them as `Arc<T>` (each
+//! is a [`runtime::Object`](crate::runtime::Object), see [`meta`]), the
+//! event mappers and reconcilers read the same values. A type names only
+//! the fields that are read or written; decoding drops the rest, which is
+//! the cache's projection.
+//!
 //! - [`MaasCluster`], [`MaasMachine`], [`MaasMachineTemplate`]: field names
-//!   byte-identical to the Go provider; every struct keeps unknown fields in
-//!   `extra` so writing an object back never drops a field.
-//! - [`capi`]: read-only projections of `Cluster` and `Machine`.
+//!   byte-identical to the Go provider.
+//! - [`capi`]: the fields of Cluster API's `Cluster` and `Machine` we read.
 //! - [`conditions`]: metav1 conditions (`set`, `set_ready_summary`).
 //! - [`patch::merge_diff`]: the merge patch between what was read and what
 //!   should be; `None` means "write nothing".
@@ -18,12 +24,13 @@ pub mod patch;
 
 pub use conditions::{Condition, Desired, Status};
 pub use maas_cluster::{
-    ApiEndpoint, FailureDomain, Initialization, MaasCluster, MaasClusterSpec, MaasClusterStatus,
+    ApiEndpoint, FailureDomain, IdentityRef, Initialization, MaasCluster, MaasClusterSpec,
+    MaasClusterStatus,
 };
 pub use maas_machine::{
     MaasMachine, MaasMachineSpec, MaasMachineStatus, MaasMachineTemplate, MachineAddress,
 };
-pub use meta::{ObjectMeta, OwnerReference};
+pub use meta::{ObjectMeta, OwnerReference, StringMap};
 
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 pub const VERSION: &str = "v1beta1";

@@ -5,54 +5,27 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::caches::Caches;
 use super::ports::*;
-use crate::api::capi::{self, Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::kube::resources::{MAAS_CLUSTERS, MAAS_MACHINES, NODES, SECRETS};
 use crate::kube::{self, Resource};
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
 };
-use crate::runtime::{EventRecorder, ObjectKey, Store, WorkQueue};
-
-/// The informer stores the controllers read from.
-#[derive(Clone)]
-pub struct Caches {
-    pub clusters: Store,
-    pub machines: Store,
-    pub maas_clusters: Store,
-    pub maas_machines: Store,
-}
+use crate::runtime::{EventRecorder, ObjectKey, WorkQueue};
 
 pub struct Kube {
     pub client: kube::Client,
     pub caches: Caches,
     pub events: EventRecorder,
-}
-
-fn cached<T: DeserializeOwned>(store: &Store, namespace: &str, name: &str) -> Option<T> {
-    let value = store.get(&ObjectKey::new(namespace, name))?;
-    decode(&value)
-}
-
-fn decode<T: DeserializeOwned>(value: &Value) -> Option<T> {
-    match T::deserialize(value) {
-        Ok(obj) => Some(obj),
-        Err(e) => {
-            let key = ObjectKey::of(value)
-                .map(|k| k.to_string())
-                .unwrap_or_default();
-            log::warn!("cannot read {key} from the cache: {e}");
-            None
-        }
-    }
 }
 
 fn resource(kind: Kind) -> &'static Resource {
@@ -62,17 +35,6 @@ fn resource(kind: Kind) -> &'static Resource {
     }
 }
 
-fn kube_error(op: &'static str, e: kube::Error) -> KubeError {
-    let failure = if e.is_not_found() {
-        KubeFailure::NotFound
-    } else if e.is_conflict() {
-        KubeFailure::Conflict
-    } else {
-        KubeFailure::Other
-    };
-    KubeError::new(op, failure, e.to_string())
-}
-
 fn resource_version(obj: &Value) -> String {
     kube::meta::resource_version(obj)
         .unwrap_or_default()
@@ -80,30 +42,32 @@ fn resource_version(obj: &Value) -> String {
 }
 
 impl KubeApi for Kube {
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
-        cached(&self.caches.clusters, namespace, name)
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
+        self.caches.clusters.get(&ObjectKey::new(namespace, name))
     }
 
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
-        cached(&self.caches.machines, namespace, name)
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>> {
+        self.caches.machines.get(&ObjectKey::new(namespace, name))
     }
 
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
-        cached(&self.caches.maas_clusters, namespace, name)
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>> {
+        self.caches
+            .maas_clusters
+            .get(&ObjectKey::new(namespace, name))
     }
 
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
-        cached(&self.caches.maas_machines, namespace, name)
+    fn maas_clusters(&self) -> Vec<Arc<MaasCluster>> {
+        self.caches.maas_clusters.list()
     }
 
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.caches
             .maas_machines
-            .list_namespace(namespace)
-            .iter()
-            .filter(|obj| kube::meta::label(obj, capi::CLUSTER_NAME_LABEL) == Some(cluster))
-            .filter_map(|obj| decode(obj))
-            .collect()
+            .get(&ObjectKey::new(namespace, name))
+    }
+
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
+        self.caches.maas_machines_of_cluster(namespace, cluster)
     }
 
     fn secret_value(
@@ -111,11 +75,11 @@ impl KubeApi for Kube {
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Option<Vec<u8>>, KubeError> {
+    ) -> Result<Option<Vec<u8>>, kube::Error> {
         let secret = match self.client.get(&SECRETS, Some(namespace), name) {
             Ok(secret) => secret,
             Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(kube_error("get secret", e)),
+            Err(e) => return Err(e),
         };
         let Some(encoded) = secret["data"][key].as_str() else {
             return Ok(None);
@@ -123,12 +87,9 @@ impl KubeApi for Kube {
         base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .map(Some)
-            .map_err(|e| {
-                KubeError::new(
-                    "get secret",
-                    KubeFailure::Other,
-                    format!("{namespace}/{name}: key {key}: {e}"),
-                )
+            .map_err(|e| kube::Error::Decode {
+                request: format!("Secret {namespace}/{name}"),
+                message: format!("key {key}: {e}"),
             })
     }
 
@@ -138,11 +99,10 @@ impl KubeApi for Kube {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         let updated = self
             .client
-            .patch_merge(resource(kind), Some(namespace), name, patch)
-            .map_err(|e| kube_error("patch", e))?;
+            .patch_merge(resource(kind), Some(namespace), name, patch)?;
         Ok(resource_version(&updated))
     }
 
@@ -152,11 +112,10 @@ impl KubeApi for Kube {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError> {
-        let updated = self
-            .client
-            .patch_status_merge(resource(kind), Some(namespace), name, patch)
-            .map_err(|e| kube_error("patch status", e))?;
+    ) -> Result<String, kube::Error> {
+        let updated =
+            self.client
+                .patch_status_merge(resource(kind), Some(namespace), name, patch)?;
         Ok(resource_version(&updated))
     }
 
@@ -183,74 +142,49 @@ impl MachineQueue for WorkQueue {
     }
 }
 
-fn maas_error(e: maas::Error) -> MaasError {
-    let failure = if e.is_transient() {
-        MaasFailure::Unavailable
-    } else if e.is_not_found() {
-        MaasFailure::NotFound
-    } else if e.is_conflict() {
-        MaasFailure::Conflict
-    } else if e.is_bad_request() {
-        MaasFailure::Rejected
-    } else if e.is_forbidden() || e.is_unauthorized() {
-        MaasFailure::Forbidden
-    } else {
-        MaasFailure::Other
-    };
-    MaasError::new(e.op(), failure, e.message())
-}
-
 impl MaasApi for Maas {
-    fn machine(&self, system_id: &str) -> Result<maas::Machine, MaasError> {
-        self.client.machine(system_id).map_err(maas_error)
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
+        self.client.machine(system_id)
     }
 
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, MaasError> {
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
         self.client
             .machines(&MachineFilter::by_agent_name(agent_name))
-            .map_err(maas_error)
     }
 
-    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, MaasError> {
-        self.client.allocate(req).map_err(maas_error)
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
+        self.client.allocate(req)
     }
 
-    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError> {
+    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
         self.client
             .update_machine(system_id, &[("swap_size", "0")])
             .map(|_| ())
-            .map_err(maas_error)
     }
 
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, MaasError> {
-        self.client.deploy(system_id, req).map_err(maas_error)
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
+        self.client.deploy(system_id, req)
     }
 
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError> {
-        self.client
-            .release(system_id, req)
-            .map(|_| ())
-            .map_err(maas_error)
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
+        self.client.release(system_id, req).map(|_| ())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), MaasError> {
-        self.client
-            .power_on(system_id)
-            .map(|_| ())
-            .map_err(maas_error)
+    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
+        self.client.power_on(system_id).map(|_| ())
     }
 
-    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError> {
-        self.client.boot_resources().map_err(maas_error)
+    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
+        self.client.boot_resources()
     }
 
-    fn zones(&self) -> Result<Vec<String>, MaasError> {
-        let zones = self.client.zones().map_err(maas_error)?;
+    fn zones(&self) -> Result<Vec<String>, maas::Error> {
+        let zones = self.client.zones()?;
         Ok(zones.into_iter().map(|z| z.name).collect())
     }
 
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError> {
-        self.client.dns_resources(fqdn).map_err(maas_error)
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
+        self.client.dns_resources(fqdn)
     }
 
     fn create_dns_resource(
@@ -258,21 +192,25 @@ impl MaasApi for Maas {
         fqdn: &str,
         ttl: u32,
         ips: &[String],
-    ) -> Result<DnsResource, MaasError> {
-        self.client
-            .create_dns_resource(fqdn, ttl, ips)
-            .map_err(maas_error)
+    ) -> Result<DnsResource, maas::Error> {
+        self.client.create_dns_resource(fqdn, ttl, ips)
     }
 
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError> {
-        self.client
-            .set_dns_resource_ips(id, ips)
-            .map(|_| ())
-            .map_err(maas_error)
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
+        self.client.set_dns_resource_ips(id, ips).map(|_| ())
     }
 
-    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError> {
-        self.client.delete_dns_resource(id).map_err(maas_error)
+    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
+        self.client.delete_dns_resource(id)
+    }
+
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error> {
+        self.client.set_owner_data(system_id, &[(key, Some(value))])
     }
 }
 
@@ -307,33 +245,33 @@ impl Workload {
         }
     }
 
-    fn client(&self, namespace: &str, cluster: &str) -> Result<kube::Client, String> {
+    fn client(&self, namespace: &str, cluster: &str) -> Result<kube::Client, kube::Error> {
         let secret_name = capi::kubeconfig_secret_name(cluster);
         let secret = self
             .management
-            .get(&SECRETS, Some(namespace), &secret_name)
-            .map_err(|e| format!("Secret {namespace}/{secret_name}: {e}"))?;
+            .get(&SECRETS, Some(namespace), &secret_name)?;
         let key = (namespace.to_string(), cluster.to_string());
         let version = resource_version(&secret);
         let cached = self.cache().get(&key, &version, Instant::now());
         if let Some(client) = cached {
             return Ok(client);
         }
+        let unusable =
+            |why: String| kube::Error::Config(format!("Secret {namespace}/{secret_name}: {why}"));
         let encoded = secret["data"]["value"]
             .as_str()
-            .ok_or_else(|| format!("Secret {namespace}/{secret_name} has no key \"value\""))?;
+            .ok_or_else(|| unusable("no key \"value\"".to_string()))?;
         let yaml = base64::engine::general_purpose::STANDARD
             .decode(encoded)
-            .map_err(|e| format!("Secret {namespace}/{secret_name}: {e}"))?;
+            .map_err(|e| unusable(e.to_string()))?;
         // No base directory: a kubeconfig from a Secret may not name files.
         let mut config = kube::Config::from_kubeconfig_yaml(&yaml, None, None)
-            .map_err(|e| format!("kubeconfig in Secret {namespace}/{secret_name}: {e}"))?;
+            .map_err(|e| unusable(format!("kubeconfig: {}", e.message())))?;
         config.timeout = self.timeout;
         config.connect_timeout = config.connect_timeout.min(self.timeout);
         // A user-supplied peer answering small calls (a Node, /api/v1/nodes?limit=1).
         config.max_object_bytes = WORKLOAD_MAX_OBJECT_BYTES;
-        let client = kube::Client::new(config)
-            .map_err(|e| format!("workload client for {namespace}/{cluster}: {e}"))?;
+        let client = kube::Client::new(config)?;
         self.cache()
             .put(key, version, client.clone(), Instant::now());
         Ok(client)
@@ -347,7 +285,7 @@ impl Workload {
 /// Clients by key, each valid for the one Secret resourceVersion it was
 /// built from; entries idle for `idle` are forgotten, and the least recently
 /// used one makes room when `cap` is reached.
-struct ClientCache<K, C> {
+pub(crate) struct ClientCache<K, C> {
     entries: HashMap<K, CachedClient<C>>,
     idle: Duration,
     cap: usize,
@@ -360,7 +298,7 @@ struct CachedClient<C> {
 }
 
 impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
-    fn new(idle: Duration, cap: usize) -> Self {
+    pub(crate) fn new(idle: Duration, cap: usize) -> Self {
         ClientCache {
             entries: HashMap::new(),
             idle,
@@ -370,7 +308,7 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
 
     /// The client built from this resourceVersion, if any (an empty version,
     /// which no stored Secret has, never matches).
-    fn get(&mut self, key: &K, resource_version: &str, now: Instant) -> Option<C> {
+    pub(crate) fn get(&mut self, key: &K, resource_version: &str, now: Instant) -> Option<C> {
         self.forget_idle(now);
         let entry = self.entries.get_mut(key)?;
         if resource_version.is_empty() || entry.resource_version != resource_version {
@@ -380,7 +318,7 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
         Some(entry.client.clone())
     }
 
-    fn put(&mut self, key: K, resource_version: String, client: C, now: Instant) {
+    pub(crate) fn put(&mut self, key: K, resource_version: String, client: C, now: Instant) {
         self.forget_idle(now);
         if !self.entries.contains_key(&key) && self.entries.len() >= self.cap {
             let oldest = self
@@ -402,6 +340,11 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
         );
     }
 
+    /// Every client held now.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &C> {
+        self.entries.values().map(|e| &e.client)
+    }
+
     fn forget_idle(&mut self, now: Instant) {
         let idle = self.idle;
         self.entries
@@ -410,12 +353,17 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
 }
 
 impl WorkloadApi for Workload {
-    fn probe(&self, namespace: &str, cluster: &str) -> Result<(), String> {
+    fn probe(&self, namespace: &str, cluster: &str) -> Result<(), kube::Error> {
+        const NODES_PAGE: &str = "/api/v1/nodes?limit=1";
         let client = self.client(namespace, cluster)?;
-        match client.get_raw("/api/v1/nodes?limit=1") {
-            Ok((200, _)) => Ok(()),
-            Ok((status, _)) => Err(format!("listing nodes answered HTTP {status}")),
-            Err(e) => Err(e.to_string()),
+        match client.get_raw(NODES_PAGE)? {
+            (200, _) => Ok(()),
+            (status, _) => Err(kube::Error::Other {
+                request: format!("GET {NODES_PAGE}"),
+                status,
+                reason: String::new(),
+                message: format!("listing nodes answered HTTP {status}"),
+            }),
         }
     }
 
@@ -424,7 +372,7 @@ impl WorkloadApi for Workload {
         namespace: &str,
         cluster: &str,
         node_name: &str,
-    ) -> Result<Option<NodeInfo>, String> {
+    ) -> Result<Option<NodeInfo>, kube::Error> {
         let client = self.client(namespace, cluster)?;
         match client.get(&NODES, None, node_name) {
             Ok(node) => Ok(Some(NodeInfo {
@@ -432,7 +380,7 @@ impl WorkloadApi for Workload {
                 provider_id: node["spec"]["providerID"].as_str().map(str::to_string),
             })),
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(format!("reading Node {node_name}: {e}")),
+            Err(e) => Err(e),
         }
     }
 
@@ -442,13 +390,12 @@ impl WorkloadApi for Workload {
         cluster: &str,
         node_name: &str,
         provider_id: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), kube::Error> {
         let client = self.client(namespace, cluster)?;
         let patch = json!({"spec": {"providerID": provider_id}});
         client
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
-            .map_err(|e| format!("setting providerID of Node {node_name}: {e}"))
     }
 }
 

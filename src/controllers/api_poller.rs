@@ -15,7 +15,9 @@
 //! and the poller thread only schedules and collects. A cluster is never
 //! probed twice at once. When more are due than may run, clusters never
 //! probed before go first, then the longest waiting: a new healthy cluster
-//! is not queued behind clusters already known to be failing.
+//! is not queued behind clusters already known to be failing. The poller
+//! thread joins its probe threads as they end, and the running ones when it
+//! stops (at most [`PROBES_STOP`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,8 +27,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 
 use super::ports::{ApiWatch, WorkloadApi};
+use crate::backoff::Backoff;
+use crate::kube;
+use crate::runtime;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+/// How long the poller waits for running probes when it stops: a probe's
+/// own deadline (5 s) plus the Secret read before it.
+pub const PROBES_STOP: Duration = Duration::from_secs(10);
 /// Probes running at once. Each is a thread blocked on the network for at
 /// most the probe timeout; 50 dead clusters and a healthy one all fit.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -53,7 +61,7 @@ pub struct ApiPoller {
 struct Watched {
     cluster: String,
     due: Instant,
-    backoff: Duration,
+    backoff: Backoff,
     /// Probed (and failed) at least once: goes after fresh ones.
     failed_before: bool,
     /// A probe is running; its result is on its way.
@@ -126,7 +134,7 @@ impl Schedule {
         self.watched.entry(key).or_insert(Watched {
             cluster,
             due: now,
-            backoff: FIRST_BACKOFF,
+            backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
             failed_before: false,
             in_flight: false,
         });
@@ -188,14 +196,13 @@ impl Schedule {
         if let Some(entry) = self.watched.get_mut(key) {
             entry.in_flight = false;
             entry.failed_before = true;
-            entry.due = now + entry.backoff;
-            entry.backoff = (entry.backoff * 2).min(MAX_BACKOFF);
+            entry.due = now + entry.backoff.next_delay();
         }
     }
 }
 
 /// A finished probe: which cluster, and what it said.
-type ProbeResult = (Key, String, Result<(), String>);
+type ProbeResult = (Key, String, Result<(), kube::Error>);
 
 fn run(
     workload: &Arc<dyn WorkloadApi>,
@@ -206,10 +213,15 @@ fn run(
 ) {
     let mut schedule = Schedule::default();
     let (results_tx, results) = crossbeam_channel::unbounded::<ProbeResult>();
+    let mut probes: Vec<JoinHandle<()>> = Vec::new();
     loop {
+        // Collect the probe threads that ended (their results are queued).
+        let (ended, running): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.is_finished());
+        probes = running;
+        runtime::join_within(ended, Duration::ZERO);
         let wait = schedule.time_to_next(Instant::now());
         select! {
-            recv(shutdown) -> _ => return,
+            recv(shutdown) -> _ => break,
             recv(commands) -> command => match command {
                 Ok(Command::Watch { key, cluster }) => schedule.watch(key, cluster, Instant::now()),
                 Ok(Command::Forget(key)) => schedule.forget(&key),
@@ -217,10 +229,10 @@ fn run(
                     schedule.forget_all();
                     online.lock().unwrap_or_else(PoisonError::into_inner).clear();
                 }
-                Err(_) => return,
+                Err(_) => break,
             },
             recv(results) -> result => {
-                let Ok((key, cluster, result)) = result else { return };
+                let Ok((key, cluster, result)) = result else { break };
                 match result {
                     Ok(()) => {
                         if schedule.answered(&key) {
@@ -250,17 +262,25 @@ fn run(
                     let result = workload.probe(&probed.0, &cluster);
                     let _ = results_tx.send((probed, cluster, result));
                 });
-            if let Err(e) = spawned {
-                log::warn!("api poller: cannot start a probe thread: {e}");
-                schedule.failed(&key, Instant::now());
+            match spawned {
+                Ok(probe) => probes.push(probe),
+                Err(e) => {
+                    log::warn!("api poller: cannot start a probe thread: {e}");
+                    schedule.failed(&key, Instant::now());
+                }
             }
         }
+    }
+    // A probe ends within its timeout; wait for that, not longer.
+    if !runtime::join_within(probes, PROBES_STOP) {
+        log::warn!("api poller: workload probes still running after {PROBES_STOP:?}");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::fake::refused;
     use crate::controllers::ports::NodeInfo;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -270,18 +290,24 @@ mod tests {
     }
 
     impl WorkloadApi for Probe {
-        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), String> {
+        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
             if cluster == "up" && n > self.answers_after {
                 Ok(())
             } else {
-                Err("connection refused".into())
+                Err(refused(cluster))
             }
         }
-        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, String> {
+        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
             Ok(None)
         }
-        fn set_node_provider_id(&self, _: &str, _: &str, _: &str, _: &str) -> Result<(), String> {
+        fn set_node_provider_id(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &str,
+        ) -> Result<(), kube::Error> {
             Ok(())
         }
     }
@@ -401,7 +427,7 @@ mod tests {
     }
 
     impl WorkloadApi for Hanging {
-        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), String> {
+        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
             if cluster == "healthy" {
                 return Ok(());
             }
@@ -409,12 +435,18 @@ mod tests {
             self.most_at_once.fetch_max(now, Ordering::SeqCst);
             let _ = self.release.recv_timeout(Duration::from_secs(60));
             self.hanging.fetch_sub(1, Ordering::SeqCst);
-            Err("timed out".into())
+            Err(refused(cluster))
         }
-        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, String> {
+        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
             Ok(None)
         }
-        fn set_node_provider_id(&self, _: &str, _: &str, _: &str, _: &str) -> Result<(), String> {
+        fn set_node_provider_id(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &str,
+        ) -> Result<(), kube::Error> {
             Ok(())
         }
     }
@@ -481,14 +513,14 @@ mod tests {
     fn bench_healthy_cluster_behind_50_dead_ones() {
         struct Slow;
         impl WorkloadApi for Slow {
-            fn probe(&self, _ns: &str, cluster: &str) -> Result<(), String> {
+            fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
                 if cluster == "healthy" {
                     return Ok(());
                 }
                 std::thread::sleep(Duration::from_secs(5));
-                Err("timed out".into())
+                Err(refused(cluster))
             }
-            fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, String> {
+            fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
                 Ok(None)
             }
             fn set_node_provider_id(
@@ -497,7 +529,7 @@ mod tests {
                 _: &str,
                 _: &str,
                 _: &str,
-            ) -> Result<(), String> {
+            ) -> Result<(), kube::Error> {
                 Ok(())
             }
         }

@@ -1,16 +1,23 @@
-//! The one error type of the controllers layer. A reconcile that returns it
-//! is retried by the work queue with per-key exponential backoff.
+//! The one error type of the controllers layer: the clients' own errors,
+//! passed through unchanged, and the reconcilers' own reasons to retry. A
+//! reconcile that returns it is retried by the work queue with per-key
+//! exponential backoff.
 
 use std::fmt;
 
-use super::ports::{KubeError, MaasError};
+use super::credentials::CredentialsError;
+use crate::{kube, maas};
 
 #[derive(Debug)]
 pub enum Error {
-    Maas(MaasError),
-    Kube(KubeError),
+    Maas(maas::Error),
+    /// The management cluster's API server.
+    Kube(kube::Error),
     /// The workload cluster could not be reached or refused a write.
-    Workload(String),
+    Workload(kube::Error),
+    /// The MAAS credentials of the object's cluster cannot be used (the
+    /// reason is on a condition).
+    Credentials(CredentialsError),
     /// Waiting on something that is not an error in itself, but should be
     /// retried with backoff (e.g. MAAS has no matching machine); the message
     /// is already on a condition.
@@ -21,8 +28,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Maas(e) => e.fmt(f),
-            Error::Kube(e) => e.fmt(f),
+            Error::Kube(e) => write!(f, "kubernetes: {e}"),
             Error::Workload(e) => write!(f, "workload cluster: {e}"),
+            Error::Credentials(e) => write!(f, "MAAS credentials: {e}"),
             Error::Retry(e) => write!(f, "will retry: {e}"),
         }
     }
@@ -34,25 +42,29 @@ impl Error {
     /// MAAS could not be reached or was busy: nothing was learned, so no
     /// condition should change because of it.
     pub fn is_maas_unavailable(&self) -> bool {
-        matches!(self, Error::Maas(e) if e.failure == super::ports::MaasFailure::Unavailable)
+        matches!(self, Error::Maas(e) if e.is_transient())
     }
-}
 
-impl Error {
     /// The Kubernetes object we wrote to no longer exists.
     pub fn is_kube_not_found(&self) -> bool {
-        matches!(self, Error::Kube(e) if e.failure == super::ports::KubeFailure::NotFound)
+        matches!(self, Error::Kube(e) if e.is_not_found())
     }
 }
 
-impl From<MaasError> for Error {
-    fn from(e: MaasError) -> Error {
+impl From<maas::Error> for Error {
+    fn from(e: maas::Error) -> Error {
         Error::Maas(e)
     }
 }
 
-impl From<KubeError> for Error {
-    fn from(e: KubeError) -> Error {
+impl From<CredentialsError> for Error {
+    fn from(e: CredentialsError) -> Error {
+        Error::Credentials(e)
+    }
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Error {
         Error::Kube(e)
     }
 }

@@ -12,13 +12,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{json, Value};
 
+use super::credentials::CredentialsError;
 use super::ports::*;
 use super::{Context, Options};
-use crate::api::capi::{Cluster, Machine};
+use crate::api::capi::{self, Cluster};
 use crate::api::{MaasCluster, MaasMachine};
+use crate::kube;
+use crate::maas;
 use crate::maas::{
-    AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host, MachineStatus,
-    PowerState, ReleaseRequest,
+    AllocateRequest, BootResource, DeployRequest, DnsResource, MachineStatus, PowerState,
+    ReleaseRequest,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,12 +128,12 @@ impl FakeKube {
         kind: &'static str,
         ns: &str,
         name: &str,
-    ) -> Option<T> {
+    ) -> Option<Arc<T>> {
         let key = (kind, ns.to_string(), name.to_string());
         let value = lock(&self.stale)
             .remove(&key)
             .or_else(|| lock(&self.objects).get(&key).cloned())?;
-        Some(serde_json::from_value(value).unwrap())
+        Some(Arc::new(serde_json::from_value(value).unwrap()))
     }
 
     fn apply(
@@ -140,7 +143,7 @@ impl FakeKube {
         name: &str,
         patch: &Value,
         status: bool,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         lock(&self.writes).push(Write {
             kind,
             name: name.into(),
@@ -150,20 +153,18 @@ impl FakeKube {
         let key = (kind.as_str(), ns.to_string(), name.to_string());
         let mut objects = lock(&self.objects);
         let Some(obj) = objects.get_mut(&key) else {
-            return Err(KubeError::new(
-                "patch",
-                KubeFailure::NotFound,
-                format!("{name} not found"),
-            ));
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH {name}"),
+                message: format!("{name} not found"),
+            });
         };
         let mut patch = patch.clone();
         if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
             if rv != obj["metadata"]["resourceVersion"].as_str().unwrap_or("") {
-                return Err(KubeError::new(
-                    "patch",
-                    KubeFailure::Conflict,
-                    "the object has been modified",
-                ));
+                return Err(kube::Error::Conflict {
+                    request: format!("PATCH {name}"),
+                    message: "the object has been modified".into(),
+                });
             }
             patch["metadata"]
                 .as_object_mut()
@@ -196,21 +197,28 @@ impl FakeKube {
 }
 
 impl KubeApi for FakeKube {
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster> {
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
         self.read(CLUSTER, namespace, name)
     }
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine> {
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>> {
         self.read(MACHINE, namespace, name)
     }
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster> {
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>> {
         self.read(Kind::MaasCluster.as_str(), namespace, name)
     }
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine> {
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.read(Kind::MaasMachine.as_str(), namespace, name)
     }
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine> {
+    fn maas_clusters(&self) -> Vec<Arc<MaasCluster>> {
+        lock(&self.objects)
+            .iter()
+            .filter(|((kind, _, _), _)| *kind == Kind::MaasCluster.as_str())
+            .map(|(_, v)| Arc::new(serde_json::from_value(v.clone()).unwrap()))
+            .collect()
+    }
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
         let objects = lock(&self.objects);
-        let mut out: Vec<MaasMachine> = objects
+        let mut out: Vec<Arc<MaasMachine>> = objects
             .iter()
             .filter(|((kind, ns, _), v)| {
                 *kind == Kind::MaasMachine.as_str()
@@ -218,9 +226,9 @@ impl KubeApi for FakeKube {
                     && v["metadata"]["labels"][crate::api::capi::CLUSTER_NAME_LABEL]
                         == json!(cluster)
             })
-            .map(|(_, v)| serde_json::from_value(v.clone()).unwrap())
+            .map(|(_, v)| Arc::new(serde_json::from_value(v.clone()).unwrap()))
             .collect();
-        out.sort_by(|a: &MaasMachine, b| a.metadata.name.cmp(&b.metadata.name));
+        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         out
     }
     fn secret_value(
@@ -228,7 +236,7 @@ impl KubeApi for FakeKube {
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Option<Vec<u8>>, KubeError> {
+    ) -> Result<Option<Vec<u8>>, kube::Error> {
         Ok(lock(&self.secrets)
             .get(&(namespace.into(), name.into()))
             .and_then(|s| s.get(key).cloned()))
@@ -239,7 +247,7 @@ impl KubeApi for FakeKube {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         self.apply(kind, namespace, name, patch, false)
     }
     fn patch_status(
@@ -248,7 +256,7 @@ impl KubeApi for FakeKube {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError> {
+    ) -> Result<String, kube::Error> {
         self.apply(kind, namespace, name, patch, true)
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
@@ -260,14 +268,14 @@ impl KubeApi for FakeKube {
 #[derive(Default)]
 pub struct Faults {
     /// `op` name → error returned (once) instead of doing the call.
-    pub once: HashMap<&'static str, MaasError>,
+    pub once: HashMap<&'static str, maas::Error>,
     /// Allocate succeeds in MAAS but the answer is lost (crash/timeout).
     pub lose_allocate_answer: bool,
 }
 
 #[derive(Default)]
 pub struct FakeMaas {
-    pub machines: Mutex<BTreeMap<String, Host>>,
+    pub machines: Mutex<BTreeMap<String, maas::Machine>>,
     pub agent_names: Mutex<HashMap<String, String>>,
     pub dns: Mutex<BTreeMap<i64, DnsResource>>,
     pub images: Mutex<Vec<BootResource>>,
@@ -277,11 +285,16 @@ pub struct FakeMaas {
     pub deploys: Mutex<Vec<(String, DeployRequest)>>,
     pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
     next_dns_id: Mutex<i64>,
+    /// The MAAS user this fake's key authenticates as.
+    pub user: String,
 }
 
 impl FakeMaas {
     pub fn with_machines(n: usize) -> FakeMaas {
-        let maas = FakeMaas::default();
+        let maas = FakeMaas {
+            user: "capmaas".into(),
+            ..FakeMaas::default()
+        };
         for i in 0..n {
             maas.add_ready(&format!("sys{i:03}"), &format!("host-{i}"), "az1", 4, 8192);
         }
@@ -306,7 +319,7 @@ impl FakeMaas {
     }
 
     pub fn add_ready(&self, system_id: &str, hostname: &str, zone: &str, cpus: u32, memory: u64) {
-        let host = Host {
+        let host = maas::Machine {
             system_id: system_id.into(),
             hostname: hostname.into(),
             fqdn: format!("{hostname}.maas"),
@@ -318,12 +331,12 @@ impl FakeMaas {
             cpu_count: cpus,
             memory,
             swap_size: Some(1 << 30),
-            ..Host::default()
+            ..maas::Machine::default()
         };
         lock(&self.machines).insert(system_id.into(), host);
     }
 
-    pub fn host(&self, system_id: &str) -> Host {
+    pub fn host(&self, system_id: &str) -> maas::Machine {
         lock(&self.machines)[system_id].clone()
     }
 
@@ -345,10 +358,11 @@ impl FakeMaas {
         }
     }
 
-    pub fn fail_once(&self, op: &'static str, failure: MaasFailure, message: &str) {
+    /// The next `op` call fails as MAAS answering `status` with `body`.
+    pub fn fail_once(&self, op: &'static str, status: u16, body: &str) {
         lock(&self.faults)
             .once
-            .insert(op, MaasError::new(op, failure, message));
+            .insert(op, maas::Error::from_response(op, status, body, None));
     }
 
     pub fn calls(&self) -> Vec<String> {
@@ -384,7 +398,7 @@ impl FakeMaas {
         lock(&self.dns).values().cloned().collect()
     }
 
-    fn call(&self, op: &'static str, detail: &str) -> Result<(), MaasError> {
+    fn call(&self, op: &'static str, detail: &str) -> Result<(), maas::Error> {
         lock(&self.calls).push(format!("{op} {detail}").trim().to_string());
         match lock(&self.faults).once.remove(op) {
             Some(e) => Err(e),
@@ -392,17 +406,13 @@ impl FakeMaas {
         }
     }
 
-    fn not_found(op: &'static str) -> MaasError {
-        MaasError::new(
-            op,
-            MaasFailure::NotFound,
-            "No Machine matches the given query.",
-        )
+    fn not_found(op: &'static str) -> maas::Error {
+        maas::Error::from_response(op, 404, "No Machine matches the given query.", None)
     }
 }
 
 impl MaasApi for FakeMaas {
-    fn machine(&self, system_id: &str) -> Result<Host, MaasError> {
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
         self.call("machine", system_id)?;
         lock(&self.machines)
             .get(system_id)
@@ -410,7 +420,7 @@ impl MaasApi for FakeMaas {
             .ok_or_else(|| Self::not_found("machine"))
     }
 
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, MaasError> {
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
         self.call("machines_by_agent_name", "")?;
         let agents = lock(&self.agent_names);
         Ok(lock(&self.machines)
@@ -420,7 +430,7 @@ impl MaasApi for FakeMaas {
             .collect())
     }
 
-    fn allocate(&self, req: &AllocateRequest) -> Result<Host, MaasError> {
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
         self.call("allocate", "")?;
         let mut machines = lock(&self.machines);
         let candidate = machines.values_mut().find(|h| {
@@ -431,32 +441,34 @@ impl MaasApi for FakeMaas {
                 && req.tags.iter().all(|t| h.tag_names.contains(t))
         });
         let Some(host) = candidate else {
-            return Err(MaasError::new(
+            return Err(maas::Error::from_response(
                 "allocate",
-                MaasFailure::Conflict,
-                format!(
+                409,
+                &format!(
                     "No available machine matches constraints: cpu_count={:?} mem={:?}",
                     req.cpu_count, req.mem
                 ),
+                None,
             ));
         };
         host.status = MachineStatus::Allocated;
         host.status_name = "Allocated".into();
+        host.owner = Some(self.user.clone());
         if let Some(agent) = &req.agent_name {
             lock(&self.agent_names).insert(host.system_id.clone(), agent.clone());
         }
         let host = host.clone();
         if std::mem::take(&mut lock(&self.faults).lose_allocate_answer) {
-            return Err(MaasError::new(
+            return Err(maas::Error::new(
                 "allocate",
-                MaasFailure::Unavailable,
+                maas::ErrorKind::Timeout,
                 "timed out reading the response",
             ));
         }
         Ok(host)
     }
 
-    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError> {
+    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
         self.call("disable_swap", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -466,20 +478,21 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, MaasError> {
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
         self.call("deploy", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("deploy"))?;
         if !matches!(host.status, MachineStatus::Allocated | MachineStatus::Ready) {
-            return Err(MaasError::new(
+            return Err(maas::Error::from_response(
                 "deploy",
-                MaasFailure::Conflict,
-                format!(
+                409,
+                &format!(
                     "Can't deploy a machine that is in the '{}' state",
                     host.status_name
                 ),
+                None,
             ));
         }
         host.status = MachineStatus::Deploying;
@@ -497,7 +510,7 @@ impl MaasApi for FakeMaas {
         Ok(host.clone())
     }
 
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError> {
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
         self.call("release", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -507,12 +520,14 @@ impl MaasApi for FakeMaas {
         host.status_name = "Ready".into();
         host.power_state = PowerState::Off;
         host.ip_addresses.clear();
+        host.owner = None;
+        host.owner_data.clear();
         lock(&self.agent_names).remove(system_id);
         lock(&self.releases).push((system_id.into(), req.clone()));
         Ok(())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), MaasError> {
+    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
         self.call("power_on", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -522,17 +537,17 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError> {
+    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         self.call("boot_resources", "")?;
         Ok(lock(&self.images).clone())
     }
 
-    fn zones(&self) -> Result<Vec<String>, MaasError> {
+    fn zones(&self) -> Result<Vec<String>, maas::Error> {
         self.call("zones", "")?;
         Ok(lock(&self.zones).clone())
     }
 
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError> {
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
         self.call("dns_resources", fqdn)?;
         Ok(lock(&self.dns)
             .values()
@@ -546,7 +561,7 @@ impl MaasApi for FakeMaas {
         fqdn: &str,
         ttl: u32,
         ips: &[String],
-    ) -> Result<DnsResource, MaasError> {
+    ) -> Result<DnsResource, maas::Error> {
         self.call("create_dns_resource", fqdn)?;
         let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
         let id = self.add_dns(fqdn, &ips);
@@ -556,29 +571,92 @@ impl MaasApi for FakeMaas {
         Ok(record.clone())
     }
 
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError> {
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
         self.call("set_dns_resource_ips", &ips.join(" "))?;
         let mut dns = lock(&self.dns);
         let record = dns.get_mut(&id).ok_or_else(|| {
-            MaasError::new(
+            maas::Error::from_response(
                 "set_dns",
-                MaasFailure::NotFound,
+                404,
                 "No DNSResource matches the given query.",
+                None,
             )
         })?;
         record.ip_addresses = ips.to_vec();
         Ok(())
     }
 
-    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError> {
+    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
         self.call("delete_dns_resource", &id.to_string())?;
         lock(&self.dns).remove(&id).map(|_| ()).ok_or_else(|| {
-            MaasError::new(
+            maas::Error::from_response(
                 "delete_dns",
-                MaasFailure::NotFound,
+                404,
                 "No DNSResource matches the given query.",
+                None,
             )
         })
+    }
+
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error> {
+        self.call("set_owner_data", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("set_owner_data"))?;
+        // MAAS: only the owner may, even an admin gets 409.
+        if host.owner.as_deref() != Some(self.user.as_str()) {
+            return Err(maas::Error::from_response(
+                "set_owner_data",
+                409,
+                "Cannot set workload annotation: it hasn't been acquired.",
+                None,
+            ));
+        }
+        host.owner_data.insert(key.into(), value.into());
+        Ok(host.clone())
+    }
+}
+
+/// Each cluster's MAAS: the controller-wide fake, and one fake per
+/// identity Secret (`namespace`, `name`) a test registers.
+#[derive(Default)]
+pub struct FakeClients {
+    pub default: Arc<FakeMaas>,
+    pub tenants: Mutex<HashMap<(String, String), Arc<FakeMaas>>>,
+}
+
+impl MaasClients for FakeClients {
+    fn for_cluster(
+        &self,
+        namespace: &str,
+        identity: Option<&crate::api::IdentityRef>,
+    ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
+        let Some(identity) = identity else {
+            return Ok(self.default.clone());
+        };
+        let tenants = lock(&self.tenants);
+        match tenants.get(&(namespace.to_string(), identity.name.clone())) {
+            Some(maas) => Ok(maas.clone()),
+            None => Err(CredentialsError::Invalid(format!(
+                "Secret {namespace}/{} (spec.identityRef) does not exist",
+                identity.name
+            ))),
+        }
+    }
+}
+
+/// A workload API server that does not answer.
+pub fn refused(cluster: &str) -> kube::Error {
+    kube::Error::Transient {
+        request: format!("GET https://{cluster}:6443/api/v1/nodes?limit=1"),
+        status: None,
+        message: "connection refused".into(),
     }
 }
 
@@ -590,11 +668,11 @@ pub struct FakeWorkload {
 }
 
 impl WorkloadApi for FakeWorkload {
-    fn probe(&self, _namespace: &str, cluster: &str) -> Result<(), String> {
+    fn probe(&self, _namespace: &str, cluster: &str) -> Result<(), kube::Error> {
         if lock(&self.up).contains(cluster) {
             Ok(())
         } else {
-            Err("connection refused".into())
+            Err(refused(cluster))
         }
     }
     fn node(
@@ -602,7 +680,7 @@ impl WorkloadApi for FakeWorkload {
         _namespace: &str,
         cluster: &str,
         node_name: &str,
-    ) -> Result<Option<NodeInfo>, String> {
+    ) -> Result<Option<NodeInfo>, kube::Error> {
         Ok(lock(&self.nodes)
             .get(&(cluster.into(), node_name.into()))
             .map(|p| NodeInfo {
@@ -616,13 +694,21 @@ impl WorkloadApi for FakeWorkload {
         cluster: &str,
         node_name: &str,
         provider_id: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), kube::Error> {
+        let request = format!("PATCH /api/v1/nodes/{node_name}");
         let mut nodes = lock(&self.nodes);
         let p = nodes
             .get_mut(&(cluster.into(), node_name.into()))
-            .ok_or("node not found")?;
+            .ok_or_else(|| kube::Error::NotFound {
+                request: request.clone(),
+                message: "node not found".into(),
+            })?;
         if !p.is_empty() {
-            return Err("spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid".into());
+            return Err(kube::Error::Invalid {
+                request,
+                message: "spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid".into(),
+                causes: Vec::new(),
+            });
         }
         *p = provider_id.into();
         Ok(())
@@ -685,7 +771,9 @@ impl Clock for FakeClock {
 /// A test world: fakes plus the context that uses them.
 pub struct World {
     pub kube: Arc<FakeKube>,
+    /// The controller-wide MAAS.
     pub maas: Arc<FakeMaas>,
+    pub clients: Arc<FakeClients>,
     pub workload: Arc<FakeWorkload>,
     pub api_watch: Arc<FakeApiWatch>,
     pub machine_queue: Arc<FakeMachineQueue>,
@@ -701,13 +789,17 @@ impl World {
     pub fn with_options(machines: usize, options: Options) -> World {
         let kube = Arc::new(FakeKube::default());
         let maas = Arc::new(FakeMaas::with_machines(machines));
+        let clients = Arc::new(FakeClients {
+            default: maas.clone(),
+            ..FakeClients::default()
+        });
         let workload = Arc::new(FakeWorkload::default());
         let api_watch = Arc::new(FakeApiWatch::default());
         let machine_queue = Arc::new(FakeMachineQueue::default());
         let clock = Arc::new(FakeClock(Mutex::new(1_700_000_000)));
         let ctx = Context {
             kube: kube.clone(),
-            maas: maas.clone(),
+            maas: clients.clone(),
             workload: workload.clone(),
             api_watch: api_watch.clone(),
             machine_queue: machine_queue.clone(),
@@ -717,6 +809,7 @@ impl World {
         World {
             kube,
             maas,
+            clients,
             workload,
             api_watch,
             machine_queue,

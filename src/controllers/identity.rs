@@ -23,7 +23,7 @@
 //! when MAAS shows that machine under this identity ([`Ownership::Ours`]).
 
 use crate::api::ObjectMeta;
-use crate::maas::Machine;
+use crate::maas;
 
 /// The MaasMachine annotation holding its identity. Its name predates the
 /// identity rules: capmaas before them wrote `capmaas/<ns>/<name>/<uid>`
@@ -32,12 +32,13 @@ use crate::maas::Machine;
 pub use crate::api::maas_machine::AGENT_NAME_ANNOTATION as ANNOTATION;
 
 /// The MAAS owner data key carrying the identity (MAAS allows `[\w.-]+`).
-pub const OWNER_DATA_KEY: &str = "capmaas-identity";
+pub use crate::maas::IDENTITY_KEY as OWNER_DATA_KEY;
 
 /// MAAS stores `agent_name` in a 255-character column.
 const MAX_LEN: usize = 255;
 
-const PREFIX: &str = "capmaas";
+/// `capmaas/`, as the MAAS watch recognises identities.
+const PREFIX: &str = crate::maas::IDENTITY_PREFIX;
 
 /// The identity of one MaasMachine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +95,7 @@ impl std::fmt::Display for Identity {
 /// `capmaas/<namespace>/<name>/`: Kubernetes names contain no `/`, so this
 /// prefix names exactly one object.
 fn own_prefix(meta: &ObjectMeta) -> String {
-    format!("{PREFIX}/{}/{}/", meta.namespace, meta.name)
+    format!("{PREFIX}{}/{}/", meta.namespace, meta.name)
 }
 
 /// Whether a MAAS machine is this object's, as far as one machine JSON tells.
@@ -111,7 +112,7 @@ pub enum Ownership {
     Other(String),
 }
 
-pub fn ownership(machine: &Machine, identity: &Identity) -> Ownership {
+pub fn ownership(machine: &maas::Machine, identity: &Identity) -> Ownership {
     match machine.owner_data.get(OWNER_DATA_KEY) {
         Some(value) if value == identity.as_str() => Ownership::Ours,
         Some(value) if !value.is_empty() => Ownership::Other(value.clone()),
@@ -120,7 +121,7 @@ pub fn ownership(machine: &Machine, identity: &Identity) -> Ownership {
 }
 
 /// Why a recorded machine is not acted on, in words for a condition.
-pub fn not_ours_message(system_id: &str, machine: Option<&Machine>) -> String {
+pub fn not_ours_message(system_id: &str, machine: Option<&maas::Machine>) -> String {
     let Some(machine) = machine else {
         return format!(
             "MAAS machine {system_id} is not allocated to this MaasMachine (it does not exist or is not visible to this MAAS user); left alone"
@@ -157,12 +158,12 @@ mod tests {
         m
     }
 
-    fn machine(owner: Option<&str>, identity: Option<&str>) -> Machine {
-        let mut m = Machine {
+    fn machine(owner: Option<&str>, identity: Option<&str>) -> maas::Machine {
+        let mut m = maas::Machine {
             system_id: "abc123".into(),
             status_name: "Deployed".into(),
             owner: owner.map(str::to_string),
-            ..Machine::default()
+            ..maas::Machine::default()
         };
         if let Some(id) = identity {
             m.owner_data.insert(OWNER_DATA_KEY.into(), id.into());
@@ -243,7 +244,7 @@ mod tests {
     #[test]
     fn messages_say_why_a_machine_is_left_alone() {
         assert!(not_ours_message("abc123", None).contains("does not exist or is not visible"));
-        let ready = Machine {
+        let ready = maas::Machine {
             status_name: "Ready".into(),
             ..machine(None, None)
         };

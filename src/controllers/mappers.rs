@@ -6,15 +6,16 @@
 //! Cluster API's frequent status updates of Machines and Clusters are
 //! ignored unless they touch a field we read.
 //!
-//! The stores may not all exist yet when the first events arrive (informers
-//! start one after another); then only the object's own key is produced,
-//! which is enough because every object is also listed by its own informer.
+//! Mappers read the typed objects of the events and the other kinds'
+//! caches, which exist before any informer starts: every event can be
+//! mapped to everything it affects from the first one on.
 
-use serde_json::Value;
+use std::sync::Arc;
 
-use super::adapters::Caches;
-use crate::api::capi::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, GROUP, MACHINE_KIND};
-use crate::kube::meta;
+use super::caches::Caches;
+use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
+use crate::api::maas_cluster::{self, Network};
+use crate::api::{maas_machine, Condition, MaasCluster, MaasMachine, MachineAddress, ObjectMeta};
 use crate::runtime::{Event, ObjectKey};
 
 /// What to enqueue for one event.
@@ -27,72 +28,64 @@ pub struct Keys {
 /// Has anything but `status` (and bookkeeping) changed? Spec changes bump
 /// `generation`; metadata we act on (labels, annotations, finalizers,
 /// owners, deletion) is compared directly.
-fn spec_or_meta_changed(old: &Value, new: &Value) -> bool {
-    let m = |v: &Value, field: &str| v["metadata"][field].clone();
-    meta::generation(old) != meta::generation(new)
-        || [
-            "labels",
-            "annotations",
-            "finalizers",
-            "ownerReferences",
-            "deletionTimestamp",
-        ]
-        .iter()
-        .any(|f| m(old, f) != m(new, f))
-}
-
-fn changed_at(old: &Value, new: &Value, pointers: &[&str]) -> bool {
-    pointers.iter().any(|p| old.pointer(p) != new.pointer(p))
-}
-
-fn key_of(obj: &Value) -> Option<ObjectKey> {
-    ObjectKey::of(obj)
+fn spec_or_meta_changed(old: &ObjectMeta, new: &ObjectMeta) -> bool {
+    old.generation != new.generation
+        || old.labels != new.labels
+        || old.annotations != new.annotations
+        || old.finalizers != new.finalizers
+        || old.owner_references != new.owner_references
+        || old.deletion_timestamp != new.deletion_timestamp
 }
 
 /// The MaasCluster named by a Cluster's `spec.infrastructureRef`.
-fn infra_cluster_of(cluster: &Value) -> Option<ObjectKey> {
-    let r = &cluster["spec"]["infrastructureRef"];
-    if r["kind"].as_str()? != crate::api::maas_cluster::KIND {
+fn infra_cluster_of(cluster: &Cluster) -> Option<ObjectKey> {
+    let r = cluster.spec.infrastructure_ref.as_ref()?;
+    if r.kind != maas_cluster::KIND {
         return None;
     }
-    Some(ObjectKey::new(
-        meta::namespace(cluster)?,
-        r["name"].as_str()?,
-    ))
+    ObjectKey::from_parts(&cluster.metadata.namespace, &r.name)
 }
 
-fn maas_machines_of(caches: &Caches, namespace: &str, cluster: &str) -> Vec<ObjectKey> {
-    caches
-        .maas_machines
-        .list_namespace(namespace)
-        .iter()
-        .filter(|m| meta::label(m, CLUSTER_NAME_LABEL) == Some(cluster))
-        .filter_map(|m| key_of(m))
-        .collect()
+fn keys_of(objects: Vec<Arc<MaasMachine>>) -> Vec<ObjectKey> {
+    objects.iter().filter_map(|m| m.metadata.key()).collect()
+}
+
+/// What a MaasMachine reconcile reads of its MaasCluster's status.
+fn read_by_machines(c: &MaasCluster) -> Option<(&[Condition], Option<&Network>, bool)> {
+    let status = c.status.as_ref()?;
+    Some((&status.conditions, status.network.as_ref(), status.ready))
+}
+
+/// What the MaasCluster reconcile (the DNS record) reads of a MaasMachine.
+fn read_by_cluster(m: &MaasMachine) -> (Option<&str>, bool, &[MachineAddress], bool) {
+    let status = m.status.as_ref();
+    (
+        status.and_then(|s| s.machine_state.as_deref()),
+        status.is_some_and(|s| s.machine_powered),
+        status.map_or(&[], |s| s.addresses.as_slice()),
+        m.metadata.is_being_deleted(),
+    )
 }
 
 /// MaasCluster: itself on spec/metadata changes; its MaasMachines when
 /// what they read from it changed (DNS name, API availability, readiness).
-pub fn on_maas_cluster(event: &Event, caches: Option<&Caches>) -> Keys {
+pub fn on_maas_cluster(event: &Event<MaasCluster>, caches: &Caches) -> Keys {
     let mut keys = Keys::default();
     let obj = event.object();
     let (own, dependents) = match event {
         Event::Added(_) | Event::Deleted(_) => (true, false),
         Event::Modified { old, new } => (
-            spec_or_meta_changed(old, new),
-            changed_at(
-                old,
-                new,
-                &["/status/conditions", "/status/network", "/status/ready"],
-            ),
+            spec_or_meta_changed(&old.metadata, &new.metadata),
+            read_by_machines(old) != read_by_machines(new),
         ),
     };
     if own {
-        keys.maas_clusters.extend(key_of(obj));
+        keys.maas_clusters.extend(obj.metadata.key());
     }
-    if let (true, Some(caches), Some(ns)) = (dependents, caches, meta::namespace(obj)) {
-        if let Some(cluster) = meta::label(obj, CLUSTER_NAME_LABEL) {
-            keys.maas_machines = maas_machines_of(caches, ns, cluster);
+    if dependents {
+        if let Some(cluster) = obj.metadata.label(CLUSTER_NAME_LABEL) {
+            keys.maas_machines =
+                keys_of(caches.maas_machines_of_cluster(&obj.metadata.namespace, cluster));
         }
     }
     keys
@@ -101,118 +94,96 @@ pub fn on_maas_cluster(event: &Event, caches: Option<&Caches>) -> Keys {
 /// MaasMachine: itself on spec/metadata changes; for a control-plane
 /// machine also its MaasCluster when its state, power or addresses changed
 /// (the DNS record follows them) or it is created, deleted or deleting.
-pub fn on_maas_machine(event: &Event, caches: Option<&Caches>) -> Keys {
+pub fn on_maas_machine(event: &Event<MaasMachine>, caches: &Caches) -> Keys {
     let mut keys = Keys::default();
     let obj = event.object();
     let (own, cluster_side) = match event {
         Event::Added(_) | Event::Deleted(_) => (true, true),
         Event::Modified { old, new } => (
-            spec_or_meta_changed(old, new),
-            changed_at(
-                old,
-                new,
-                &[
-                    "/status/machineState",
-                    "/status/machinePowered",
-                    "/status/addresses",
-                    "/metadata/deletionTimestamp",
-                ],
-            ),
+            spec_or_meta_changed(&old.metadata, &new.metadata),
+            read_by_cluster(old) != read_by_cluster(new),
         ),
     };
     if own {
-        keys.maas_machines.extend(key_of(obj));
+        keys.maas_machines.extend(obj.metadata.key());
     }
-    let Some(caches) = caches.filter(|_| cluster_side) else {
-        return keys;
-    };
-    if !is_control_plane(obj, caches) {
+    if !cluster_side || !obj.is_control_plane(caches.owner_machine(obj).as_deref()) {
         return keys;
     }
-    if let Some((ns, cluster)) = meta::namespace(obj).zip(meta::label(obj, CLUSTER_NAME_LABEL)) {
-        let cluster = caches.clusters.get(&ObjectKey::new(ns, cluster));
+    if let Some(cluster) = obj.metadata.label(CLUSTER_NAME_LABEL) {
+        let cluster = caches
+            .clusters
+            .get(&ObjectKey::new(&obj.metadata.namespace, cluster));
         keys.maas_clusters
             .extend(cluster.as_deref().and_then(infra_cluster_of));
     }
     keys
 }
 
-/// The MaasMachine or its owner Machine carries the control-plane label
-/// (only the Machine does when no control-plane provider stamps it).
-fn is_control_plane(maas_machine: &Value, caches: &Caches) -> bool {
-    if meta::label(maas_machine, CONTROL_PLANE_LABEL).is_some() {
-        return true;
-    }
-    let Some(ns) = meta::namespace(maas_machine) else {
-        return false;
-    };
-    meta::owner_references(maas_machine)
-        .iter()
-        .filter(|o| o.kind == MACHINE_KIND && o.group() == GROUP)
-        .filter_map(|o| caches.machines.get(&ObjectKey::new(ns, &o.name)))
-        .any(|machine| meta::label(&machine, CONTROL_PLANE_LABEL).is_some())
-}
-
 /// Cluster: its MaasCluster and MaasMachines when pause, infrastructure
 /// readiness, the endpoint or the spec changed.
-pub fn on_cluster(event: &Event, caches: Option<&Caches>) -> Keys {
+pub fn on_cluster(event: &Event<Cluster>, caches: &Caches) -> Keys {
     let mut keys = Keys::default();
     let obj = event.object();
     let relevant = match event {
         Event::Added(_) | Event::Deleted(_) => true,
         Event::Modified { old, new } => {
-            spec_or_meta_changed(old, new)
-                || changed_at(
-                    old,
-                    new,
-                    &[
-                        "/spec/paused",
-                        "/status/initialization/infrastructureProvisioned",
-                        "/status/infrastructureReady",
-                    ],
+            let read = |c: &Cluster| {
+                (
+                    c.spec.paused,
+                    c.status
+                        .initialization
+                        .as_ref()
+                        .and_then(|i| i.infrastructure_provisioned),
+                    c.status.infrastructure_ready,
                 )
+            };
+            spec_or_meta_changed(&old.metadata, &new.metadata) || read(old) != read(new)
         }
     };
     if !relevant {
         return keys;
     }
     keys.maas_clusters.extend(infra_cluster_of(obj));
-    if let (Some(caches), Some(ns), Some(name)) = (caches, meta::namespace(obj), meta::name(obj)) {
-        keys.maas_machines = maas_machines_of(caches, ns, name);
+    if !obj.metadata.name.is_empty() {
+        keys.maas_machines =
+            keys_of(caches.maas_machines_of_cluster(&obj.metadata.namespace, &obj.metadata.name));
     }
     keys
 }
 
 /// Machine: its MaasMachine (`spec.infrastructureRef`) when the spec (e.g.
 /// the bootstrap data Secret) or metadata changed.
-pub fn on_machine(event: &Event) -> Keys {
+pub fn on_machine(event: &Event<Machine>) -> Keys {
     let mut keys = Keys::default();
     let obj = event.object();
     let relevant = match event {
         Event::Added(_) | Event::Deleted(_) => true,
-        Event::Modified { old, new } => spec_or_meta_changed(old, new),
+        Event::Modified { old, new } => spec_or_meta_changed(&old.metadata, &new.metadata),
     };
-    let r = &obj["spec"]["infrastructureRef"];
-    if relevant && r["kind"].as_str() == Some(crate::api::maas_machine::KIND) {
-        if let (Some(ns), Some(name)) = (meta::namespace(obj), r["name"].as_str()) {
-            keys.maas_machines.push(ObjectKey::new(ns, name));
-        }
+    let infra = obj.spec.infrastructure_ref.as_ref();
+    if let Some(r) = infra.filter(|r| relevant && r.kind == maas_machine::KIND) {
+        keys.maas_machines
+            .extend(ObjectKey::from_parts(&obj.metadata.namespace, &r.name));
     }
     keys
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use serde_json::json;
+    use serde::de::DeserializeOwned;
+    use serde_json::{json, Value};
 
     use super::*;
 
-    fn modified(old: Value, new: Value) -> Event {
+    fn typed<T: DeserializeOwned>(v: Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    fn modified<T: DeserializeOwned>(old: Value, new: Value) -> Event<T> {
         Event::Modified {
-            old: Arc::new(old),
-            new: Arc::new(new),
+            old: typed(old),
+            new: typed(new),
         }
     }
 
@@ -227,28 +198,26 @@ mod tests {
         let keys = on_maas_machine(
             &modified(
                 mm("1", json!({"conditions": []})),
-                mm("2", json!({"conditions": [{"type": "Ready"}]})),
+                mm(
+                    "2",
+                    json!({"conditions": [{"type": "Ready", "status": "True"}]}),
+                ),
             ),
-            None,
+            &Caches::new(),
         );
         assert_eq!(keys, Keys::default());
     }
 
     #[test]
     fn control_plane_state_changes_requeue_the_cluster() {
-        let caches = Caches {
-            clusters: crate::runtime::Store::new(),
-            machines: crate::runtime::Store::new(),
-            maas_clusters: crate::runtime::Store::new(),
-            maas_machines: crate::runtime::Store::new(),
-        };
+        let caches = Caches::new();
         let event = modified(
             mm("1", json!({"machinePowered": true})),
             mm("2", json!({"machinePowered": false})),
         );
         // Without the Cluster in the cache we cannot tell which MaasCluster.
-        assert_eq!(on_maas_machine(&event, Some(&caches)), Keys::default());
-        let keys = on_maas_machine(&Event::Deleted(Arc::new(mm("3", json!({})))), None);
+        assert_eq!(on_maas_machine(&event, &caches), Keys::default());
+        let keys = on_maas_machine(&Event::Deleted(typed(mm("3", json!({})))), &caches);
         assert_eq!(keys.maas_machines, vec![ObjectKey::new("ns", "m1")]);
     }
 
@@ -280,12 +249,16 @@ mod tests {
                    "spec": {"paused": paused, "infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}},
                    "status": {"initialization": {"infrastructureProvisioned": ready}, "phase": "x"}})
         };
-        let keys = on_cluster(&modified(cluster(false, false), cluster(false, true)), None);
+        let caches = Caches::new();
+        let keys = on_cluster(
+            &modified(cluster(false, false), cluster(false, true)),
+            &caches,
+        );
         assert_eq!(keys.maas_clusters, vec![ObjectKey::new("ns", "mc1")]);
         let mut churn = cluster(false, true);
         churn["status"]["phase"] = json!("Provisioned");
         assert_eq!(
-            on_cluster(&modified(cluster(false, true), churn), None),
+            on_cluster(&modified(cluster(false, true), churn), &caches),
             Keys::default()
         );
     }
@@ -293,49 +266,45 @@ mod tests {
 
 #[cfg(test)]
 mod realistic {
-    use std::sync::Arc;
-
-    use serde_json::json;
+    use serde::de::DeserializeOwned;
+    use serde_json::{json, Value};
 
     use super::*;
-    use crate::runtime::Store;
+
+    fn typed<T: DeserializeOwned>(v: Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
 
     #[test]
     fn control_plane_status_change_enqueues_its_maas_cluster() {
-        let caches = Caches {
-            clusters: Store::new(),
-            machines: Store::new(),
-            maas_clusters: Store::new(),
-            maas_machines: Store::new(),
-        };
+        let caches = Caches::new();
         let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c1", "namespace": "ns", "generation": 2},
             "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "c1"}}});
-        caches.clusters.upsert(ObjectKey::new("ns", "c1"), &cluster);
+        caches
+            .clusters
+            .upsert(ObjectKey::new("ns", "c1"), typed(cluster));
         let mm = |state: &str| {
             json!({"metadata": {"name": "c1-cp-0", "namespace": "ns", "generation": 1,
                                 "labels": {"cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/cluster-name": "c1"}},
                    "status": {"machineState": state}})
         };
         let event = Event::Modified {
-            old: Arc::new(mm("Deploying")),
-            new: Arc::new(mm("Deployed")),
+            old: typed(mm("Deploying")),
+            new: typed(mm("Deployed")),
         };
-        let keys = on_maas_machine(&event, Some(&caches));
+        let keys = on_maas_machine(&event, &caches);
         assert_eq!(keys.maas_clusters, vec![ObjectKey::new("ns", "c1")]);
     }
 
     #[test]
     fn a_control_plane_label_on_the_owner_machine_counts() {
-        let caches = Caches {
-            clusters: Store::new(),
-            machines: Store::new(),
-            maas_clusters: Store::new(),
-            maas_machines: Store::new(),
-        };
+        let caches = Caches::new();
         let cluster = json!({"metadata": {"name": "c1", "namespace": "ns"},
             "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}});
-        caches.clusters.upsert(ObjectKey::new("ns", "c1"), &cluster);
+        caches
+            .clusters
+            .upsert(ObjectKey::new("ns", "c1"), typed(cluster));
         let mm = |state: &str| {
             json!({"metadata": {"name": "m1", "namespace": "ns",
                                 "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
@@ -343,18 +312,20 @@ mod realistic {
                    "status": {"machineState": state}})
         };
         let event = Event::Modified {
-            old: Arc::new(mm("Deploying")),
-            new: Arc::new(mm("Deployed")),
+            old: typed(mm("Deploying")),
+            new: typed(mm("Deployed")),
         };
         assert_eq!(
-            on_maas_machine(&event, Some(&caches)),
+            on_maas_machine(&event, &caches),
             Keys::default(),
             "a worker"
         );
         let machine = json!({"metadata": {"name": "m1", "namespace": "ns", "labels": {"cluster.x-k8s.io/control-plane": ""}}});
-        caches.machines.upsert(ObjectKey::new("ns", "m1"), &machine);
+        caches
+            .machines
+            .upsert(ObjectKey::new("ns", "m1"), typed(machine));
         assert_eq!(
-            on_maas_machine(&event, Some(&caches)).maas_clusters,
+            on_maas_machine(&event, &caches).maas_clusters,
             vec![ObjectKey::new("ns", "mc1")]
         );
     }

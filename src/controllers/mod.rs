@@ -1,5 +1,21 @@
-//! The story: the MaasCluster and MaasMachine reconcilers and the workload
-//! API poller. The only layer that joins MAAS and Kubernetes.
+//! The story: the MaasCluster and MaasMachine reconcilers, the workload API
+//! poller, and the wiring that runs them. The only layer that joins MAAS and
+//! Kubernetes.
+//!
+//! Following one watch event to a MAAS call:
+//!
+//! ```text
+//! informer decodes a MaasMachine (api type) ─► caches.maas_machines: Arc<MaasMachine>
+//!   ─► mappers::on_maas_machine(&Event<MaasMachine>, &caches) ─► keys ─► work queue
+//!   ─► worker ─► machine::reconcile(ctx, ns, name): ctx.kube.maas_machine(..) (the same Arc)
+//!   ─► Reconciling<MaasMachine>: steps call ctx.maas (MaasApi → maas::Client), set
+//!      conditions ─► finish(): one status diff patch
+//! ```
+//!
+//! - [`manager`]: starts and stops everything (informers into [`caches`],
+//!   [`mappers`] onto two queues, workers, leader election, api poller).
+//! - `reconciling`: the scaffold both reconcilers share (conditions, events,
+//!   finalizer, guarded patches, the one status write at the end).
 //!
 //! Each reconcile reads its object from the caches, walks the steps of its
 //! story in order (one module per step), and writes only what changed:
@@ -17,33 +33,29 @@
 //!   providerID). Delete: leave DNS, release, drop the finalizer.
 //!
 //! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
-//! them to the real `kube`/`maas` clients and the runtime caches.
+//! them to the real `kube`/`maas` clients and the caches. Errors are the
+//! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
+pub mod adopt;
 pub mod api_poller;
+pub mod caches;
 pub mod cluster;
+pub mod credentials;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
-mod finalizer;
 pub mod identity;
 pub mod machine;
+pub mod manager;
 pub mod mappers;
 pub mod ports;
-mod status;
+mod reconciling;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use error::Error;
-use ports::{ApiWatch, Clock, KubeApi, MaasApi, MachineQueue, WorkloadApi};
-
-/// What a reconcile asks for next (mapped onto the runtime's `Action`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    Done,
-    RequeueAfter(Duration),
-}
+use ports::{ApiWatch, Clock, KubeApi, MaasClients, MachineQueue, WorkloadApi};
 
 /// Behaviour switches from the command line.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +70,8 @@ pub struct Options {
 #[derive(Clone)]
 pub struct Context {
     pub kube: Arc<dyn KubeApi>,
-    pub maas: Arc<dyn MaasApi>,
+    /// Each cluster's MAAS (its `spec.identityRef`, else the controller's).
+    pub maas: Arc<dyn MaasClients>,
     pub workload: Arc<dyn WorkloadApi>,
     pub api_watch: Arc<dyn ApiWatch>,
     /// Wakes MaasMachines waiting on the DNS record when it changes (their
@@ -77,35 +90,4 @@ pub(crate) fn count_action(kind: ports::Kind, reason: &str) {
         "Notable actions and failures of the controllers, by object kind and event reason.",
         &[("kind", kind.as_str()), ("reason", reason)],
     );
-}
-
-impl Context {
-    /// Records an event on one of our objects: logged, sent to the API
-    /// server (de-duplicated there by the recorder) and counted.
-    pub(crate) fn record_event(
-        &self,
-        kind: ports::Kind,
-        meta: &crate::api::ObjectMeta,
-        type_: ports::EventType,
-        reason: &str,
-        message: &str,
-    ) {
-        let target = ports::EventTarget {
-            kind,
-            namespace: meta.namespace.clone(),
-            name: meta.name.clone(),
-            uid: meta.uid.clone(),
-        };
-        let key = format!("{} {}/{}", kind.as_str(), meta.namespace, meta.name);
-        match type_ {
-            ports::EventType::Normal => log::info!("{key}: {reason}: {message}"),
-            ports::EventType::Warning => log::warn!("{key}: {reason}: {message}"),
-        }
-        self.kube.event(&target, type_, reason, message);
-        count_action(kind, reason);
-    }
-
-    pub(crate) fn now_rfc3339(&self) -> String {
-        crate::api::conditions::format_rfc3339(self.clock.now())
-    }
 }

@@ -1,10 +1,15 @@
 //! The small traits the reconcilers talk through, so each step can be tested
-//! against in-memory fakes ([`super::fake`]) and run against the real clients
-//! through thin adapters ([`super::adapters`]).
+//! against in-memory fakes (`controllers::fake`, in tests) and run against
+//! the real clients through thin adapters ([`super::adapters`]).
 //!
 //! - [`MaasApi`]: the MAAS calls the controllers make, nothing more.
+//! - [`MaasClients`]: the [`MaasApi`] of a cluster, with its credentials.
 //! - [`KubeApi`]: reads from the informer caches, per-name Secret GETs, the
 //!   few writes (merge patches of our own objects), events.
+//!
+//! Each port returns its client's own error (`maas::Error`, `kube::Error`),
+//! classified by that error's methods (`is_transient`, `is_not_found`,
+//! `is_conflict`, `is_refused`); fakes build the same errors.
 //! - [`WorkloadApi`]: the workload cluster, reached through its
 //!   `<cluster>-kubeconfig` Secret: a liveness probe and Node providerIDs.
 //! - [`ApiWatch`]: the handle of the one thread that polls workload API
@@ -13,130 +18,58 @@
 //!   reconciler to wake machines waiting on the DNS record.
 //! - [`Clock`]: wall time, fixed in tests.
 
-use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::api::capi::{Cluster, Machine};
-use crate::api::{MaasCluster, MaasMachine};
+use super::credentials::CredentialsError;
+use crate::api::capi::{self, Cluster};
+use crate::api::{IdentityRef, MaasCluster, MaasMachine};
+use crate::kube;
 use crate::maas::{
-    AllocateRequest, BootResource, DeployRequest, DnsResource, Machine as Host, ReleaseRequest,
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
 };
 
-/// How a MAAS call failed, in the terms the reconcilers decide on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MaasFailure {
-    /// 404: the object does not exist (any more).
-    NotFound,
-    /// 409 without Retry-After: a state or constraint conflict, e.g.
-    /// "No available machine matches constraints".
-    Conflict,
-    /// 400: MAAS refused the request (unknown image, zone, tag ...).
-    Rejected,
-    /// 401/403: the API key may not do this.
-    Forbidden,
-    /// Timeouts, connection errors, 5xx, 409 with Retry-After.
-    Unavailable,
-    Other,
-}
-
-impl MaasFailure {
-    /// MAAS answered and said no: repeating the same call will not help
-    /// until something changes (worth a condition, not just a log line).
-    pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            MaasFailure::Conflict
-                | MaasFailure::Rejected
-                | MaasFailure::Forbidden
-                | MaasFailure::NotFound
-        )
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MaasError {
-    pub op: &'static str,
-    pub failure: MaasFailure,
-    /// MAAS's own words (never contains credentials).
-    pub message: String,
-}
-
-impl MaasError {
-    pub fn new(op: &'static str, failure: MaasFailure, message: impl Into<String>) -> MaasError {
-        MaasError {
-            op,
-            failure,
-            message: message.into(),
-        }
-    }
-    pub fn is_not_found(&self) -> bool {
-        self.failure == MaasFailure::NotFound
-    }
-}
-
-impl fmt::Display for MaasError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MAAS {}: {:?}: {}", self.op, self.failure, self.message)
-    }
-}
-
 pub trait MaasApi: Send + Sync {
-    fn machine(&self, system_id: &str) -> Result<Host, MaasError>;
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error>;
     /// Machines whose `agent_name` is exactly this (release clears it).
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<Host>, MaasError>;
-    fn allocate(&self, req: &AllocateRequest) -> Result<Host, MaasError>;
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error>;
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error>;
     /// `PUT machines/<id>/ swap_size=0`.
-    fn disable_swap(&self, system_id: &str) -> Result<(), MaasError>;
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Host, MaasError>;
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), MaasError>;
-    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), MaasError>;
-    fn boot_resources(&self) -> Result<Vec<BootResource>, MaasError>;
-    fn zones(&self) -> Result<Vec<String>, MaasError>;
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, MaasError>;
+    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error>;
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error>;
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error>;
+    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
+    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
+    fn zones(&self) -> Result<Vec<String>, maas::Error>;
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;
     fn create_dns_resource(
         &self,
         fqdn: &str,
         ttl: u32,
         ips: &[String],
-    ) -> Result<DnsResource, MaasError>;
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), MaasError>;
-    fn delete_dns_resource(&self, id: i64) -> Result<(), MaasError>;
+    ) -> Result<DnsResource, maas::Error>;
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error>;
+    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error>;
+    /// Sets one owner data key of a machine we own (MAAS refuses it for
+    /// anyone but the owner); returns the machine as MAAS has it now.
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error>;
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KubeFailure {
-    NotFound,
-    /// 409: stale resourceVersion or already exists.
-    Conflict,
-    Other,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeError {
-    pub op: &'static str,
-    pub failure: KubeFailure,
-    pub message: String,
-}
-
-impl KubeError {
-    pub fn new(op: &'static str, failure: KubeFailure, message: impl Into<String>) -> KubeError {
-        KubeError {
-            op,
-            failure,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for KubeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "kubernetes {}: {:?}: {}",
-            self.op, self.failure, self.message
-        )
-    }
+/// The MAAS of one cluster: reached with its own credentials
+/// (`MaasCluster.spec.identityRef`, a Secret in its namespace) or, without
+/// one, the controller-wide credentials.
+pub trait MaasClients: Send + Sync {
+    fn for_cluster(
+        &self,
+        namespace: &str,
+        identity: Option<&IdentityRef>,
+    ) -> Result<Arc<dyn MaasApi>, CredentialsError>;
 }
 
 /// Our own kinds, the only objects the controllers write.
@@ -171,13 +104,16 @@ pub enum EventType {
 }
 
 pub trait KubeApi: Send + Sync {
-    // Reads, from the informer caches.
-    fn cluster(&self, namespace: &str, name: &str) -> Option<Cluster>;
-    fn machine(&self, namespace: &str, name: &str) -> Option<Machine>;
-    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<MaasCluster>;
-    fn maas_machine(&self, namespace: &str, name: &str) -> Option<MaasMachine>;
-    /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`.
-    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<MaasMachine>;
+    // Reads, from the informer caches: the cached objects themselves.
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>>;
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>>;
+    fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>>;
+    /// Every MaasCluster this controller watches.
+    fn maas_clusters(&self) -> Vec<Arc<MaasCluster>>;
+    fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>>;
+    /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`,
+    /// by name.
+    fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>>;
 
     /// One key of one Secret, by a direct GET (Secrets are never cached).
     /// `Ok(None)` when the Secret or the key does not exist.
@@ -186,7 +122,7 @@ pub trait KubeApi: Send + Sync {
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Option<Vec<u8>>, KubeError>;
+    ) -> Result<Option<Vec<u8>>, kube::Error>;
 
     /// JSON merge patch of the object (metadata, spec). A patch carrying
     /// `metadata.resourceVersion` fails with `Conflict` if the object changed.
@@ -197,7 +133,7 @@ pub trait KubeApi: Send + Sync {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError>;
+    ) -> Result<String, kube::Error>;
     /// JSON merge patch of the status subresource; returns the new resourceVersion.
     fn patch_status(
         &self,
@@ -205,7 +141,7 @@ pub trait KubeApi: Send + Sync {
         namespace: &str,
         name: &str,
         patch: &Value,
-    ) -> Result<String, KubeError>;
+    ) -> Result<String, kube::Error>;
 
     /// Records a core/v1 Event; failures are logged, never returned.
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str);
@@ -220,24 +156,25 @@ pub struct NodeInfo {
 
 /// The workload cluster of `<namespace>/<cluster>`, reached with the
 /// kubeconfig in Secret `<cluster>-kubeconfig` (re-read on every call: the
-/// control plane rotates its client certificate). Errors are plain text:
-/// the callers only report them.
+/// control plane rotates its client certificate). It is a Kubernetes API,
+/// so its errors are `kube::Error`s: an unusable Secret or kubeconfig is a
+/// `Config` error, the rest are what the workload API server answered.
 pub trait WorkloadApi: Send + Sync {
     /// Does the API server answer (with a short timeout)?
-    fn probe(&self, namespace: &str, cluster: &str) -> Result<(), String>;
+    fn probe(&self, namespace: &str, cluster: &str) -> Result<(), kube::Error>;
     fn node(
         &self,
         namespace: &str,
         cluster: &str,
         node_name: &str,
-    ) -> Result<Option<NodeInfo>, String>;
+    ) -> Result<Option<NodeInfo>, kube::Error>;
     fn set_node_provider_id(
         &self,
         namespace: &str,
         cluster: &str,
         node_name: &str,
         provider_id: &str,
-    ) -> Result<(), String>;
+    ) -> Result<(), kube::Error>;
 }
 
 /// The API poller seen from the MaasCluster reconciler.

@@ -232,6 +232,30 @@ impl Client {
         }
     }
 
+    /// The same server and credentials over connections of its own, which
+    /// [`close`](Client::close) can cut without touching this client's. For
+    /// a long-lived watch that must stop at once on shutdown.
+    pub fn with_own_connections(&self) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                agent: ureq::Agent::new_with_config(self.inner.agent.config().clone()),
+                server: self.inner.server.clone(),
+                max_object_bytes: self.inner.max_object_bytes,
+                namespace: self.inner.namespace.clone(),
+                auth: self.inner.auth.clone(),
+                token_cache: Mutex::new(None),
+            }),
+            timeout: self.timeout,
+        }
+    }
+
+    /// Closes every connection of this client and of the clones sharing
+    /// them: a request in flight, a watch blocked on a read included, fails
+    /// at once, and later requests fail too.
+    pub fn close(&self) {
+        self.inner.agent.clone().shutdown();
+    }
+
     /// A start-up check of our credentials: who the API server takes us
     /// for, from a SelfSubjectReview (which every authenticated user may
     /// create, Kubernetes 1.28+). `Ok(Some(user))`: authenticated.
@@ -288,25 +312,30 @@ impl Client {
         ns: Option<&str>,
         p: &ListParams,
     ) -> Result<ObjectList, Error> {
-        let (items, resource_version) = self.list_map(r, ns, p, Some)?;
+        let (items, resource_version) = self.list_map(r, ns, p, |mut item: Value| {
+            fill_type(&mut item, r);
+            Some(item)
+        })?;
         Ok(ObjectList {
             items,
             resource_version,
         })
     }
 
-    /// [`list`](Client::list), with each object passed through `f` as its
-    /// page arrives (`None` drops it): a large list then never exists whole
-    /// as `Value`s, only as what `f` keeps (informers keep compact JSON).
-    /// A restart after an expired continue token discards what `f` returned
-    /// so far, so the result is still one snapshot.
-    pub fn list_map<T>(
+    /// [`list`](Client::list), with each object decoded as `T` and passed
+    /// through `f` as its page arrives (`None` drops it): a large list never
+    /// exists whole, only as what `f` keeps (informers keep typed objects;
+    /// `T` may be `Box<RawValue>` to decode each item later). Items are as
+    /// the server sent them: without `apiVersion` and `kind`. A restart
+    /// after an expired continue token discards what `f` returned so far, so
+    /// the result is still one snapshot.
+    pub fn list_map<T: DeserializeOwned, U>(
         &self,
         r: &Resource,
         ns: Option<&str>,
         p: &ListParams,
-        mut f: impl FnMut(Value) -> Option<T>,
-    ) -> Result<(Vec<T>, String), Error> {
+        mut f: impl FnMut(T) -> Option<U>,
+    ) -> Result<(Vec<U>, String), Error> {
         let path = r.path(ns, None, None);
         let mut restarts = 0;
         'restart: loop {
@@ -320,7 +349,7 @@ impl Client {
                 }
                 let page_size = p.limit.unwrap_or(DEFAULT_PAGE_SIZE);
                 let page_limit = limit::list_page_limit(page_size, self.inner.max_object_bytes);
-                let page: ListPage =
+                let page: ListPage<T> =
                     match self.json_limited(Method::GET, path.clone(), query, None, page_limit) {
                         Err(e) if e.is_gone() && continue_token.is_some() => {
                             if restarts >= MAX_LIST_RESTARTS {
@@ -336,10 +365,7 @@ impl Client {
                     page.items
                         .unwrap_or_default()
                         .into_iter()
-                        .filter_map(|mut item| {
-                            fill_type(&mut item, r);
-                            f(item)
-                        }),
+                        .filter_map(&mut f),
                 );
                 match page.metadata.continue_token {
                     Some(token) if !token.is_empty() => continue_token = Some(token),
@@ -352,12 +378,14 @@ impl Client {
     /// Opens a watch. Errors before the first event (including a 410 for an
     /// expired `resource_version`) come back here; later ones from the
     /// stream. The client deadline is `timeout_seconds` plus a margin.
-    pub fn watch(
+    /// Objects are decoded as `T` (`Value`, a typed struct, or
+    /// `Box<RawValue>`).
+    pub fn watch<T: DeserializeOwned>(
         &self,
         r: &Resource,
         ns: Option<&str>,
         p: &WatchParams,
-    ) -> Result<WatchStream, Error> {
+    ) -> Result<WatchStream<T>, Error> {
         let path = r.path(ns, None, None);
         let mut query = selectors(&p.label_selector, &p.field_selector);
         query.push(("watch", "true".to_string()));
@@ -833,11 +861,12 @@ impl Client {
 }
 
 #[derive(Deserialize)]
-struct ListPage {
+#[serde(bound = "T: DeserializeOwned")]
+struct ListPage<T> {
     #[serde(default)]
     metadata: ListMeta,
     #[serde(default)]
-    items: Option<Vec<Value>>,
+    items: Option<Vec<T>>,
 }
 
 #[derive(Deserialize, Default)]

@@ -1,5 +1,7 @@
 //! Raw Kubernetes REST over ureq: config, requests, typed errors, the watch
-//! stream. Blocking, no async runtime; objects are `serde_json::Value`.
+//! stream. Blocking, no async runtime; objects are `serde_json::Value`,
+//! except where the caller asks for its own type (list pages and watch
+//! events decode straight into any `T: DeserializeOwned`).
 //!
 //! ```text
 //! config.rs     Config: kubeconfig (file or bytes) or in-cluster service account
@@ -9,6 +11,7 @@
 //! limit.rs      response size limits (per call, per watch event)
 //! resources.rs  Resource (group/version/plural) + constants, URL paths
 //! meta.rs       metadata readers for serde_json::Value objects
+//! time.rs       metav1.Time / MicroTime formatting and RFC 3339 reading
 //! ```
 //!
 //! # API
@@ -25,13 +28,15 @@
 //!
 //! Client::new(Config) -> Result<Client>     Clone + Send + Sync, shares one ureq Agent
 //! client.with_timeout(Duration) -> Client   same connections, other per-request deadline
+//! client.with_own_connections() -> Client   same server and credentials, its own connections
+//! client.close()                            cuts those connections: a blocked watch returns at once
 //! client.default_namespace() / server()
 //! get(r, ns, name)                          -> Value
 //! list(r, ns, &ListParams)                  -> ObjectList { items, resource_version }
 //!                                              (all pages; 410 on continue => relist)
-//! list_map(r, ns, &ListParams, f)           -> (Vec<T>, resource_version), each item
-//!                                              through `f` as its page arrives
-//! watch(r, ns, &WatchParams)                -> WatchStream: Iterator<Item = Result<WatchEvent>>
+//! list_map(r, ns, &ListParams, f)           -> (Vec<U>, resource_version), each item decoded
+//!                                              as T and passed through `f` as its page arrives
+//! watch::<T>(r, ns, &WatchParams)           -> WatchStream<T>: Iterator<Item = Result<WatchEvent<T>>>
 //! create(r, ns, &obj) / replace(r, ns, name, &obj)
 //! create_subresource(r, ns, name, "token", &obj)   e.g. TokenRequest
 //! patch_merge / patch_status_merge (r, ns, name, &patch)
@@ -77,6 +82,10 @@
 //! }
 //! ```
 //!
+//! The informer itself lists and watches `Box<RawValue>` items and decodes
+//! each into its typed object once (an object that does not decode is
+//! skipped, not the whole page or stream).
+//!
 //! # Limits
 //!
 //! Every body read is capped by what that call can return, counted after
@@ -86,7 +95,8 @@
 //! the server and the limit (see `limit.rs`).
 //!
 //! The watch's client-side deadline is `timeout_seconds` + 15 s, so a
-//! silent connection cannot hang the thread for longer than that.
+//! silent connection cannot hang the thread for longer than that; `close()`
+//! ends it at once.
 
 mod client;
 mod config;
@@ -94,6 +104,7 @@ mod error;
 mod limit;
 pub mod meta;
 pub mod resources;
+pub mod time;
 mod watch;
 
 pub use client::{Client, ListParams, ObjectList, Propagation, WatchParams, DEFAULT_PAGE_SIZE};

@@ -6,6 +6,10 @@
 //! newlines: each `next()` reads exactly one event from the socket and never
 //! buffers the stream.
 //!
+//! Each object is decoded straight into the caller's type `T` (a typed
+//! struct, `serde_json::Value`, or `Box<RawValue>` to decode later), from
+//! the event's own bytes: there is no intermediate `Value`.
+//!
 //! The stream ends (`None`) when the server closes the body, normally at
 //! `timeoutSeconds`; the caller then watches again from the last
 //! resourceVersion it saw. After the first `Err` the stream is finished:
@@ -14,19 +18,21 @@
 
 use std::io::{BufReader, Read};
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{self, Error, Status};
 use super::limit::EventMark;
 
-/// One change to a watched object.
+/// One change to a watched object, decoded as `T`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WatchEvent {
-    Added(Value),
-    Modified(Value),
+pub enum WatchEvent<T = Value> {
+    Added(T),
+    Modified(T),
     /// The object's last state before deletion.
-    Deleted(Value),
+    Deleted(T),
     /// Progress marker: nothing changed, but the collection is now at
     /// `resource_version`; resume from it after the stream ends.
     Bookmark {
@@ -34,7 +40,7 @@ pub enum WatchEvent {
     },
 }
 
-impl WatchEvent {
+impl WatchEvent<Value> {
     /// The resourceVersion to resume from after this event.
     pub fn resource_version(&self) -> Option<&str> {
         match self {
@@ -44,9 +50,11 @@ impl WatchEvent {
             WatchEvent::Bookmark { resource_version } => Some(resource_version),
         }
     }
+}
 
+impl<T> WatchEvent<T> {
     /// The object of an Added/Modified/Deleted event.
-    pub fn object(&self) -> Option<&Value> {
+    pub fn object(&self) -> Option<&T> {
         match self {
             WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
                 Some(obj)
@@ -56,13 +64,33 @@ impl WatchEvent {
     }
 }
 
-/// The wire form of one event.
+/// The wire form of one event; the object is decoded once its type is
+/// known (a Status for ERROR, metadata only for BOOKMARK, `T` otherwise).
 #[derive(Deserialize)]
 struct RawEvent {
     #[serde(rename = "type")]
     event_type: String,
     #[serde(default)]
-    object: Value,
+    object: Option<Box<RawValue>>,
+}
+
+impl RawEvent {
+    fn object_text(&self) -> &str {
+        self.object.as_deref().map_or("null", RawValue::get)
+    }
+}
+
+/// What a BOOKMARK carries.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Bookmark {
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct BookmarkMeta {
+    resource_version: String,
 }
 
 type Events = serde_json::StreamDeserializer<
@@ -72,16 +100,17 @@ type Events = serde_json::StreamDeserializer<
 >;
 
 /// An open watch: an iterator of events, see the module docs.
-pub struct WatchStream {
+pub struct WatchStream<T = Value> {
     /// "GET /apis/...", for error context.
     request: String,
     events: Events,
     /// Told after each event, so that the size limit counts per event.
     mark: EventMark,
     finished: bool,
+    _objects: std::marker::PhantomData<fn() -> T>,
 }
 
-impl std::fmt::Debug for WatchStream {
+impl<T> std::fmt::Debug for WatchStream<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WatchStream")
             .field("request", &self.request)
@@ -90,35 +119,46 @@ impl std::fmt::Debug for WatchStream {
     }
 }
 
-impl WatchStream {
+impl<T: DeserializeOwned> WatchStream<T> {
     /// `body` is held to a size per event by a `limit::PerEventLimit`
     /// that `mark` resets.
-    pub(crate) fn new(request: String, body: Box<dyn Read + Send>, mark: EventMark) -> WatchStream {
+    pub(crate) fn new(
+        request: String,
+        body: Box<dyn Read + Send>,
+        mark: EventMark,
+    ) -> WatchStream<T> {
         let events = serde_json::Deserializer::from_reader(BufReader::new(body)).into_iter();
         WatchStream {
             request,
             events,
             mark,
             finished: false,
+            _objects: std::marker::PhantomData,
         }
     }
 
-    fn decode(&self, raw: RawEvent) -> Result<WatchEvent, Error> {
+    fn decode(&self, raw: RawEvent) -> Result<WatchEvent<T>, Error> {
+        let object = || {
+            serde_json::from_str::<T>(raw.object_text()).map_err(|e| Error::Decode {
+                request: self.request.clone(),
+                message: format!("{} event: {e}", raw.event_type),
+            })
+        };
         match raw.event_type.as_str() {
-            "ADDED" => Ok(WatchEvent::Added(raw.object)),
-            "MODIFIED" => Ok(WatchEvent::Modified(raw.object)),
-            "DELETED" => Ok(WatchEvent::Deleted(raw.object)),
-            "BOOKMARK" => match super::meta::resource_version(&raw.object) {
-                Some(rv) => Ok(WatchEvent::Bookmark {
-                    resource_version: rv.to_string(),
+            "ADDED" => Ok(WatchEvent::Added(object()?)),
+            "MODIFIED" => Ok(WatchEvent::Modified(object()?)),
+            "DELETED" => Ok(WatchEvent::Deleted(object()?)),
+            "BOOKMARK" => match serde_json::from_str::<Bookmark>(raw.object_text()) {
+                Ok(b) if !b.metadata.resource_version.is_empty() => Ok(WatchEvent::Bookmark {
+                    resource_version: b.metadata.resource_version,
                 }),
-                None => Err(Error::Decode {
+                _ => Err(Error::Decode {
                     request: self.request.clone(),
                     message: "BOOKMARK event without metadata.resourceVersion".to_string(),
                 }),
             },
             "ERROR" => {
-                let status: Status = serde_json::from_value(raw.object).unwrap_or_default();
+                let status: Status = serde_json::from_str(raw.object_text()).unwrap_or_default();
                 // A Status without a code still means the watch failed.
                 let code = if status.code == 0 { 500 } else { status.code };
                 Err(error::classify(self.request.clone(), code, status, None))
@@ -131,8 +171,8 @@ impl WatchStream {
     }
 }
 
-impl Iterator for WatchStream {
-    type Item = Result<WatchEvent, Error>;
+impl<T: DeserializeOwned> Iterator for WatchStream<T> {
+    type Item = Result<WatchEvent<T>, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.finished {

@@ -27,6 +27,7 @@ use super::auth::ApiKey;
 use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
+use crate::backoff::Backoff;
 use crate::metrics;
 
 const KIB: u64 = 1024;
@@ -39,9 +40,13 @@ const MIB: u64 = 1024 * KIB;
 /// bring the same body. One machine's JSON is about 18 KiB.
 fn body_limit(op: &str) -> u64 {
     match op {
-        // Filtered in practice (agent_name, hostname, system_id); room for
-        // about 1,800 whole machines.
+        // Filtered by agent_name, hostname or system_id, or (the MAAS
+        // watch) every machine of one owner: room for about 1,800 machines
+        // of real MAAS's 18 KiB (3,500 of the simulator's 9 KiB).
         "machines_list" => 32 * MIB,
+        // At most 1,000 events (`MAX_EVENT_LIMIT`) of a few hundred bytes;
+        // a curtin failure's description can run to a few KiB.
+        "events_query" => 4 * MIB,
         // Small objects, a few hundred bytes to 1 KiB each.
         "dnsresources_list"
         | "domains_list"
@@ -170,6 +175,8 @@ pub enum StartCheck {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Per handle, so that [`Client::with_max_retries`] can share the agent.
+    max_retries: u32,
 }
 
 struct Inner {
@@ -183,7 +190,6 @@ struct Inner {
     key: ApiKey,
     /// Scrubbed from every error: the key's parts and the endpoint's userinfo.
     secrets: Secrets,
-    max_retries: u32,
     /// Only the power query (a test-only call) reads it.
     #[cfg(any(test, feature = "test-api"))]
     timeout: Duration,
@@ -282,10 +288,10 @@ impl Client {
                 request_root: api_root,
                 secrets,
                 key: config.api_key,
-                max_retries: config.max_retries,
                 #[cfg(any(test, feature = "test-api"))]
                 timeout: config.timeout,
             }),
+            max_retries: config.max_retries,
         };
         for warning in client.security_warnings() {
             warn_once(&client.inner.api_root, &warning);
@@ -416,6 +422,16 @@ impl Client {
         })
     }
 
+    /// The same client (one connection pool) making at most `retries`
+    /// retries per call: for a caller with its own retry schedule, such as
+    /// the MAAS watch, which tries again next interval.
+    pub fn with_max_retries(&self, retries: u32) -> Client {
+        Client {
+            inner: Arc::clone(&self.inner),
+            max_retries: retries,
+        }
+    }
+
     /// The user the API key belongs to.
     pub fn whoami(&self) -> Result<User, Error> {
         self.json(Call {
@@ -443,7 +459,7 @@ impl Client {
 
     /// Lists machines matching `filter` (owner data is matched locally).
     pub fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
-        let machines: Vec<Machine> = self.json(Call {
+        let machines: Vec<Machine> = self.json_streamed(Call {
             op: "machines_list",
             method: Method::Get,
             path: "machines/".into(),
@@ -455,6 +471,19 @@ impl Client {
             .into_iter()
             .filter(|m| filter.matches_owner_data(m))
             .collect())
+    }
+
+    /// Every machine `owner` (a MAAS username) holds, whatever its state:
+    /// `GET machines/?owner=` matches the owner's username exactly
+    /// (`owner__username__in`, `FilterNodeForm.NODE_FILTERS` in
+    /// canonical/maas), and MAAS clears the owner on release, so a machine
+    /// released behind our back leaves this list. An unknown username is a
+    /// 400 (`No such owner: '<name>'.`), never an empty list.
+    pub fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error> {
+        self.machines(&MachineFilter {
+            owner: Some(owner.to_owned()),
+            ..MachineFilter::default()
+        })
     }
 
     /// Allocates one machine. Sent at most once (see the module docs): on a
@@ -562,6 +591,28 @@ impl Client {
             .map(|(k, v)| (*k, v.unwrap_or("").to_owned()))
             .collect();
         self.machine_op("set_owner_data", system_id, form, Repeat::Safe)
+    }
+
+    // ---- events ----------------------------------------------------------
+
+    /// `GET events/?op=query`: the machines' event log, **newest first**
+    /// as MAAS answers (also with `after`, where MAAS picks the oldest
+    /// `limit` events after it and then reverses them). Events of machines
+    /// the user may not view are never listed.
+    pub fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            events: Vec<Event>,
+        }
+        let answer: Answer = self.json(Call {
+            op: "events_query",
+            method: Method::Get,
+            path: "events/".into(),
+            query: query.query(),
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        Ok(answer.events)
     }
 
     // ---- DNS -------------------------------------------------------------
@@ -714,23 +765,36 @@ impl Client {
         })
     }
 
+    /// Like [`Client::json`], decoding the body as it arrives: for lists,
+    /// whose text would otherwise be held whole (tens of MiB for a large
+    /// MAAS) next to what is decoded from it.
+    fn json_streamed<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, Error> {
+        self.call_reading(call, read_json)
+    }
+
     /// Sends `call`, retrying transient failures as the module docs say.
     /// Returns the body of a 2xx answer.
     fn call(&self, call: Call<'_>) -> Result<String, Error> {
+        self.call_reading(call, read_text)
+    }
+
+    /// [`Client::call`], with `read` turning a 2xx body into the answer.
+    fn call_reading<T>(&self, call: Call<'_>, read: ReadBody<T>) -> Result<T, Error> {
         let mut attempt = 0;
+        let mut backoff = retry_backoff();
         loop {
             attempt += 1;
-            let err = match self.attempt(&call) {
+            let err = match self.attempt_reading(&call, read) {
                 Ok(body) => return Ok(body),
                 Err(err) => err,
             };
-            if attempt > self.inner.max_retries || !may_retry(&err, call.repeat) {
+            if attempt > self.max_retries || !may_retry(&err, call.repeat) {
                 return Err(err.with_attempts(attempt));
             }
             let delay = err
                 .retry_after()
                 .map(|d| d.min(MAX_RETRY_AFTER))
-                .unwrap_or_else(|| backoff(attempt));
+                .unwrap_or_else(|| backoff.next_delay());
             log::debug!(
                 "MAAS {} failed (attempt {attempt}), retrying in {delay:?}: {err}",
                 call.op
@@ -739,8 +803,13 @@ impl Client {
         }
     }
 
-    /// One signed HTTP exchange, with metrics.
+    /// One signed HTTP exchange, with metrics; the 2xx body as text.
     fn attempt(&self, call: &Call<'_>) -> Result<String, Error> {
+        self.attempt_reading(call, read_text)
+    }
+
+    /// One signed HTTP exchange, with metrics; `read` reads a 2xx body.
+    fn attempt_reading<T>(&self, call: &Call<'_>, read: ReadBody<T>) -> Result<T, Error> {
         let inner = &self.inner;
         let mut url = format!("{}{}", inner.request_root, call.path);
         if !call.query.is_empty() {
@@ -791,60 +860,54 @@ impl Client {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(Duration::from_secs);
-                let success = (200..300).contains(&status);
-                let limit = if success {
-                    body_limit(call.op)
-                } else {
-                    MAX_ERROR_BODY
-                };
-                match response
-                    .body_mut()
-                    .with_config()
-                    .limit(limit)
-                    .lossy_utf8(!success)
-                    .read_to_string()
-                {
-                    Ok(body) if success => Ok(body),
-                    Ok(body) => {
-                        let body = match (status, location) {
-                            (300..=399, Some(to)) => MaasBody::Text(format!(
-                                "redirected to {to}; check the MAAS endpoint (scheme, host, /MAAS path)"
-                            )),
-                            _ => MaasBody::parse(&body),
-                        };
-                        Err(Error::status(call.op, status, body, retry_after))
-                    }
-                    Err(ureq::Error::BodyExceedsLimit(_)) if success => Err(Error::new(
-                        call.op,
-                        ErrorKind::Decode,
-                        format!(
-                            "{} sent more than {} MiB (after decompression) in answer to {}, \
-                             more than that call can return; not read further, not retried",
-                            inner.api_root,
-                            limit / MIB,
-                            call.op
-                        ),
-                    )),
-                    Err(ureq::Error::BodyExceedsLimit(_)) => Err(Error::status(
-                        call.op,
-                        status,
-                        MaasBody::Text(format!(
-                            "(error body from {} larger than {} KiB, not read)",
-                            inner.api_root,
-                            MAX_ERROR_BODY / KIB
-                        )),
-                        retry_after,
-                    )),
-                    // Not UTF-8, or a corrupt gzip stream: MAAS answered,
-                    // but not with what we can read.
-                    Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        Err(Error::new(
+                if (200..300).contains(&status) {
+                    let limit = body_limit(call.op);
+                    read(response.body_mut(), limit).map_err(|e| match e {
+                        BodyError::Json(e) => {
+                            Error::new(call.op, ErrorKind::Decode, format!("unexpected JSON ({e})"))
+                        }
+                        BodyError::Read(ureq::Error::BodyExceedsLimit(_)) => Error::new(
                             call.op,
                             ErrorKind::Decode,
-                            format!("{} sent an unreadable body: {e}", inner.api_root),
-                        ))
+                            format!(
+                                "{} sent more than {} MiB (after decompression) in answer to {}, \
+                                 more than that call can return; not read further, not retried",
+                                inner.api_root,
+                                limit / MIB,
+                                call.op
+                            ),
+                        ),
+                        BodyError::Read(e) => body_read_error(call.op, &inner.api_root, e),
+                    })
+                } else {
+                    match response
+                        .body_mut()
+                        .with_config()
+                        .limit(MAX_ERROR_BODY)
+                        .lossy_utf8(true)
+                        .read_to_string()
+                    {
+                        Ok(body) => {
+                            let body = match (status, location) {
+                                (300..=399, Some(to)) => MaasBody::Text(format!(
+                                    "redirected to {to}; check the MAAS endpoint (scheme, host, /MAAS path)"
+                                )),
+                                _ => MaasBody::parse(&body),
+                            };
+                            Err(Error::status(call.op, status, body, retry_after))
+                        }
+                        Err(ureq::Error::BodyExceedsLimit(_)) => Err(Error::status(
+                            call.op,
+                            status,
+                            MaasBody::Text(format!(
+                                "(error body from {} larger than {} KiB, not read)",
+                                inner.api_root,
+                                MAX_ERROR_BODY / KIB
+                            )),
+                            retry_after,
+                        )),
+                        Err(e) => Err(body_read_error(call.op, &inner.api_root, e)),
                     }
-                    Err(e) => Err(transport_error(call.op, e)),
                 }
             }
             Err(e) => Err(transport_error(call.op, e)),
@@ -874,6 +937,58 @@ impl Client {
             call.path
         );
         outcome.map_err(|e| e.scrubbed(&inner.secrets))
+    }
+}
+
+/// How [`Client::attempt_reading`] turns a 2xx body (read up to the limit
+/// given) into an answer.
+type ReadBody<T> = fn(&mut ureq::Body, u64) -> Result<T, BodyError>;
+
+/// Why a 2xx body could not be read.
+enum BodyError {
+    /// The transfer failed, or the body is over the limit.
+    Read(ureq::Error),
+    /// It arrived, but is not the JSON expected.
+    Json(serde_json::Error),
+}
+
+fn read_text(body: &mut ureq::Body, limit: u64) -> Result<String, BodyError> {
+    body.with_config()
+        .limit(limit)
+        .lossy_utf8(false)
+        .read_to_string()
+        .map_err(BodyError::Read)
+}
+
+/// Decodes the body as it arrives, through a small buffer.
+fn read_json<T: DeserializeOwned>(body: &mut ureq::Body, limit: u64) -> Result<T, BodyError> {
+    let reader = std::io::BufReader::with_capacity(
+        64 * KIB as usize,
+        body.with_config().limit(limit).reader(),
+    );
+    serde_json::from_reader(reader).map_err(|e| {
+        if e.is_io() {
+            // ureq's own error (over the limit, timeout) travels wrapped in
+            // the io::Error; `From` unwraps it.
+            BodyError::Read(ureq::Error::from(std::io::Error::from(e)))
+        } else {
+            BodyError::Json(e)
+        }
+    })
+}
+
+/// Classifies a failure to read an answer's body. The caller scrubs the
+/// text.
+fn body_read_error(op: &'static str, api_root: &str, e: ureq::Error) -> Error {
+    match e {
+        // Not UTF-8, or a corrupt gzip stream: MAAS answered, but not with
+        // what we can read.
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => Error::new(
+            op,
+            ErrorKind::Decode,
+            format!("{api_root} sent an unreadable body: {e}"),
+        ),
+        e => transport_error(op, e),
     }
 }
 
@@ -924,16 +1039,8 @@ fn may_retry(err: &Error, repeat: Repeat) -> bool {
 
 /// 200 ms, 400 ms, 800 ms ... capped at 5 s, with ±25 % jitter so that many
 /// workers do not retry in lockstep.
-fn backoff(attempt: u32) -> Duration {
-    let exp = BASE_BACKOFF.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-    let capped = exp.min(MAX_BACKOFF);
-    let mut byte = [0u8; 1];
-    let jitter = if getrandom::getrandom(&mut byte).is_ok() {
-        f64::from(byte[0]) / 255.0 * 0.5 + 0.75
-    } else {
-        1.0
-    };
-    capped.mul_f64(jitter)
+fn retry_backoff() -> Backoff {
+    Backoff::new(BASE_BACKOFF, MAX_BACKOFF).with_jitter(0.75, 1.25)
 }
 
 /// Classifies a failure to get an answer. The caller scrubs the text.
@@ -1044,6 +1151,14 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
+        let backoff = |attempt| {
+            let mut b = retry_backoff();
+            let mut delay = b.next_delay();
+            for _ in 1..attempt {
+                delay = b.next_delay();
+            }
+            delay
+        };
         assert!(backoff(1) <= Duration::from_millis(250));
         assert!(backoff(3) >= Duration::from_millis(600));
         assert!(backoff(30) <= Duration::from_millis(6250));

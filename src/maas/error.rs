@@ -3,8 +3,9 @@
 //! Every error says which operation failed and, when MAAS answered, carries
 //! the status and MAAS's body (text, or the JSON field errors of a form
 //! validation). Callers decide with [`Error::is_transient`],
-//! [`Error::is_not_found`], [`Error::is_conflict`] rather than by matching
-//! message text, which MAAS has changed between releases.
+//! [`Error::is_not_found`], [`Error::is_conflict`], [`Error::is_refused`]
+//! rather than by matching message text, which MAAS has changed between
+//! releases.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -223,6 +224,17 @@ impl Error {
         self.status == Some(400)
     }
 
+    /// MAAS answered and said no (400, 401, 403, 404, a permanent 409):
+    /// repeating the same call will not help until something changes, so
+    /// it is worth a condition, not just a log line.
+    pub fn is_refused(&self) -> bool {
+        self.is_bad_request()
+            || self.is_unauthorized()
+            || self.is_forbidden()
+            || self.is_not_found()
+            || self.is_conflict()
+    }
+
     /// A one-line human message without the operation prefix: MAAS's body,
     /// or the transport detail.
     pub fn message(&self) -> String {
@@ -399,7 +411,11 @@ mod tests {
         assert!(e(409, None).is_conflict());
         for s in [400, 401, 403, 404] {
             assert!(!e(s, None).is_transient(), "{s}");
+            assert!(e(s, None).is_refused(), "{s}");
         }
+        assert!(e(409, None).is_refused());
+        assert!(!e(409, Some(5)).is_refused() && !e(503, None).is_refused());
+        assert!(!Error::new("x", ErrorKind::Timeout, "t").is_refused());
         assert!(e(404, None).is_not_found());
         assert!(Error::new("x", ErrorKind::Connect, "refused").is_transient());
         assert!(Error::new("x", ErrorKind::Timeout, "t").is_transient());

@@ -12,8 +12,11 @@
 //! client.start_check() -> StartCheck::{Ready(User) | Unreachable(Error) | Refused(message)}
 //! client.recheck_until_ready(report, &stop) -> Option<StartCheck>   // backoff while Unreachable
 //! client.whoami() -> Result<User, Error>
+//! client.with_max_retries(n) -> Client                      // same pool, own retry count
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
+//! client.machines_owned_by(username) -> Result<Vec<Machine>, Error>    // every state
+//! client.events(&EventQuery { system_ids, after, level, limit }) -> Result<Vec<Event>, Error>  // newest first
 //! client.allocate(&AllocateRequest) -> Result<Machine, Error>          // at most once
 //! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once
 //! client.release(system_id, &ReleaseRequest) -> Result<Machine, Error>
@@ -32,10 +35,14 @@
 //! client.check_image(image) -> Result<ImageCheck, Error>
 //! check_image(image, &[BootResource]) -> ImageCheck { exists, canonical, closest }
 //!
+//! machine.identity() -> Option<&str>        // owner data IDENTITY_KEY, when a capmaas identity
+//!
+//! watch::MaasWatch::spawn(WatchConfig, handler, stop) -> MaasWatch     // see [`watch`]
+//!
 //! Error: op(), kind() (Config|Connect|Timeout|Transport|Tls|Status|Decode), http_status(),
 //!        body() (MaasBody::Empty|Text|FieldErrors), retry_after(), attempts(), message(),
 //!        is_transient(), is_not_found(), is_conflict(), is_unauthorized(), is_forbidden(),
-//!        is_bad_request()
+//!        is_bad_request(), is_refused() (any of the five before: MAAS said no)
 //! ```
 //!
 //! Secrets: every error (and so every condition, Event and log line built
@@ -59,6 +66,7 @@ mod error;
 mod form;
 pub mod image;
 mod types;
+pub mod watch;
 
 pub use auth::{ApiKey, InvalidApiKey};
 pub use client::{Client, ClientConfig, StartCheck};

@@ -43,6 +43,16 @@ pub enum MachineStatus {
 }
 
 impl MachineStatus {
+    /// Held by a user from allocation until a release starts: the states
+    /// a deployment goes through, a failed one included.
+    pub fn is_allocated(&self) -> bool {
+        use MachineStatus::*;
+        matches!(
+            self,
+            Allocated | Deploying | Deployed | FailedDeployment | RescueMode
+        )
+    }
+
     /// From MAAS's numeric `status`.
     pub fn from_code(code: i64) -> Option<MachineStatus> {
         use MachineStatus::*;
@@ -487,6 +497,162 @@ pub struct User {
     pub is_superuser: bool,
 }
 
+/// The owner data key under which capmaas records a machine's identity
+/// (`capmaas/<namespace>/<name>/<nonce>`; MAAS allows keys matching
+/// `[\w.-]+`). MAAS shows owner data in every machine JSON and clears it on
+/// release, so a list tells which machines carry an identity at no extra
+/// call.
+pub const IDENTITY_KEY: &str = "capmaas-identity";
+
+/// The prefix of every identity capmaas writes under [`IDENTITY_KEY`].
+pub const IDENTITY_PREFIX: &str = "capmaas/";
+
+impl Machine {
+    /// The capmaas identity in the owner data, when it carries one.
+    pub fn identity(&self) -> Option<&str> {
+        self.owner_data
+            .get(IDENTITY_KEY)
+            .map(String::as_str)
+            .filter(|id| id.starts_with(IDENTITY_PREFIX))
+    }
+}
+
+/// The level of a MAAS event (Python logging levels, plus AUDIT below
+/// DEBUG; `LOGGING_LEVELS` in canonical/maas
+/// `src/maasserver/models/eventtype.py`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventLevel {
+    Audit,
+    Debug,
+    Info,
+    Warning,
+    Error,
+    Critical,
+    /// A level this client does not know: MAAS's name.
+    Other(String),
+}
+
+impl EventLevel {
+    pub fn parse(name: &str) -> EventLevel {
+        match name {
+            "AUDIT" => EventLevel::Audit,
+            "DEBUG" => EventLevel::Debug,
+            "INFO" => EventLevel::Info,
+            "WARNING" => EventLevel::Warning,
+            "ERROR" => EventLevel::Error,
+            "CRITICAL" => EventLevel::Critical,
+            other => EventLevel::Other(other.to_owned()),
+        }
+    }
+
+    /// MAAS's name, as `level=` takes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EventLevel::Audit => "AUDIT",
+            EventLevel::Debug => "DEBUG",
+            EventLevel::Info => "INFO",
+            EventLevel::Warning => "WARNING",
+            EventLevel::Error => "ERROR",
+            EventLevel::Critical => "CRITICAL",
+            EventLevel::Other(name) => name,
+        }
+    }
+
+    /// WARNING and above: what deserves a Warning where it is shown.
+    pub fn is_problem(&self) -> bool {
+        matches!(
+            self,
+            EventLevel::Warning | EventLevel::Error | EventLevel::Critical
+        )
+    }
+}
+
+impl fmt::Display for EventLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EventLevel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name: Option<String> = Option::deserialize(d)?;
+        Ok(EventLevel::parse(name.as_deref().unwrap_or("")))
+    }
+}
+
+/// One entry of a machine's event log (`event_to_dict` in canonical/maas
+/// `src/maasserver/api/events.py`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Event {
+    /// Grows with every event MAAS records, over all machines.
+    pub id: i64,
+    /// The machine (`node`).
+    #[serde(rename = "node", default, deserialize_with = "null_as_default")]
+    pub system_id: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub hostname: String,
+    /// Who caused it; `unknown` for MAAS's own events (PXE boot, curtin).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub username: String,
+    pub level: EventLevel,
+    /// As MAAS renders it, second precision, e.g. `Fri, 07 Dec. 2018
+    /// 20:11:08`; kept verbatim (it names no time zone).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub created: String,
+    /// The event type's description, e.g. `Performing PXE boot`.
+    #[serde(rename = "type", default, deserialize_with = "null_as_default")]
+    pub kind: String,
+    /// Details, e.g. `'curtin' curtin command install`; often empty.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub description: String,
+}
+
+impl Event {
+    /// `type - description`, or the type alone: how MAAS itself shows an
+    /// event in a machine's `status_message`.
+    pub fn message(&self) -> String {
+        if self.description.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{} - {}", self.kind, self.description)
+        }
+    }
+}
+
+/// Most events one `events/?op=query` returns (`MAX_EVENT_LOG_COUNT`; MAAS
+/// answers 400 to more).
+pub const MAX_EVENT_LIMIT: u32 = 1000;
+
+/// Parameters of `GET events/?op=query`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only these machines (`id`, repeated); empty = every machine the user
+    /// may view. Each id adds about 10 bytes to the URL: keep a few hundred
+    /// per call.
+    pub system_ids: Vec<String>,
+    /// Only events with a larger id, oldest `limit` of them (MAAS answers
+    /// them newest first all the same). Without it: the newest `limit`.
+    pub after: Option<i64>,
+    /// This level and above; MAAS's default is INFO.
+    pub level: Option<EventLevel>,
+    /// MAAS's default is 100; more than [`MAX_EVENT_LIMIT`] is sent as that.
+    pub limit: Option<u32>,
+}
+
+impl EventQuery {
+    pub(crate) fn query(&self) -> Vec<(&'static str, String)> {
+        let mut q = vec![("op", "query".to_owned())];
+        q.extend(self.system_ids.iter().map(|v| ("id", v.clone())));
+        q.extend(self.level.iter().map(|l| ("level", l.as_str().to_owned())));
+        q.extend(
+            self.limit
+                .map(|l| ("limit", l.clamp(1, MAX_EVENT_LIMIT).to_string())),
+        );
+        q.extend(self.after.map(|a| ("after", a.to_string())));
+        q
+    }
+}
+
 /// Server-side filters for `GET machines/` (each list is OR-ed by MAAS,
 /// except `tags`, which must all be present).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -771,6 +937,75 @@ mod tests {
         assert_eq!(m.power_state, PowerState::On);
         assert_eq!(m.owner_data["a"], "b");
         assert_eq!(m.memory, 4096);
+    }
+
+    #[test]
+    fn events_parse_as_maas_renders_them() {
+        // `event_to_dict`: a curtin failure, and a system event whose node
+        // and description MAAS may send as null.
+        let events: Vec<Event> = serde_json::from_str(
+            r#"[{"username": "unknown", "node": "7xtf67", "hostname": "node-1", "id": 1667,
+                 "level": "ERROR", "created": "Fri, 07 Dec. 2018 20:11:08",
+                 "type": "Node installation failure",
+                 "description": "'curtin' curtin command install"},
+                {"username": "admin", "node": null, "hostname": "node-2", "id": 12,
+                 "level": "NOTICE", "created": "Fri, 07 Dec. 2018 20:11:09",
+                 "type": "Deployed", "description": null}]"#,
+        )
+        .unwrap();
+        assert_eq!(events[0].id, 1667);
+        assert_eq!(events[0].system_id, "7xtf67");
+        assert_eq!(events[0].level, EventLevel::Error);
+        assert!(events[0].level.is_problem());
+        assert_eq!(
+            events[0].message(),
+            "Node installation failure - 'curtin' curtin command install"
+        );
+        assert_eq!(events[1].system_id, "");
+        assert_eq!(events[1].level, EventLevel::Other("NOTICE".into()));
+        assert_eq!(events[1].message(), "Deployed");
+        let missing: Event = serde_json::from_str(r#"{"id": 3}"#).unwrap();
+        assert_eq!(missing.level, EventLevel::Other(String::new()));
+        assert!(
+            serde_json::from_str::<Event>(r#"{"node": "x"}"#).is_err(),
+            "an event has an id"
+        );
+    }
+
+    #[test]
+    fn event_query_repeats_ids_and_caps_the_limit() {
+        let query = EventQuery {
+            system_ids: vec!["a".into(), "b".into()],
+            after: Some(41),
+            level: Some(EventLevel::Debug),
+            limit: Some(5000),
+        };
+        assert_eq!(
+            query.query(),
+            vec![
+                ("op", "query".to_owned()),
+                ("id", "a".into()),
+                ("id", "b".into()),
+                ("level", "DEBUG".into()),
+                ("limit", "1000".into()),
+                ("after", "41".into()),
+            ]
+        );
+        assert_eq!(
+            EventQuery::default().query(),
+            vec![("op", "query".to_owned())]
+        );
+    }
+
+    #[test]
+    fn identity_is_read_from_owner_data_only_when_it_is_capmaas_s() {
+        let mut m = Machine::default();
+        assert_eq!(m.identity(), None);
+        m.owner_data.insert(IDENTITY_KEY.into(), "juju/x".into());
+        assert_eq!(m.identity(), None);
+        m.owner_data
+            .insert(IDENTITY_KEY.into(), "capmaas/ns/mm/uid".into());
+        assert_eq!(m.identity(), Some("capmaas/ns/mm/uid"));
     }
 
     /// Issue 12 item 4: the derived Debug printed the user data, whose

@@ -1,95 +1,90 @@
-//! The shared cache of one watched kind, filled by its informer.
+//! The shared cache of one watched kind: `namespace/name → Arc<T>`.
 //!
-//! Reconcilers read from here instead of the API server.
+//! A store is created first and then handed to the informer that fills it
+//! and to everyone who reads it (mappers, reconcilers), so nothing has to
+//! wait for an informer to exist before it can hold the store. Reconcilers
+//! read from here instead of the API server.
 //!
-//! Objects are held as compact JSON text and decoded on every read: a
-//! `serde_json::Value` costs about 6× its JSON (one B-tree node, ~600 bytes,
-//! for every JSON object, however small), the text about 1×, and memory is
-//! the budget here (BENCHMARKS.md "Memory"), while a read costs microseconds
-//! per object. Each reader gets its own `Arc<Value>`; nothing it does
-//! changes the cache.
-//!
-//! To keep memory near the budget, objects are stored with
-//! `metadata.managedFields` and the `kubectl.kubernetes.io/last-applied-configuration`
-//! annotation removed: both are often larger than the rest of the object and
-//! no controller reads them. Informer transforms cut them further.
+//! Objects are held as the caller's type `T`, decoded once by the informer
+//! (see [`Object`](super::Object)); a read hands out the same `Arc<T>`, so
+//! reading costs a pointer copy and nothing a reader does changes the cache.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::ObjectKey;
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A read-mostly map `namespace/name → object` for one kind.
 ///
 /// Cheap to clone; all clones share the same map. Written only by the
-/// informer that owns it.
-#[derive(Clone, Default)]
-pub struct Store {
-    inner: Arc<Inner>,
+/// informer it is handed to.
+pub struct Store<T> {
+    inner: Arc<Inner<T>>,
 }
 
-#[derive(Default)]
-struct Inner {
-    objects: RwLock<HashMap<ObjectKey, Encoded>>,
+struct Inner<T> {
+    objects: RwLock<HashMap<ObjectKey, Arc<T>>>,
     synced: AtomicBool,
     /// Paired with `synced_signal` so waiters sleep instead of polling.
     synced_lock: Mutex<()>,
     synced_signal: Condvar,
 }
 
-impl Store {
+impl<T> Clone for Store<T> {
+    fn clone(&self) -> Self {
+        Store {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<T> Default for Store<T> {
+    fn default() -> Self {
+        Store {
+            inner: Arc::new(Inner {
+                objects: RwLock::new(HashMap::new()),
+                synced: AtomicBool::new(false),
+                synced_lock: Mutex::new(()),
+                synced_signal: Condvar::new(),
+            }),
+        }
+    }
+}
+
+impl<T> Store<T> {
     /// An empty, not yet synced store.
-    pub fn new() -> Store {
+    pub fn new() -> Store<T> {
         Store::default()
     }
 
     /// The cached object, if any.
-    pub fn get(&self, key: &ObjectKey) -> Option<Arc<Value>> {
-        let text = self.read().get(key)?.clone();
-        decode(key, &text)
-    }
-
-    /// The cached object's text, for comparing without decoding.
-    pub(crate) fn get_encoded(&self, key: &ObjectKey) -> Option<Encoded> {
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<T>> {
         self.read().get(key).cloned()
     }
 
     /// Every cached object, in no particular order.
-    pub fn list(&self) -> Vec<Arc<Value>> {
-        self.decode_where(|_| true)
+    pub fn list(&self) -> Vec<Arc<T>> {
+        self.read().values().cloned().collect()
     }
 
     /// The cached objects of one namespace.
-    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<Value>> {
-        self.decode_where(|key| key.namespace == namespace)
+    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<T>> {
+        self.read()
+            .iter()
+            .filter(|(key, _)| key.namespace == namespace)
+            .map(|(_, obj)| Arc::clone(obj))
+            .collect()
     }
 
     /// The cached objects for which `predicate` holds, e.g. all Machines
     /// labelled with one cluster name.
-    pub fn find(&self, predicate: impl Fn(&Value) -> bool) -> Vec<Arc<Value>> {
-        let mut found = self.decode_where(|_| true);
-        found.retain(|obj| predicate(obj));
-        found
-    }
-
-    /// Decodes the objects whose key matches, outside the lock (the texts
-    /// are shared, so copying them out is a pointer each).
-    fn decode_where(&self, matches: impl Fn(&ObjectKey) -> bool) -> Vec<Arc<Value>> {
-        let texts: Vec<(ObjectKey, Encoded)> = self
-            .read()
-            .iter()
-            .filter(|(key, _)| matches(key))
-            .map(|(key, text)| (key.clone(), text.clone()))
-            .collect();
-        texts
-            .iter()
-            .filter_map(|(key, text)| decode(key, text))
+    pub fn find(&self, predicate: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        self.read()
+            .values()
+            .filter(|obj| predicate(obj))
+            .cloned()
             .collect()
     }
 
@@ -140,29 +135,22 @@ impl Store {
     }
 
     /// Inserts or replaces one object; returns the previous version.
-    pub(crate) fn upsert(&self, key: ObjectKey, obj: &Value) -> Option<Arc<Value>> {
-        let text = encode(obj);
-        let old = self.write().insert(key.clone(), text)?;
-        decode(&key, &old)
+    pub(crate) fn upsert(&self, key: ObjectKey, obj: Arc<T>) -> Option<Arc<T>> {
+        self.write().insert(key, obj)
     }
 
     /// Removes one object; returns what was cached.
-    pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<Value>> {
-        let old = self.write().remove(key)?;
-        decode(key, &old)
+    pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<T>> {
+        self.write().remove(key)
     }
 
     /// Replaces the whole content after a (re)list; returns the objects that
     /// were cached but are not in `objects` (deleted while not watched).
-    pub(crate) fn replace(&self, objects: HashMap<ObjectKey, Encoded>) -> Vec<Arc<Value>> {
+    pub(crate) fn replace(&self, objects: HashMap<ObjectKey, Arc<T>>) -> Vec<Arc<T>> {
         let mut old = std::mem::replace(&mut *self.write(), objects);
-        {
-            let current = self.read();
-            old.retain(|key, _| !current.contains_key(key));
-        }
-        old.iter()
-            .filter_map(|(key, text)| decode(key, text))
-            .collect()
+        let current = self.read();
+        old.retain(|key, _| !current.contains_key(key));
+        old.into_values().collect()
     }
 
     pub(crate) fn mark_synced(&self) {
@@ -175,7 +163,7 @@ impl Store {
         self.inner.synced_signal.notify_all();
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<ObjectKey, Encoded>> {
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<ObjectKey, Arc<T>>> {
         // Writers replace whole entries, so a poisoned map is still
         // consistent.
         self.inner
@@ -184,7 +172,7 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<ObjectKey, Encoded>> {
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<ObjectKey, Arc<T>>> {
         self.inner
             .objects
             .write()
@@ -192,62 +180,13 @@ impl Store {
     }
 }
 
-/// One cached object: its compact JSON, shared so that readers copy it out
-/// of the lock for the price of a pointer.
-pub(crate) type Encoded = Arc<str>;
-
-pub(crate) fn encode(obj: &Value) -> Encoded {
-    // Serializing a `Value` cannot fail: its keys are strings.
-    Arc::from(obj.to_string())
-}
-
-/// The object back from its text. Cannot fail in practice: the text was
-/// written by serde_json from a value that serde_json had parsed with the
-/// same nesting limit, inside a larger list or watch document. Should it
-/// ever fail, the object reads as absent, and the error says why.
-pub(crate) fn decode(key: &ObjectKey, text: &str) -> Option<Arc<Value>> {
-    match serde_json::from_str(text) {
-        Ok(obj) => Some(Arc::new(obj)),
-        Err(e) => {
-            log::error!("cache: cannot decode {key}: {e}");
-            None
-        }
-    }
-}
-
-/// Drops the parts of an object no controller reads, before caching it.
-pub(crate) fn slim(mut obj: Value) -> Value {
-    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-        let annotations = meta.get_mut("annotations").and_then(Value::as_object_mut);
-        if let Some(annotations) = annotations {
-            annotations.remove(LAST_APPLIED);
-            if annotations.is_empty() {
-                meta.remove("annotations");
-            }
-        }
-    }
-    obj
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    #[test]
-    fn slim_drops_managed_fields_and_last_applied_only() {
-        let obj = json!({"metadata": {
-            "name": "a",
-            "managedFields": [{"manager": "kubectl"}],
-            "annotations": {LAST_APPLIED: "{...}", "keep": "me"}
-        }, "spec": {"x": 1}});
-        assert_eq!(
-            slim(obj),
-            json!({"metadata": {"name": "a", "annotations": {"keep": "me"}}, "spec": {"x": 1}})
-        );
-        let only_last_applied = json!({"metadata": {"annotations": {LAST_APPLIED: "{}"}}});
-        assert_eq!(slim(only_last_applied), json!({"metadata": {}}));
+    fn put(store: &Store<Value>, ns: &str, name: &str, obj: Value) -> Option<Arc<Value>> {
+        store.upsert(ObjectKey::new(ns, name), Arc::new(obj))
     }
 
     #[test]
@@ -255,8 +194,8 @@ mod tests {
         let store = Store::new();
         assert!(!store.is_synced());
         assert!(!store.wait_until_synced(Duration::from_millis(10)));
-        store.upsert(ObjectKey::new("a", "x"), &json!({"n": 1}));
-        store.upsert(ObjectKey::new("b", "y"), &json!({"n": 2}));
+        put(&store, "a", "x", json!({"n": 1}));
+        put(&store, "b", "y", json!({"n": 2}));
         assert_eq!(store.len(), 2);
         assert_eq!(*store.list_namespace("a")[0], json!({"n": 1}));
         assert_eq!(*store.find(|o| o["n"] == 2)[0], json!({"n": 2}));
@@ -266,7 +205,7 @@ mod tests {
         };
         store.mark_synced();
         assert!(waiter.join().unwrap());
-        let y = HashMap::from([(ObjectKey::new("b", "y"), encode(&json!({"n": 3})))]);
+        let y = HashMap::from([(ObjectKey::new("b", "y"), Arc::new(json!({"n": 3})))]);
         let gone = store.replace(y);
         assert_eq!(gone, vec![Arc::new(json!({"n": 1}))], "only what is gone");
         assert_eq!(store.keys(), vec![ObjectKey::new("b", "y")]);
@@ -282,10 +221,10 @@ mod tests {
         let obj = json!({"metadata": {"name": "m", "namespace": "ns", "labels": {"a": ""}},
                          "spec": {"n": 1, "f": 1.5, "big": u64::MAX, "neg": -3, "s": "é\"\n",
                                   "list": [null, true, {"x": []}]}});
-        assert_eq!(store.upsert(key.clone(), &obj), None);
+        assert_eq!(put(&store, "ns", "m", obj.clone()), None);
         assert_eq!(*store.get(&key).unwrap(), obj);
         let newer = json!({"metadata": {"name": "m", "namespace": "ns"}});
-        assert_eq!(*store.upsert(key.clone(), &newer).unwrap(), obj);
+        assert_eq!(*put(&store, "ns", "m", newer.clone()).unwrap(), obj);
         assert_eq!(*store.remove(&key).unwrap(), newer);
         assert_eq!(store.get(&key), None);
     }

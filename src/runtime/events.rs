@@ -19,13 +19,14 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde_json::{json, Value};
 
-use super::format_time;
+use super::join_within;
 use crate::kube::{self, resources::EVENTS, Client};
 
 /// Repeats closer together than this are aggregated into one Event.
@@ -43,16 +44,20 @@ const MAX_MESSAGE_BYTES: usize = 1024;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Records Events about objects. Cheap to clone; the writer thread ends
-/// when the last clone is dropped.
+/// at [`close`](EventRecorder::close), or when the last clone is dropped.
 #[derive(Clone)]
 pub struct EventRecorder {
     sender: Sender<Message>,
+    /// The writer thread, joined by `close`.
+    writer: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 enum Message {
     Record(Occurrence),
     /// Reply once everything sent before has been written.
     Flush(Sender<()>),
+    /// Write everything sent before, then end.
+    Close,
 }
 
 struct Occurrence {
@@ -80,10 +85,13 @@ impl EventRecorder {
             series: HashMap::new(),
             buckets: HashMap::new(),
         };
-        thread::Builder::new()
+        let handle = thread::Builder::new()
             .name("event-recorder".to_string())
-            .spawn(move || writer.run(receiver))
-            .map(|_: JoinHandle<()>| EventRecorder { sender })
+            .spawn(move || writer.run(receiver))?;
+        Ok(EventRecorder {
+            sender,
+            writer: Arc::new(Mutex::new(Some(handle))),
+        })
     }
 
     /// Records a `Normal` event about `obj`.
@@ -108,6 +116,22 @@ impl EventRecorder {
             return false;
         }
         done_rx.recv_timeout(timeout).is_ok()
+    }
+
+    /// Writes every event recorded before this call (for at most
+    /// `timeout`), then ends and joins the writer thread; later events are
+    /// dropped. True if the writer finished in time. For shutdown, when
+    /// clones may still live in threads that did not finish.
+    pub fn close(&self, timeout: Duration) -> bool {
+        if self.sender.send_timeout(Message::Close, timeout).is_err() {
+            return false;
+        }
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        writer.is_none_or(|handle| join_within(vec![handle], timeout))
     }
 
     fn record(&self, obj: &Value, event_type: &'static str, reason: &str, message: &str) {
@@ -200,6 +224,7 @@ impl Writer {
                 Message::Flush(done) => {
                     let _ = done.send(());
                 }
+                Message::Close => return,
             }
         }
     }
@@ -212,7 +237,7 @@ impl Writer {
             occ.reason.clone(),
             occ.message.clone(),
         );
-        let timestamp = format_time(occ.at, false);
+        let timestamp = kube::time::time(occ.at);
         match self.series.get_mut(&key) {
             Some(series) if now.duration_since(series.last_seen) < DEDUP_WINDOW => {
                 series.count += 1;

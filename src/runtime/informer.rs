@@ -1,8 +1,14 @@
 //! The informer: one thread per watched kind that keeps a [`Store`] in sync
 //! with the API server and tells a handler about every change.
 //!
+//! Objects are decoded once, straight from the list page or watch event
+//! bytes into the store's type `T` (see [`Object`]); serde skips what `T`
+//! does not name, which is the cache's projection. The store is created by
+//! the caller and handed in, so whoever reads it (mappers, reconcilers) can
+//! hold it before the informer exists.
+//!
 //! The thread runs a small explicit state machine (modelled on kube-runtime's
-//! `watcher.rs`), one transition per `Machine::step`:
+//! `watcher.rs`), one transition per [`Watcher::step`]:
 //!
 //! ```text
 //!            ┌──────────── 410 Gone (watch request or ERROR event) ─────────────┐
@@ -26,6 +32,11 @@
 //!   re-watches from where it was: nothing is lost or repeated.
 //! - An event whose resourceVersion equals the cached one is a repeat and is
 //!   not reported again.
+//! - An object that does not decode as `T` (a bug in `T`, since the API
+//!   server validates objects against their schema) is logged, counted in
+//!   `informer_errors_total`, and treated as absent: it is not cached, and a
+//!   cached older version is dropped (reported as `Deleted`). The watch goes
+//!   on; one bad object does not stop the others.
 //! - Errors other than 410 back off 0.8 s, doubling to 30 s (with jitter),
 //!   reset by the next success; a 429's `Retry-After` is honoured. A watch
 //!   that ends within a second (or half its timeout) without any event
@@ -33,17 +44,25 @@
 //!
 //! The store is updated before the handler is called, so a reconcile
 //! triggered by an event always reads at least that version.
+//!
+//! Stopping: the thread ends when `shutdown` fires, checked between events.
+//! A watch blocked on a quiet connection would only notice at its next event
+//! (minutes away), so each informer talks over connections of its own and
+//! [`Informer::stop`] closes them: the blocked read returns at once and the
+//! thread ends.
 
+use std::collections::HashMap;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
-use super::cache::{decode, encode, slim, Encoded, Store};
-use super::{random_between, ObjectKey, Shutdown};
+use super::object::Head;
+use super::{Object, ObjectKey, Shutdown, Store};
+use crate::backoff::{random_between, Backoff};
 use crate::kube::{self, Client, Resource, WatchEvent};
 use crate::metrics;
 
@@ -75,10 +94,6 @@ pub struct InformerConfig {
     pub initial_backoff: Duration,
     /// Longest error backoff. Default 30 s.
     pub max_backoff: Duration,
-    /// Applied to every object before it is cached (after `managedFields`
-    /// are dropped), to keep only what the controllers read: the memory
-    /// budget is per cached object. Default: none.
-    pub transform: Option<fn(&mut Value)>,
     /// Start by watching from this resourceVersion instead of listing. The
     /// store only counts as synced after a list, so this exists for tests
     /// that need the 410 path (a version too old forces a relist).
@@ -98,7 +113,6 @@ impl InformerConfig {
             watch_timeout: (Duration::from_secs(300), Duration::from_secs(600)),
             initial_backoff: Duration::from_millis(800),
             max_backoff: Duration::from_secs(30),
-            transform: None,
             start_from: None,
         }
     }
@@ -128,11 +142,6 @@ impl InformerConfig {
         self
     }
 
-    pub fn transform(mut self, transform: fn(&mut Value)) -> Self {
-        self.transform = Some(transform);
-        self
-    }
-
     /// Name plus namespace, for log lines.
     fn describe(&self) -> String {
         match &self.namespace {
@@ -143,20 +152,34 @@ impl InformerConfig {
 }
 
 /// One change reported to an informer's handler, after the store has
-/// applied it. Objects are the cached (slimmed) versions.
-#[derive(Clone, Debug)]
-pub enum Event {
+/// applied it. Objects are the cached ones (the same `Arc`s the store
+/// holds).
+#[derive(Debug)]
+pub enum Event<T> {
     /// The object appeared: in the first list, a relist, or the watch.
-    Added(Arc<Value>),
+    Added(Arc<T>),
     /// The object changed (its resourceVersion differs from the cached one).
-    Modified { old: Arc<Value>, new: Arc<Value> },
+    Modified { old: Arc<T>, new: Arc<T> },
     /// The object is gone; this is its last known state.
-    Deleted(Arc<Value>),
+    Deleted(Arc<T>),
 }
 
-impl Event {
+impl<T> Clone for Event<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Event::Added(obj) => Event::Added(Arc::clone(obj)),
+            Event::Modified { old, new } => Event::Modified {
+                old: Arc::clone(old),
+                new: Arc::clone(new),
+            },
+            Event::Deleted(obj) => Event::Deleted(Arc::clone(obj)),
+        }
+    }
+}
+
+impl<T: Object> Event<T> {
     /// The object as it is now (for `Deleted`: as it was last).
-    pub fn object(&self) -> &Arc<Value> {
+    pub fn object(&self) -> &Arc<T> {
         match self {
             Event::Added(obj) | Event::Deleted(obj) => obj,
             Event::Modified { new, .. } => new,
@@ -165,83 +188,103 @@ impl Event {
 
     /// The key of the object.
     pub fn key(&self) -> Option<ObjectKey> {
-        ObjectKey::of(self.object())
+        self.object().key()
     }
 }
 
-/// A running informer: its store and its thread.
+/// A running informer: its thread and the connections only it uses.
 pub struct Informer {
-    store: Store,
+    name: String,
+    /// The informer's own connections (none for test sources), closed by
+    /// [`Informer::stop`].
+    connections: Option<Client>,
     handle: JoinHandle<()>,
 }
 
 impl Informer {
-    /// Starts the watch thread for `config.resource`. `handler` is called on
-    /// that thread for every [`Event`]; keep it quick (map to keys and add
-    /// them to a queue). The thread ends when `shutdown` fires (checked
-    /// between events, so possibly only after the current watch ends).
-    pub fn spawn(
+    /// Starts the watch thread for `config.resource`, filling `store`.
+    /// `handler` is called on that thread for every [`Event`]; keep it quick
+    /// (map to keys and add them to a queue). The thread talks to the API
+    /// server over connections of its own (same server and credentials as
+    /// `client`), so [`stop`](Informer::stop) can cut them without touching
+    /// anyone else's requests.
+    pub fn spawn<T: Object>(
         client: Client,
         config: InformerConfig,
-        handler: impl Fn(&Event) + Send + 'static,
+        store: Store<T>,
+        handler: impl Fn(&Event<T>) + Send + 'static,
         shutdown: Shutdown,
     ) -> io::Result<Informer> {
+        let client = client.with_own_connections();
         let source = KubeSource {
-            client,
+            client: client.clone(),
             config: config.clone(),
         };
-        Informer::spawn_with_source(source, config, handler, shutdown)
+        let mut informer = Informer::spawn_with_source(source, config, store, handler, shutdown)?;
+        informer.connections = Some(client);
+        Ok(informer)
     }
 
-    fn spawn_with_source(
-        source: impl Source + 'static,
+    fn spawn_with_source<T: Object>(
+        source: impl Source<T> + 'static,
         config: InformerConfig,
-        handler: impl Fn(&Event) + Send + 'static,
+        store: Store<T>,
+        handler: impl Fn(&Event<T>) + Send + 'static,
         shutdown: Shutdown,
     ) -> io::Result<Informer> {
-        let store = Store::new();
-        let mut machine = Machine {
-            name: config.describe(),
+        let name = config.describe();
+        let mut watcher = Watcher {
+            name: name.clone(),
             metric_label: config.name.clone(),
             start_from: config.start_from.clone(),
-            transform: config.transform,
             source: Box::new(source),
-            store: store.clone(),
+            store,
             handler: Box::new(handler),
-            backoff: Backoff::new(config.initial_backoff, config.max_backoff),
+            // client-go's jitter: each delay between one and two steps.
+            backoff: Backoff::new(config.initial_backoff, config.max_backoff).with_jitter(1.0, 2.0),
             watch_timeout: config.watch_timeout,
             shutdown,
         };
         let handle = thread::Builder::new()
             .name(format!("informer-{}", config.name))
-            .spawn(move || machine.run())?;
-        Ok(Informer { store, handle })
+            .spawn(move || watcher.run())?;
+        Ok(Informer {
+            name,
+            connections: None,
+            handle,
+        })
     }
 
-    /// The store this informer fills.
-    pub fn store(&self) -> Store {
-        self.store.clone()
-    }
-
-    /// Waits for the thread to end (after shutdown).
-    pub fn join(self) {
+    /// Ends the thread; call after `shutdown` fired. Closes the informer's
+    /// connections, so a list or a watch blocked on a quiet connection
+    /// returns at once, then waits for the thread (which, seeing `shutdown`,
+    /// neither retries nor logs the cut as an error).
+    pub fn stop(self) {
+        if let Some(client) = &self.connections {
+            client.close();
+        }
         if self.handle.join().is_err() {
-            log::error!("an informer thread panicked");
+            log::error!("the informer thread for {} panicked", self.name);
         }
     }
 }
 
-type EventStream = Box<dyn Iterator<Item = Result<WatchEvent, kube::Error>> + Send>;
+type EventStream = Box<dyn Iterator<Item = Result<WatchEvent<Box<RawValue>>, kube::Error>> + Send>;
 
-/// One listed object as it will be cached.
-type Listed = (ObjectKey, Encoded);
-type ListResult = Result<(Vec<Listed>, String), kube::Error>;
+/// One listed object, decoded: its key and the object (`None` when it does
+/// not decode as the store's type).
+type Listed<T> = (ObjectKey, Option<Arc<T>>);
+type ListResult<T> = Result<(Vec<Listed<T>>, String), kube::Error>;
 
-/// Where objects come from: the API server, or a fake in unit tests.
-trait Source: Send {
+/// Where objects come from: the API server, or a fake in unit tests. Both
+/// hand over each object's JSON text; the watcher decodes it.
+trait Source<T>: Send {
     /// A complete, paged list: the objects, each passed through `prepare`
     /// as it arrives, and the list's resourceVersion.
-    fn list(&mut self, prepare: &mut dyn FnMut(Value) -> Option<Listed>) -> ListResult;
+    fn list(
+        &mut self,
+        prepare: &mut dyn FnMut(Box<RawValue>) -> Option<Listed<T>>,
+    ) -> ListResult<T>;
     /// A watch of changes after `resource_version`, closed by the server
     /// after `timeout`.
     fn watch(
@@ -256,8 +299,11 @@ struct KubeSource {
     config: InformerConfig,
 }
 
-impl Source for KubeSource {
-    fn list(&mut self, prepare: &mut dyn FnMut(Value) -> Option<Listed>) -> ListResult {
+impl<T> Source<T> for KubeSource {
+    fn list(
+        &mut self,
+        prepare: &mut dyn FnMut(Box<RawValue>) -> Option<Listed<T>>,
+    ) -> ListResult<T> {
         let params = kube::ListParams {
             label_selector: self.config.label_selector.clone(),
             field_selector: self.config.field_selector.clone(),
@@ -309,22 +355,34 @@ enum State {
     },
 }
 
-struct Machine {
+type Handler<T> = Box<dyn Fn(&Event<T>) + Send>;
+
+/// The informer thread's state machine (see the module docs).
+struct Watcher<T> {
     /// "maasmachines in ns", for log lines.
     name: String,
     /// The `informer` label of the metrics.
     metric_label: String,
     start_from: Option<String>,
-    transform: Option<fn(&mut Value)>,
-    source: Box<dyn Source>,
-    store: Store,
-    handler: Box<dyn Fn(&Event) + Send>,
+    source: Box<dyn Source<T>>,
+    store: Store<T>,
+    handler: Handler<T>,
     backoff: Backoff,
     watch_timeout: (Duration, Duration),
     shutdown: Shutdown,
 }
 
-impl Machine {
+/// One object as the server sent it, decoded.
+enum Decoded<T> {
+    /// Read as `T`.
+    Object(ObjectKey, T),
+    /// Not readable as `T` (logged); the key and version from its metadata.
+    Unreadable(ObjectKey, String),
+    /// No metadata.name (logged).
+    Nameless,
+}
+
+impl<T: Object> Watcher<T> {
     fn run(&mut self) {
         let mut state = match self.start_from.take() {
             Some(resource_version) => State::Listed { resource_version },
@@ -338,26 +396,35 @@ impl Machine {
 
     fn step(&mut self, state: State) -> State {
         match state {
-            State::Empty => match self.source.list(&mut |obj| listed(self.transform, obj)) {
-                Ok((items, resource_version)) => {
-                    self.count(
-                        "informer_lists_total",
-                        "Complete lists (initial and after 410).",
-                    );
-                    log::debug!(
-                        "informer for {}: listed {} at resourceVersion {resource_version}",
-                        self.name,
-                        items.len()
-                    );
-                    self.apply_list(items);
-                    self.backoff.reset();
-                    State::Listed { resource_version }
+            State::Empty => {
+                let (name, metric_label) = (self.name.clone(), self.metric_label.clone());
+                let mut prepare = |raw: Box<RawValue>| match decode::<T>(&name, &metric_label, &raw)
+                {
+                    Decoded::Object(key, obj) => Some((key, Some(Arc::new(obj)))),
+                    Decoded::Unreadable(key, _) => Some((key, None)),
+                    Decoded::Nameless => None,
+                };
+                match self.source.list(&mut prepare) {
+                    Ok((items, resource_version)) => {
+                        self.count(
+                            "informer_lists_total",
+                            "Complete lists (initial and after 410).",
+                        );
+                        log::debug!(
+                            "informer for {}: listed {} at resourceVersion {resource_version}",
+                            self.name,
+                            items.len()
+                        );
+                        self.apply_list(items);
+                        self.backoff.reset();
+                        State::Listed { resource_version }
+                    }
+                    Err(error) => {
+                        self.back_off("list", &error);
+                        State::Empty
+                    }
                 }
-                Err(error) => {
-                    self.back_off("list", &error);
-                    State::Empty
-                }
-            },
+            }
             State::Listed { resource_version } => {
                 let timeout = random_between(self.watch_timeout.0, self.watch_timeout.1);
                 match self.source.watch(&resource_version, timeout) {
@@ -391,11 +458,7 @@ impl Machine {
                 events,
             } => match stream.next() {
                 Some(Ok(event)) => {
-                    let resource_version = event
-                        .resource_version()
-                        .map(str::to_string)
-                        .unwrap_or(resource_version);
-                    self.apply_event(event);
+                    let resource_version = self.apply_event(event).unwrap_or(resource_version);
                     self.backoff.reset();
                     State::Watching {
                         resource_version,
@@ -431,32 +494,25 @@ impl Machine {
     }
 
     /// Replaces the store with a fresh list and reports the difference.
-    /// Objects are decoded one at a time as they are reported, so a large
-    /// list never exists whole as `Value`s.
-    fn apply_list(&mut self, items: Vec<Listed>) {
+    fn apply_list(&mut self, items: Vec<Listed<T>>) {
+        let mut objects = HashMap::with_capacity(items.len());
         // Added (no old version) or modified (with the old version).
-        let mut changed: Vec<(ObjectKey, Option<Arc<Value>>)> = Vec::new();
-        for (key, text) in &items {
-            match self.store.get_encoded(key) {
-                None => changed.push((key.clone(), None)),
-                Some(old_text) if old_text != *text => {
-                    let old = decode(key, &old_text);
-                    let new = decode(key, text);
-                    if let (Some(old), Some(new)) = (old, new) {
-                        if resource_version(&old) != resource_version(&new) {
-                            changed.push((key.clone(), Some(old)));
-                        }
-                    }
+        let mut changed: Vec<(Option<Arc<T>>, Arc<T>)> = Vec::new();
+        for (key, obj) in items {
+            // Unreadable objects are left out: they read as absent.
+            let Some(obj) = obj else { continue };
+            match self.store.get(&key) {
+                None => changed.push((None, Arc::clone(&obj))),
+                Some(old) if old.resource_version() != obj.resource_version() => {
+                    changed.push((Some(old), Arc::clone(&obj)))
                 }
                 Some(_) => {}
             }
+            objects.insert(key, obj);
         }
-        let gone = self.store.replace(items.into_iter().collect());
+        let gone = self.store.replace(objects);
         self.store.mark_synced();
-        for (key, old) in changed {
-            let Some(new) = self.store.get(&key) else {
-                continue;
-            };
+        for (old, new) in changed {
             self.notify(&match old {
                 None => Event::Added(new),
                 Some(old) => Event::Modified { old, new },
@@ -467,40 +523,48 @@ impl Machine {
         }
     }
 
-    fn apply_event(&mut self, event: WatchEvent) {
-        let (obj, deleted) = match event {
-            WatchEvent::Added(obj) | WatchEvent::Modified(obj) => (obj, false),
-            WatchEvent::Deleted(obj) => (obj, true),
-            WatchEvent::Bookmark { .. } => return,
+    /// Applies one watch event; returns its resourceVersion (to resume from).
+    fn apply_event(&mut self, event: WatchEvent<Box<RawValue>>) -> Option<String> {
+        let (raw, deleted) = match event {
+            WatchEvent::Added(raw) | WatchEvent::Modified(raw) => (raw, false),
+            WatchEvent::Deleted(raw) => (raw, true),
+            WatchEvent::Bookmark { resource_version } => return Some(resource_version),
         };
-        let obj = Arc::new(prepare(self.transform, obj));
-        let Some(key) = ObjectKey::of(&obj) else {
-            log::warn!(
-                "informer for {}: event for an object without a name",
-                self.name
-            );
-            return;
+        let (key, obj) = match decode::<T>(&self.name, &self.metric_label, &raw) {
+            Decoded::Object(key, obj) => (key, Arc::new(obj)),
+            Decoded::Unreadable(key, resource_version) => {
+                // Absent, as far as readers are concerned.
+                if let Some(old) = self.store.remove(&key) {
+                    self.notify(&Event::Deleted(old));
+                }
+                return Some(resource_version).filter(|rv| !rv.is_empty());
+            }
+            Decoded::Nameless => return None,
         };
+        let resource_version = Some(obj.resource_version().to_string()).filter(|rv| !rv.is_empty());
         let event = if deleted {
             // Only report what we knew: a repeated DELETE finds nothing.
             match self.store.remove(&key) {
                 Some(_) => Event::Deleted(obj),
-                None => return,
+                None => return resource_version,
             }
         } else {
-            match self.store.upsert(key, &obj) {
+            match self.store.upsert(key, Arc::clone(&obj)) {
                 None => Event::Added(obj),
-                Some(old) if resource_version(&old) == resource_version(&obj) => return,
+                Some(old) if old.resource_version() == obj.resource_version() => {
+                    return resource_version
+                }
                 Some(old) => Event::Modified { old, new: obj },
             }
         };
         self.notify(&event);
+        resource_version
     }
 
     /// Calls the handler. A panicking handler is logged and survives (in
     /// builds that unwind): one bad object must not stop the informer and
     /// leave its cache silently stale.
-    fn notify(&self, event: &Event) {
+    fn notify(&self, event: &Event<T>) {
         let handler = &self.handler;
         if panic::catch_unwind(AssertUnwindSafe(|| handler(event))).is_err() {
             log::error!(
@@ -512,15 +576,19 @@ impl Machine {
     }
 
     fn count(&self, name: &'static str, help: &'static str) {
-        metrics::counter_inc(name, help, &[("informer", &self.metric_label)]);
+        count(&self.metric_label, name, help);
     }
 
     /// Logs `error` and sleeps out the backoff (or the server's
-    /// `Retry-After`), waking early on shutdown.
+    /// `Retry-After`), waking early on shutdown. Silent once shutdown has
+    /// begun: then the error is [`Informer::stop`] closing the connection.
     fn back_off(&mut self, what: &str, error: &kube::Error) {
+        if self.shutdown.is_triggered() {
+            return;
+        }
         self.count(
             "informer_errors_total",
-            "List and watch failures (410 excluded).",
+            "List and watch failures (410 excluded), and objects that could not be decoded.",
         );
         let mut delay = self.backoff.next_delay();
         if let Some(retry_after) = error.retry_after() {
@@ -540,53 +608,45 @@ impl Machine {
     }
 }
 
-/// The object as it is cached.
-fn prepare(transform: Option<fn(&mut Value)>, obj: Value) -> Value {
-    let mut obj = slim(obj);
-    if let Some(transform) = transform {
-        transform(&mut obj);
-    }
-    obj
+fn count(metric_label: &str, name: &'static str, help: &'static str) {
+    metrics::counter_inc(name, help, &[("informer", metric_label)]);
 }
 
-/// A listed object prepared and encoded for the store; `None` without a
-/// name.
-fn listed(transform: Option<fn(&mut Value)>, obj: Value) -> Option<Listed> {
-    let obj = prepare(transform, obj);
-    let key = ObjectKey::of(&obj)?;
-    Some((key, encode(&obj)))
-}
-
-fn resource_version(obj: &Value) -> Option<&str> {
-    kube::meta::resource_version(obj)
-}
-
-/// Exponential backoff with jitter: each delay is the current step plus up
-/// to the same again at random (client-go's jitter factor 1.0), capped at
-/// `max`; the step doubles per failure and resets on success.
-struct Backoff {
-    initial: Duration,
-    max: Duration,
-    step: Duration,
-}
-
-impl Backoff {
-    fn new(initial: Duration, max: Duration) -> Backoff {
-        Backoff {
-            initial,
-            max,
-            step: initial,
+/// Decodes one object's JSON as `T` (then [`Object::trim`]s it). An object
+/// that does not decode is logged and counted; its key comes from its
+/// metadata alone.
+fn decode<T: Object>(name: &str, metric_label: &str, raw: &RawValue) -> Decoded<T> {
+    match serde_json::from_str::<T>(raw.get()) {
+        Ok(mut obj) => match obj.key() {
+            Some(key) => {
+                obj.trim();
+                Decoded::Object(key, obj)
+            }
+            None => {
+                log::warn!("informer for {name}: an object without a name");
+                Decoded::Nameless
+            }
+        },
+        Err(error) => {
+            let head: Head = serde_json::from_str(raw.get()).unwrap_or_default();
+            count(
+                metric_label,
+                "informer_errors_total",
+                "List and watch failures (410 excluded), and objects that could not be decoded.",
+            );
+            match ObjectKey::from_parts(&head.metadata.namespace, &head.metadata.name) {
+                Some(key) => {
+                    log::error!(
+                        "informer for {name}: cannot read {key}; treated as absent: {error}"
+                    );
+                    Decoded::Unreadable(key, head.metadata.resource_version)
+                }
+                None => {
+                    log::warn!("informer for {name}: an object without a name: {error}");
+                    Decoded::Nameless
+                }
+            }
         }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let delay = random_between(self.step, self.step * 2).min(self.max);
-        self.step = (self.step * 2).min(self.max);
-        delay
-    }
-
-    fn reset(&mut self) {
-        self.step = self.initial;
     }
 }
 
@@ -594,14 +654,54 @@ impl Backoff {
 mod tests {
     use super::*;
     use crossbeam_channel::{Receiver, Sender};
-    use serde_json::json;
+    use serde::Deserialize;
+    use serde_json::{json, Value};
     use std::sync::Mutex;
 
     const EVENTUALLY: Duration = Duration::from_secs(20);
 
+    /// The typed object the test informer caches: only what it names.
+    #[derive(Deserialize, Debug)]
+    struct Thing {
+        metadata: ThingMeta,
+        spec: ThingSpec,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(rename_all = "camelCase")]
+    struct ThingMeta {
+        name: String,
+        namespace: String,
+        resource_version: String,
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct ThingSpec {
+        n: u32,
+    }
+
+    impl Object for Thing {
+        fn key(&self) -> Option<ObjectKey> {
+            ObjectKey::from_parts(&self.metadata.namespace, &self.metadata.name)
+        }
+        fn resource_version(&self) -> &str {
+            &self.metadata.resource_version
+        }
+    }
+
     fn obj(name: &str, rv: &str) -> Value {
         json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv,
-               "managedFields": [{"manager": "x"}]}, "spec": {"unread": "by controllers"}})
+               "managedFields": [{"manager": "x"}]}, "spec": {"n": 7, "unread": "by controllers"}})
+    }
+
+    /// An object that is not a `Thing` (spec.n is not a number).
+    fn unreadable(name: &str, rv: &str) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv},
+               "spec": {"n": "seven"}})
+    }
+
+    fn raw(obj: Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&obj).unwrap()
     }
 
     /// What the fake API server does on the next call.
@@ -618,12 +718,15 @@ mod tests {
         calls: Arc<Mutex<Vec<String>>>,
     }
 
-    impl Source for FakeSource {
-        fn list(&mut self, prepare: &mut dyn FnMut(Value) -> Option<Listed>) -> ListResult {
+    impl Source<Thing> for FakeSource {
+        fn list(
+            &mut self,
+            prepare: &mut dyn FnMut(Box<RawValue>) -> Option<Listed<Thing>>,
+        ) -> ListResult<Thing> {
             self.calls.lock().unwrap().push("list".into());
             match self.script.recv() {
                 Ok(Script::List(items, rv)) => Ok((
-                    items.into_iter().filter_map(prepare).collect(),
+                    items.into_iter().map(raw).filter_map(prepare).collect(),
                     rv.to_string(),
                 )),
                 Ok(Script::ListFails) => Err(transient()),
@@ -635,14 +738,22 @@ mod tests {
             self.calls.lock().unwrap().push(format!("watch {rv}"));
             match self.script.recv() {
                 Ok(Script::Watch(events)) => {
+                    let events = events.into_iter().map(|e| {
+                        e.map(|e| match e {
+                            WatchEvent::Added(o) => WatchEvent::Added(raw(o)),
+                            WatchEvent::Modified(o) => WatchEvent::Modified(raw(o)),
+                            WatchEvent::Deleted(o) => WatchEvent::Deleted(raw(o)),
+                            WatchEvent::Bookmark { resource_version } => {
+                                WatchEvent::Bookmark { resource_version }
+                            }
+                        })
+                    });
                     // Delay the end so it is not a "very short watch".
                     let end = Instant::now() + VERY_SHORT_WATCH;
-                    Ok(Box::new(events.into_iter().chain(std::iter::from_fn(
-                        move || {
-                            thread::sleep(end.saturating_duration_since(Instant::now()));
-                            None
-                        },
-                    ))))
+                    Ok(Box::new(events.chain(std::iter::from_fn(move || {
+                        thread::sleep(end.saturating_duration_since(Instant::now()));
+                        None
+                    }))))
                 }
                 Ok(Script::WatchGone) => Err(gone()),
                 // Script exhausted: block, as an idle watch would.
@@ -673,7 +784,7 @@ mod tests {
         script: Sender<Script>,
         calls: Arc<Mutex<Vec<String>>>,
         events: Receiver<String>,
-        store: Store,
+        store: Store<Thing>,
     }
 
     fn start() -> Harness {
@@ -687,13 +798,8 @@ mod tests {
         let mut config = InformerConfig::new(kube::resources::CONFIG_MAPS);
         config.initial_backoff = Duration::from_millis(1);
         config.max_backoff = Duration::from_millis(2);
-        config = config.transform(|obj| {
-            if let Some(obj) = obj.as_object_mut() {
-                obj.remove("spec");
-            }
-        });
-        let handler = move |event: &Event| {
-            let rv = resource_version(event.object()).unwrap_or("").to_string();
+        let handler = move |event: &Event<Thing>| {
+            let rv = event.object().resource_version().to_string();
             let name = event.key().unwrap().name;
             assert_ne!(name, "boom", "a handler bug");
             let text = match event {
@@ -703,13 +809,14 @@ mod tests {
             };
             let _ = events_tx.send(text);
         };
-        let informer =
-            Informer::spawn_with_source(source, config, handler, Shutdown::new()).unwrap();
+        let store = Store::new();
+        Informer::spawn_with_source(source, config, store.clone(), handler, Shutdown::new())
+            .unwrap();
         Harness {
             script: script_tx,
             calls,
             events: events_rx,
-            store: informer.store(),
+            store,
         }
     }
 
@@ -742,9 +849,9 @@ mod tests {
             .unwrap();
         h.expect(&["added a 1", "added b 2"]);
         assert!(h.store.is_synced());
+        // Decoded once, as the store's type.
         let cached = h.store.get(&ObjectKey::new("ns", "a")).unwrap();
-        assert!(cached["metadata"].get("managedFields").is_none());
-        assert!(cached.get("spec").is_none(), "the transform ran");
+        assert_eq!((cached.metadata.name.as_str(), cached.spec.n), ("a", 7));
 
         h.script
             .send(Script::Watch(vec![
@@ -848,16 +955,24 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(800), Duration::from_secs(30));
-        let first = b.next_delay();
-        assert!(first >= Duration::from_millis(800) && first <= Duration::from_millis(1600));
-        let second = b.next_delay();
-        assert!(second >= Duration::from_millis(1600));
-        for _ in 0..10 {
-            assert!(b.next_delay() <= Duration::from_secs(30));
-        }
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(1600));
+    fn an_object_that_does_not_decode_reads_as_absent() {
+        let h = start();
+        h.script
+            .send(Script::List(vec![obj("a", "1"), unreadable("b", "2")], "2"))
+            .unwrap();
+        h.expect(&["added a 1"]);
+        assert!(h.store.get(&ObjectKey::new("ns", "b")).is_none());
+        h.script
+            .send(Script::Watch(vec![
+                // a breaks: its cached version goes (reported as deleted).
+                Ok(WatchEvent::Modified(unreadable("a", "3"))),
+                // b is fixed: it appears.
+                Ok(WatchEvent::Modified(obj("b", "4"))),
+            ]))
+            .unwrap();
+        h.expect(&["deleted a 1", "added b 4"]);
+        // The watch went on and resumes after the last event.
+        h.wait_for_call("watch 4");
+        assert_eq!(h.store.keys(), vec![ObjectKey::new("ns", "b")]);
     }
 }

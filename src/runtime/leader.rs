@@ -17,7 +17,7 @@
 //! 3. **Lost**: no renew succeeded within `renew_deadline`, or someone else
 //!    holds the Lease. The gate closes for good and [`LeaderElector::lost`]
 //!    fires. We do not try to lead again: the choice, as in
-//!    controller-runtime, is that `main` exits (non-zero) and Kubernetes
+//!    controller-runtime, is that the process exits (non-zero) and Kubernetes
 //!    restarts the pod as a fresh standby. Reconciles in flight may finish
 //!    or be cut off; both are safe because reconciles are idempotent (there
 //!    is no fencing, so a brief overlap of two leaders is possible anyway).
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Value};
 
-use super::{format_time, random_between, random_u64};
+use crate::backoff::{random_between, random_u64};
 use crate::kube::{self, resources::LEASES, Client};
 use crate::metrics;
 
@@ -78,14 +78,22 @@ enum GateState {
     Lost,
 }
 
+impl std::fmt::Debug for LeaderGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LeaderGate")
+            .field(&self.leadership())
+            .finish()
+    }
+}
+
 impl LeaderGate {
     /// A gate that is always open: for running without leader election.
     pub fn always_open() -> LeaderGate {
         LeaderGate::with_state(GateState::Leading { until: None })
     }
 
-    /// A closed gate, opened by a [`LeaderElector`](super::LeaderElector).
-    pub(crate) fn standby() -> LeaderGate {
+    /// A closed gate, for a [`LeaderElector`] to open.
+    pub fn standby() -> LeaderGate {
         LeaderGate::with_state(GateState::Standby)
     }
 
@@ -140,7 +148,7 @@ impl LeaderGate {
     /// already closed. A gate that expired stays closed even if a late
     /// renew succeeds: workers that saw it closed have stopped for good, so
     /// the elector must treat that as a loss too.
-    pub(crate) fn lead_until(&self, until: Instant) -> bool {
+    pub fn lead_until(&self, until: Instant) -> bool {
         let mut state = self.lock();
         let open = match *state {
             GateState::Standby => true,
@@ -158,7 +166,7 @@ impl LeaderGate {
     }
 
     /// Closes the gate for good.
-    pub(crate) fn lose(&self) {
+    pub fn lose(&self) {
         *self.lock() = GateState::Lost;
         self.inner.changed.notify_all();
     }
@@ -248,13 +256,18 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    /// Validates `config` and starts the election thread. Requests use
-    /// `client` with the renew deadline as their timeout.
-    pub fn spawn(client: Client, config: LeaderConfig) -> io::Result<LeaderElector> {
+    /// Validates `config` and starts the election thread, which opens and
+    /// closes `gate` (a [`LeaderGate::standby`] the caller may already have
+    /// handed to workers and probes). Requests use `client` with the renew
+    /// deadline as their timeout.
+    pub fn spawn(
+        client: Client,
+        config: LeaderConfig,
+        gate: LeaderGate,
+    ) -> io::Result<LeaderElector> {
         config
             .validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let gate = LeaderGate::standby();
         let (lost_tx, lost) = crossbeam_channel::bounded(1);
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
         let identity = config.identity.clone();
@@ -279,13 +292,13 @@ impl LeaderElector {
         })
     }
 
-    /// The gate to hand to [`run_workers`](super::run_workers).
+    /// The gate it opens and closes (the one given to `spawn`).
     pub fn gate(&self) -> LeaderGate {
         self.gate.clone()
     }
 
     /// Receives one message when leadership is lost (and disconnects when
-    /// the election thread ends). `main` should then exit non-zero.
+    /// the election thread ends). The process should then exit non-zero.
     pub fn lost(&self) -> Receiver<()> {
         self.lost.clone()
     }
@@ -437,7 +450,7 @@ impl Elector {
     /// own last write without reading first.
     fn try_acquire_or_renew(&mut self, leading: bool) -> Result<bool, kube::Error> {
         let ns = Some(self.config.namespace.as_str());
-        let now = format_time(SystemTime::now(), true);
+        let now = kube::time::micro_time(SystemTime::now());
         if leading {
             if let Some(mut lease) = self.lease.clone() {
                 lease["spec"]["renewTime"] = json!(now);
@@ -521,7 +534,7 @@ impl Elector {
         let Some(mut lease) = self.lease.take() else {
             return;
         };
-        let now = format_time(SystemTime::now(), true);
+        let now = kube::time::micro_time(SystemTime::now());
         lease["spec"]["holderIdentity"] = json!("");
         lease["spec"]["leaseDurationSeconds"] = json!(1);
         lease["spec"]["renewTime"] = json!(now);

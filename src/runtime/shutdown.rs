@@ -1,8 +1,9 @@
 //! Graceful shutdown: one signal every thread can wait on, SIGTERM/SIGINT
 //! wired to it, and a bounded join.
 //!
-//! The intended sequence in `main` (what Kubernetes expects of a pod that
-//! gets SIGTERM, within `terminationGracePeriodSeconds`):
+//! The intended sequence (what Kubernetes expects of a pod that gets
+//! SIGTERM, within `terminationGracePeriodSeconds`; `controllers::manager`
+//! runs it):
 //!
 //! ```text
 //! let shutdown = Shutdown::new();
@@ -11,15 +12,13 @@
 //! shutdown.wait();                         // or select! on lost leadership
 //! queue.shutdown();                        // workers take no new key
 //! join_within(workers, deadline);          // current keys finish, or not
-//! elector.release();                       // standby takes over at once
-//! std::process::exit(0)
+//! events.close(..); elector.release();     // standby takes over at once
+//! informer.stop();                         // cuts its watch, joins its thread
+//! join_within(the rest, ..)                // signal, resync, poller threads
 //! ```
 //!
-//! Informer threads are not joined: they hold nothing that needs flushing,
-//! and one may sit in a blocking watch read until its server-side timeout.
-//! They notice the signal between events and exit; process exit ends them
-//! otherwise. A second SIGTERM/SIGINT exits at once with status 1, for an
-//! operator who does not want to wait.
+//! A second SIGTERM/SIGINT exits at once with status 1, for an operator who
+//! does not want to wait.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};

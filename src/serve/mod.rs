@@ -15,13 +15,17 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use capmaas::serve::{self, Health, Leadership, Routes};
+//! use capmaas::runtime::LeaderGate;
+//! use capmaas::serve::{self, Health, Routes};
 //!
-//! let health = Arc::new(Health::new());
+//! let gate = LeaderGate::standby(); // driven by a LeaderElector
+//! let health = Arc::new(Health::new(gate.clone()));
 //! let (addr, _thread) = serve::start("127.0.0.1:8081".parse().unwrap(), Routes::Probes(health.clone())).unwrap();
 //! health.set_synced(true);
-//! health.set_leadership(Leadership::Leader);
 //! ```
+//!
+//! Readiness reads the leader election's own [`LeaderGate`] at each probe:
+//! nothing copies the standing from one place to another.
 //!
 //! # Holding up under hostile clients
 //!
@@ -48,10 +52,12 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+use crate::runtime::{LeaderGate, Leadership};
 
 /// Largest request head (request line + headers) read; bigger requests get 431.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -85,42 +91,27 @@ const POLL_PAUSES: [Duration; 4] = [
 
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Where this replica stands in leader election.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Leadership {
-    /// Holds the lease (or leader election is off): workers run.
-    Leader,
-    /// Waiting for the lease with warm caches: ready to take over, so ready.
-    Standby,
-    /// Held the lease and lost it: work stopped, the process is on its way out.
-    Lost,
-}
-
 /// What the probes report, shared between the controllers and the server.
 #[derive(Debug)]
 pub struct Health {
     live: AtomicBool,
     synced: AtomicBool,
-    leadership: AtomicU8,
+    /// The leader election's gate (always open without election).
+    leader: LeaderGate,
     stopping: AtomicBool,
     /// Services we cannot work without that are not there yet, by name,
     /// with why (e.g. "MAAS" → "not reachable: connection refused").
     unavailable: Mutex<BTreeMap<&'static str, String>>,
 }
 
-impl Default for Health {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Health {
-    /// Live, not synced, standby: not ready until `set_synced(true)`.
-    pub fn new() -> Health {
+    /// Live, not synced: not ready until `set_synced(true)`. Leadership is
+    /// read from `leader` at each probe.
+    pub fn new(leader: LeaderGate) -> Health {
         Health {
             live: AtomicBool::new(true),
             synced: AtomicBool::new(false),
-            leadership: AtomicU8::new(Leadership::Standby as u8),
+            leader,
             stopping: AtomicBool::new(false),
             unavailable: Mutex::new(BTreeMap::new()),
         }
@@ -135,10 +126,6 @@ impl Health {
     /// Whether every informer has listed once.
     pub fn set_synced(&self, synced: bool) {
         self.synced.store(synced, Ordering::SeqCst);
-    }
-
-    pub fn set_leadership(&self, leadership: Leadership) {
-        self.leadership.store(leadership as u8, Ordering::SeqCst);
     }
 
     /// Whether `service` (e.g. "MAAS") can be used; while it cannot,
@@ -157,14 +144,6 @@ impl Health {
     /// Shutdown began: /readyz fails from now on.
     pub fn set_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-    }
-
-    pub fn leadership(&self) -> Leadership {
-        match self.leadership.load(Ordering::SeqCst) {
-            x if x == Leadership::Leader as u8 => Leadership::Leader,
-            x if x == Leadership::Standby as u8 => Leadership::Standby,
-            _ => Leadership::Lost,
-        }
     }
 
     /// `Err(reason)` when the liveness probe should fail.
@@ -195,7 +174,8 @@ impl Health {
         if !self.synced.load(Ordering::SeqCst) {
             return Err("caches not synced".into());
         }
-        match self.leadership() {
+        // A synced standby is ready: it can take over at once.
+        match self.leader.leadership() {
             Leadership::Leader | Leadership::Standby => Ok(()),
             Leadership::Lost => Err("leader election lost".into()),
         }
@@ -626,17 +606,20 @@ mod tests {
 
     #[test]
     fn readiness_needs_sync_and_a_live_leader_or_standby() {
-        let h = Health::new();
+        let gate = LeaderGate::standby();
+        let h = Health::new(gate.clone());
         let err = |s: &str| Err(s.to_string());
         assert_eq!(h.liveness(), Ok(()));
         assert_eq!(h.readiness(), err("caches not synced"));
         h.set_synced(true);
         assert_eq!(h.readiness(), Ok(()), "a synced standby is ready");
-        h.set_leadership(Leadership::Leader);
+        gate.lead_until(Instant::now() + Duration::from_secs(600));
         assert_eq!(h.readiness(), Ok(()));
-        h.set_leadership(Leadership::Lost);
+        gate.lose();
         assert_eq!(h.readiness(), err("leader election lost"));
-        h.set_leadership(Leadership::Leader);
+        let h = Health::new(LeaderGate::always_open());
+        h.set_synced(true);
+        assert_eq!(h.readiness(), Ok(()));
         h.set_live(false);
         assert_eq!(h.liveness(), err("not live"));
         assert_eq!(h.readiness(), err("not live"));
@@ -650,7 +633,7 @@ mod tests {
     /// with the reason, instead of a ready pod that fails every reconcile.
     #[test]
     fn an_unavailable_service_makes_the_pod_unready_with_its_reason() {
-        let h = Health::new();
+        let h = Health::new(LeaderGate::always_open());
         h.set_available("MAAS", Err("not reachable: connection refused".into()));
         assert_eq!(
             h.readiness(),
@@ -666,7 +649,7 @@ mod tests {
 
     #[test]
     fn routes() {
-        let h = Arc::new(Health::new());
+        let h = Arc::new(Health::new(LeaderGate::always_open()));
         let probes = Routes::Probes(h.clone());
         let text = |r: Response| String::from_utf8(r.to_bytes()).unwrap();
         let not_ready = text(route("GET", "/readyz", &probes));

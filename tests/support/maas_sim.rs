@@ -83,7 +83,18 @@ impl MaasSim {
         options.listen = "127.0.0.1:0".into();
         let server = maas_sim::start_with(*options)
             .unwrap_or_else(|e| panic!("maas-sim did not start: {e}"));
-        let url = server.base_url();
+        MaasSim::with(server.base_url(), &inventory_value, Some(server))
+    }
+
+    /// A simulator running elsewhere (the `maas-sim` binary as a child
+    /// process, for a benchmark that measures this process alone) at `url`
+    /// (`http://127.0.0.1:PORT/MAAS`), serving `inventory`: the same
+    /// controls; dropping it stops nothing.
+    pub fn attach(url: &str, inventory: &Value) -> MaasSim {
+        MaasSim::with(url.to_owned(), inventory, None)
+    }
+
+    fn with(url: String, inventory_value: &Value, server: Option<maas_sim::Server>) -> MaasSim {
         let base = url.trim_end_matches("/MAAS").to_owned();
         let api_keys: Vec<(String, String, bool)> = inventory_value["api_keys"]
             .as_array()
@@ -110,7 +121,7 @@ impl MaasSim {
             base,
             api_key,
             api_keys,
-            server: Some(server),
+            server,
             agent,
         }
     }

@@ -13,12 +13,16 @@
 //!   API endpoint away);
 //! - the record is deleted with the cluster.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
-use super::Reconciling;
+use super::ClusterReconciling;
 use crate::api::capi::Cluster;
+use crate::api::maas_cluster as mc_api;
+use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
-use crate::controllers::ports::{EventType, Kind};
+use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::DnsResource;
 
@@ -27,9 +31,31 @@ const SUFFIX_LEN: usize = 6;
 const SUFFIX_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// The DNS name of this cluster, choosing and persisting it on first use.
-pub(super) fn ensure_name(r: &mut Reconciling, cluster: &Cluster) -> Result<String, Error> {
-    if let Some(name) = current_name(&r.mc, &cluster.metadata.name) {
-        if r.mc.dns_name().is_none() {
+/// A name another MaasCluster uses is refused: a tenant naming its cluster
+/// like another namespace's and copying its endpoint must not take over
+/// (rewrite, then delete) that cluster's record.
+pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Result<String, Error> {
+    if let Some(name) = current_name(&r.object, &cluster.metadata.name) {
+        let adopting = r.object.dns_name().is_none();
+        if let Some(other) = claimed_elsewhere(r, &name, adopting) {
+            let message = format!(
+                "DNS name {name} is already the API endpoint of MaasCluster {other}; \
+                 this cluster will not use or change its record"
+            );
+            let reported = r
+                .condition(mc_api::LOAD_BALANCER_READY)
+                .is_some_and(|c| c.message == message);
+            if !reported {
+                r.event(EventType::Warning, mc_api::DNS_NAME_IN_USE, &message);
+            }
+            r.set(Desired::false_(
+                mc_api::LOAD_BALANCER_READY,
+                mc_api::DNS_NAME_IN_USE,
+                message.clone(),
+            ));
+            return Err(Error::Retry(format!("{}: {message}", r.key())));
+        }
+        if adopting {
             // Adopted from the endpoint (status is not moved by clusterctl move).
             persist_name(r, &name)?;
         }
@@ -39,7 +65,7 @@ pub(super) fn ensure_name(r: &mut Reconciling, cluster: &Cluster) -> Result<Stri
         "{}-{}.{}",
         cluster.metadata.name,
         random_suffix()?,
-        r.mc.spec.dns_domain
+        r.object.spec.dns_domain
     );
     persist_name(r, &name)?;
     Ok(name)
@@ -58,27 +84,40 @@ pub(super) fn current_name(mc: &MaasCluster, cluster_name: &str) -> Option<Strin
     (random.len() == SUFFIX_LEN && domain == mc.spec.dns_domain).then(|| host.clone())
 }
 
+/// Another MaasCluster of this controller that uses `name`: one whose
+/// status holds it (capmaas chose it there) always wins; one whose endpoint
+/// merely names it wins only against a cluster that is adopting the name
+/// from its own endpoint too (so a copied endpoint never takes over).
+fn claimed_elsewhere(r: &ClusterReconciling, name: &str, adopting: bool) -> Option<String> {
+    let me = (&r.object.metadata.namespace, &r.object.metadata.name);
+    r.ctx
+        .kube
+        .maas_clusters()
+        .into_iter()
+        .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
+        .find(|other| {
+            let in_status = other.dns_name() == Some(name);
+            let in_endpoint = other
+                .spec
+                .control_plane_endpoint
+                .as_ref()
+                .is_some_and(|e| e.host == name);
+            in_status || (adopting && in_endpoint)
+        })
+        .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
+}
+
 /// Writes the name with the resourceVersion we read: if our cache was
 /// stale (a name may already be stored), the API server refuses and we
 /// retry with fresh data rather than pick a second name.
-fn persist_name(r: &mut Reconciling, name: &str) -> Result<(), Error> {
-    let meta = &r.mc.metadata;
+fn persist_name(r: &mut ClusterReconciling, name: &str) -> Result<(), Error> {
     let patch = json!({
-        "metadata": {"resourceVersion": meta.resource_version},
+        "metadata": {"resourceVersion": r.object.metadata.resource_version},
         "status": {"network": {"dnsName": name}}
     });
-    let new_version =
-        r.ctx
-            .kube
-            .patch_status(Kind::MaasCluster, &meta.namespace, &meta.name, &patch)?;
-    r.mc.metadata.resource_version = new_version;
-    for status in [
-        &mut r.status,
-        r.old_status.get_or_insert_with(Default::default),
-    ] {
+    r.patch_status_now(&patch, |status| {
         status.network.get_or_insert_with(Default::default).dns_name = name.to_string();
-    }
-    Ok(())
+    })
 }
 
 fn random_suffix() -> Result<String, Error> {
@@ -93,14 +132,14 @@ fn random_suffix() -> Result<String, Error> {
 
 /// The record named `fqdn`, created (with `ips`) if MAAS has none.
 pub(super) fn ensure_record(
-    r: &mut Reconciling,
+    r: &mut ClusterReconciling,
     fqdn: &str,
     ips: &[String],
 ) -> Result<DnsResource, Error> {
-    let mut found = r.ctx.maas.dns_resources(fqdn)?;
+    let mut found = r.maas()?.dns_resources(fqdn)?;
     match found.len() {
         0 => {
-            let record = r.ctx.maas.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
+            let record = r.maas()?.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
             r.event(
                 EventType::Normal,
                 "DNSRecordCreated",
@@ -120,11 +159,14 @@ pub(super) fn ensure_record(
 /// "leave the record as it is": no such machine runs, but control-plane
 /// machines that are not being deleted exist (rebooting, powered off).
 pub(super) fn desired_ips(
-    machines: &[MaasMachine],
+    machines: &[Arc<MaasMachine>],
     is_control_plane: impl Fn(&MaasMachine) -> bool,
 ) -> Option<Vec<String>> {
-    let control_plane: Vec<&MaasMachine> =
-        machines.iter().filter(|m| is_control_plane(m)).collect();
+    let control_plane: Vec<&MaasMachine> = machines
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|m| is_control_plane(m))
+        .collect();
     let mut ips: Vec<String> = control_plane
         .iter()
         .filter(|m| !m.metadata.is_being_deleted() && is_running(m))
@@ -161,7 +203,7 @@ fn is_running(m: &MaasMachine) -> bool {
 /// Writes the desired addresses if they differ from MAAS's (which also
 /// repairs drift made by hand); true when it wrote.
 pub(super) fn update_attachments(
-    r: &mut Reconciling,
+    r: &mut ClusterReconciling,
     record: &DnsResource,
     desired: Option<Vec<String>>,
 ) -> Result<bool, Error> {
@@ -174,7 +216,7 @@ pub(super) fn update_attachments(
     if current == desired {
         return Ok(false);
     }
-    r.ctx.maas.set_dns_resource_ips(record.id, &desired)?;
+    r.maas()?.set_dns_resource_ips(record.id, &desired)?;
     let message = format!(
         "DNS record {} now resolves to [{}] (was [{}])",
         record.fqdn,
@@ -186,19 +228,31 @@ pub(super) fn update_attachments(
 }
 
 /// Deletes the cluster's record(s); a record already gone is fine.
-pub(super) fn delete_record(r: &mut Reconciling, cluster_name: Option<&str>) -> Result<(), Error> {
+pub(super) fn delete_record(
+    r: &mut ClusterReconciling,
+    cluster_name: Option<&str>,
+) -> Result<(), Error> {
     let name = match cluster_name {
-        Some(cluster) => current_name(&r.mc, cluster),
-        None => r.mc.dns_name().map(str::to_string),
+        Some(cluster) => current_name(&r.object, cluster),
+        None => r.object.dns_name().map(str::to_string),
     };
     let Some(fqdn) = name else { return Ok(()) };
-    let records = match r.ctx.maas.dns_resources(&fqdn) {
+    let adopting = r.object.dns_name().is_none();
+    if let Some(other) = claimed_elsewhere(r, &fqdn, adopting) {
+        r.event(
+            EventType::Warning,
+            mc_api::DNS_NAME_IN_USE,
+            &format!("DNS record {fqdn} is MaasCluster {other}'s; left alone"),
+        );
+        return Ok(());
+    }
+    let records = match r.maas()?.dns_resources(&fqdn) {
         Ok(records) => records,
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(e.into()),
     };
     for record in records.iter().filter(|rec| rec.id >= 0) {
-        match r.ctx.maas.delete_dns_resource(record.id) {
+        match r.maas()?.delete_dns_resource(record.id) {
             Ok(()) => r.event(
                 EventType::Normal,
                 "DNSRecordDeleted",

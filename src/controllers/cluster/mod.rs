@@ -2,86 +2,95 @@
 //! as a MAAS DNS record (round robin over the control-plane machines).
 //!
 //! ```text
-//! owner Cluster ─► paused? ─► deleting? ─► finalizer ─► failure domains
-//!   ─► DNS name (persisted first) ─► DNS record ─► controlPlaneEndpoint ─► provisioned
+//! owner Cluster ─► paused? ─► deleting? ─► finalizer ─► MAAS credentials ─► failure domains
+//!   ─► DNS name (persisted first, used by no other MaasCluster) ─► DNS record
+//!   ─► controlPlaneEndpoint ─► provisioned
 //!   ─► DNS attachments (dns.rs) ─► workload API available? (api_poller)
-//! delete: wait for MaasMachines ─► delete the DNS record ─► finalizer
+//! delete: wait for MaasMachines ─► MAAS credentials ─► delete the DNS record ─► finalizer
 //! ```
+//!
+//! The steps are methods of `ClusterReconciling`, the shared scaffold of
+//! `controllers::reconciling` for this kind.
 
 mod dns;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::ports::{EventType, Kind};
-use super::{finalizer, status, Context, Error, Next};
+use super::reconciling::{OwnKind, Reconciling};
+use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
-use crate::api::conditions::{self, Desired};
+use crate::api::conditions::{self, Condition, Desired};
 use crate::api::maas_cluster::{self as mc_api, FINALIZER};
-use crate::api::{FailureDomain, Initialization, MaasCluster, MaasClusterStatus, MaasMachine};
+use crate::api::{
+    FailureDomain, Initialization, MaasCluster, MaasClusterStatus, MaasMachine, ObjectMeta,
+};
+use crate::runtime::Action;
 
 /// While the cluster's MaasMachines are still being deleted.
 const DELETE_WAIT: Duration = Duration::from_secs(10);
 
-pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
+pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_cluster) = ctx.kube.maas_cluster(namespace, name) else {
         ctx.api_watch.forget(namespace, name);
-        return Ok(Next::Done);
+        return Ok(Action::Done);
     };
-    let mut r = Reconciling::new(ctx, maas_cluster);
+    let mut r = Reconciling::new(ctx, Arc::unwrap_or_clone(maas_cluster));
     let result = r.run();
     r.finish(result)
 }
 
-pub(crate) struct Reconciling<'c> {
-    ctx: &'c Context,
-    mc: MaasCluster,
-    old_status: Option<MaasClusterStatus>,
-    status: MaasClusterStatus,
-    now: String,
-    summarize: bool,
-    done_with_object: bool,
+impl OwnKind for MaasCluster {
+    type Status = MaasClusterStatus;
+    type Facts = ();
+    const KIND: Kind = Kind::MaasCluster;
+    const FINALIZER: &'static str = FINALIZER;
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+    fn status(&self) -> Option<&MaasClusterStatus> {
+        self.status.as_ref()
+    }
+    fn conditions(status: &MaasClusterStatus) -> &[Condition] {
+        &status.conditions
+    }
+    fn conditions_mut(status: &mut MaasClusterStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+    fn ready_of(_: &()) -> Vec<&'static str> {
+        vec![
+            mc_api::CREDENTIALS_READY,
+            mc_api::LOAD_BALANCER_READY,
+            mc_api::API_SERVER_AVAILABLE,
+        ]
+    }
 }
 
-impl<'c> Reconciling<'c> {
-    fn new(ctx: &'c Context, mc: MaasCluster) -> Reconciling<'c> {
-        let old_status = mc.status.clone();
-        let status = mc.status();
-        Reconciling {
-            ctx,
-            mc,
-            old_status,
-            status,
-            now: ctx.now_rfc3339(),
-            summarize: true,
-            done_with_object: false,
-        }
-    }
+/// A MaasCluster reconcile in progress (see [`Reconciling`]).
+pub(crate) type ClusterReconciling<'c> = Reconciling<'c, MaasCluster>;
 
+impl ClusterReconciling<'_> {
     /// The story of a MaasCluster.
-    fn run(&mut self) -> Result<Next, Error> {
+    fn run(&mut self) -> Result<Action, Error> {
         let owner_name = self
-            .mc
+            .object
             .metadata
             .owner(capi::GROUP, capi::CLUSTER_KIND)
             .map(|o| o.name.clone());
         let cluster = owner_name
             .as_ref()
-            .and_then(|n| self.ctx.kube.cluster(&self.mc.metadata.namespace, n));
-        if let Some(why) = self.paused_because(cluster.as_ref()) {
-            self.set(
-                Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
-            );
-            self.summarize = false;
-            return Ok(Next::Done);
+            .and_then(|n| self.ctx.kube.cluster(&self.object.metadata.namespace, n));
+        if self.paused(cluster.as_deref()) {
+            return Ok(Action::Done);
         }
-        self.set(Desired::false_(
-            conditions::PAUSED,
-            conditions::NOT_PAUSED_REASON,
-            "",
-        ));
-        if self.mc.metadata.is_being_deleted() {
+        if self.object.metadata.is_being_deleted() {
             return self.delete(owner_name);
         }
         let Some(cluster) = cluster else {
@@ -94,21 +103,17 @@ impl<'c> Reconciling<'c> {
                 mc_api::WAITING_FOR_CLUSTER,
                 "waiting for the owner Cluster",
             ));
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         };
-        finalizer::ensure(
-            self.ctx.kube.as_ref(),
-            Kind::MaasCluster,
-            &mut self.mc.metadata,
-            FINALIZER,
-        )?;
+        self.ensure_finalizer()?;
+        self.credentials()?;
         self.failure_domains();
 
         let dns_name = dns::ensure_name(self, &cluster)?;
         let machines = self
             .ctx
             .kube
-            .maas_machines_of_cluster(&self.mc.metadata.namespace, &cluster.metadata.name);
+            .maas_machines_of_cluster(&self.object.metadata.namespace, &cluster.metadata.name);
         let desired_ips = dns::desired_ips(&machines, |m| self.is_control_plane(m));
         let record =
             match dns::ensure_record(self, &dns_name, desired_ips.as_deref().unwrap_or(&[])) {
@@ -150,71 +155,57 @@ impl<'c> Reconciling<'c> {
             }
         }
         self.api_server_available(&cluster);
-        Ok(Next::Done)
+        Ok(Action::Done)
     }
 
-    fn finish(mut self, result: Result<Next, Error>) -> Result<Next, Error> {
-        if self.done_with_object {
-            return result;
+    /// Connects to the cluster's MAAS with its credentials; says on
+    /// `CredentialsReady` whether that worked and, if not, why.
+    fn credentials(&mut self) -> Result<(), Error> {
+        let identity = self.object.spec.identity_ref.clone();
+        match self.connect_maas(identity.as_ref()) {
+            Ok(()) => {
+                self.set(Desired::true_(
+                    mc_api::CREDENTIALS_READY,
+                    mc_api::CREDENTIALS_READY,
+                ));
+                Ok(())
+            }
+            Err(e) => {
+                let reported = self
+                    .condition(mc_api::CREDENTIALS_READY)
+                    .is_some_and(|c| c.message == e.message());
+                if !reported {
+                    self.event(
+                        EventType::Warning,
+                        mc_api::CREDENTIALS_UNAVAILABLE,
+                        e.message(),
+                    );
+                }
+                self.set(Desired::false_(
+                    mc_api::CREDENTIALS_READY,
+                    mc_api::CREDENTIALS_UNAVAILABLE,
+                    e.message(),
+                ));
+                Err(e.into())
+            }
         }
-        if self.summarize {
-            let of = [mc_api::LOAD_BALANCER_READY, mc_api::API_SERVER_AVAILABLE];
-            let generation = self.mc.metadata.generation;
-            conditions::set_ready_summary(&mut self.status.conditions, &of, generation, &self.now);
-        }
-        let written = self.write_status();
-        status::settle(&self.key(), result, written)
     }
 
-    fn write_status(&mut self) -> Result<(), Error> {
-        let kube = self.ctx.kube.as_ref();
-        if status::write(
-            kube,
-            Kind::MaasCluster,
-            &mut self.mc.metadata,
-            self.old_status.as_ref(),
-            &self.status,
-        )? {
-            self.old_status = Some(self.status.clone());
-        }
-        Ok(())
-    }
-
-    /// Labelled `cluster.x-k8s.io/control-plane`, or owned by a Machine that
-    /// is: without a control-plane provider stamping it, only the Machine
-    /// may carry the label.
+    /// See [`MaasMachine::is_control_plane`].
     fn is_control_plane(&self, m: &MaasMachine) -> bool {
-        m.metadata.has_label(capi::CONTROL_PLANE_LABEL)
-            || m.metadata
-                .owner(capi::GROUP, capi::MACHINE_KIND)
-                .and_then(|o| self.ctx.kube.machine(&m.metadata.namespace, &o.name))
-                .is_some_and(|machine| machine.is_control_plane())
-    }
-
-    fn paused_because(&self, cluster: Option<&Cluster>) -> Option<String> {
-        let by_cluster = cluster.is_some_and(|c| c.is_paused());
-        let by_annotation = self.mc.metadata.has_annotation(capi::PAUSED_ANNOTATION);
-        match (by_cluster, by_annotation) {
-            (false, false) => None,
-            (true, false) => Some("Cluster spec.paused is set to true".into()),
-            (false, true) => Some(format!(
-                "MaasCluster has the {} annotation",
-                capi::PAUSED_ANNOTATION
-            )),
-            (true, true) => Some(format!(
-                "Cluster spec.paused is set to true, MaasCluster has the {} annotation",
-                capi::PAUSED_ANNOTATION
-            )),
-        }
+        let owner = m
+            .owner_machine_name()
+            .and_then(|name| self.ctx.kube.machine(&m.metadata.namespace, name));
+        m.is_control_plane(owner.as_deref())
     }
 
     /// `spec.failureDomains` if given, else the MAAS zones (asked once, while
     /// the status has none), as the v1beta2 list.
     fn failure_domains(&mut self) {
-        let names: Vec<String> = if !self.mc.spec.failure_domains.is_empty() {
-            self.mc.spec.failure_domains.clone()
+        let names: Vec<String> = if !self.object.spec.failure_domains.is_empty() {
+            self.object.spec.failure_domains.clone()
         } else if self.status.failure_domains.is_empty() {
-            match self.ctx.maas.zones() {
+            match self.maas().and_then(|maas| Ok(maas.zones()?)) {
                 Ok(zones) => zones,
                 Err(e) => {
                     log::warn!(
@@ -246,7 +237,7 @@ impl<'c> Reconciling<'c> {
     /// Cluster).
     fn ensure_endpoint(&mut self, cluster: &Cluster, dns_name: &str) -> Result<(), Error> {
         if self
-            .mc
+            .object
             .spec
             .control_plane_endpoint
             .as_ref()
@@ -268,11 +259,8 @@ impl<'c> Reconciling<'c> {
                 port: cluster.api_server_port(),
             },
         };
-        let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": endpoint}});
-        let (ns, name) = (&self.mc.metadata.namespace, &self.mc.metadata.name);
-        self.mc.metadata.resource_version =
-            self.ctx.kube.patch(Kind::MaasCluster, ns, name, &patch)?;
-        self.mc.spec.control_plane_endpoint = Some(endpoint);
+        self.patch(&serde_json::json!({"spec": {"controlPlaneEndpoint": endpoint}}))?;
+        self.object.spec.control_plane_endpoint = Some(endpoint);
         Ok(())
     }
 
@@ -283,8 +271,8 @@ impl<'c> Reconciling<'c> {
             return;
         }
         let (ns, name) = (
-            self.mc.metadata.namespace.clone(),
-            self.mc.metadata.name.clone(),
+            self.object.metadata.namespace.clone(),
+            self.object.metadata.name.clone(),
         );
         if self.ctx.api_watch.take_online(&ns, &name) {
             self.set(Desired::true_(
@@ -306,18 +294,18 @@ impl<'c> Reconciling<'c> {
         ));
     }
 
-    fn delete(&mut self, owner_name: Option<String>) -> Result<Next, Error> {
+    fn delete(&mut self, owner_name: Option<String>) -> Result<Action, Error> {
         let (ns, name) = (
-            self.mc.metadata.namespace.clone(),
-            self.mc.metadata.name.clone(),
+            self.object.metadata.namespace.clone(),
+            self.object.metadata.name.clone(),
         );
         self.ctx.api_watch.forget(&ns, &name);
-        if !self.mc.metadata.has_finalizer(FINALIZER) {
+        if !self.has_finalizer() {
             self.summarize = false;
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         }
         let cluster_name = self
-            .mc
+            .object
             .metadata
             .labels
             .get(capi::CLUSTER_NAME_LABEL)
@@ -337,41 +325,16 @@ impl<'c> Reconciling<'c> {
                     mc_api::DELETING,
                     message,
                 ));
-                return Ok(Next::RequeueAfter(DELETE_WAIT));
+                return Ok(Action::RequeueAfter(DELETE_WAIT));
             }
         }
+        self.credentials()?;
         dns::delete_record(self, cluster_name.as_deref())?;
-        self.summarize = false;
         self.set(Desired::false_(
             conditions::READY,
             mc_api::DELETING,
             "DNS record deleted",
         ));
-        self.write_status()?;
-        finalizer::remove(
-            self.ctx.kube.as_ref(),
-            Kind::MaasCluster,
-            &mut self.mc.metadata,
-            FINALIZER,
-        )?;
-        self.done_with_object = true;
-        Ok(Next::Done)
-    }
-
-    fn set(&mut self, desired: Desired<'_>) {
-        let generation = self.mc.metadata.generation;
-        conditions::set(&mut self.status.conditions, desired, generation, &self.now);
-    }
-
-    fn event(&self, type_: EventType, reason: &str, message: &str) {
-        self.ctx
-            .record_event(Kind::MaasCluster, &self.mc.metadata, type_, reason, message);
-    }
-
-    fn key(&self) -> String {
-        format!(
-            "MaasCluster {}/{}",
-            self.mc.metadata.namespace, self.mc.metadata.name
-        )
+        self.finish_deletion()
     }
 }

@@ -7,12 +7,13 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_cluster as mc_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::ports::{Kind, MaasFailure};
-use crate::controllers::{Error, Next};
+use crate::controllers::ports::{Kind, MaasApi};
+use crate::controllers::Error;
+use crate::runtime::Action;
 
 const NS: &str = "ns";
 
-fn reconcile(w: &World) -> Result<Next, Error> {
+fn reconcile(w: &World) -> Result<Action, Error> {
     super::reconcile(&w.ctx, NS, "c1")
 }
 
@@ -46,7 +47,7 @@ fn waits_for_the_owner_cluster() {
     w.edit(MAAS_CLUSTER, NS, "c1", |v| {
         v["metadata"]["ownerReferences"] = json!([])
     });
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty());
     assert!(w.maas_cluster(NS, "c1").metadata.finalizers.is_empty());
 }
@@ -55,7 +56,7 @@ fn waits_for_the_owner_cluster() {
 fn names_the_record_persists_the_name_first_and_provisions() {
     let w = World::new(0);
     w.cluster(NS, "c1");
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
 
     let mc = w.maas_cluster(NS, "c1");
     assert_eq!(mc.metadata.finalizers, vec![mc_api::FINALIZER.to_string()]);
@@ -397,7 +398,7 @@ fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
     w.delete(MAAS_CLUSTER, NS, "c1");
     assert_eq!(
         reconcile(&w).unwrap(),
-        Next::RequeueAfter(Duration::from_secs(10))
+        Action::RequeueAfter(Duration::from_secs(10))
     );
     assert_eq!(w.maas.dns_records().len(), 1, "kept while machines remain");
     let ready = conditions::get(w.maas_cluster(NS, "c1").conditions(), conditions::READY)
@@ -406,7 +407,7 @@ fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
     assert_eq!(ready.reason, mc_api::DELETING);
 
     w.kube.remove(MAAS_MACHINE, NS, "cp1");
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.dns_records().is_empty(), "record deleted");
     assert!(
         w.kube.get(MAAS_CLUSTER, NS, "c1").is_none(),
@@ -429,7 +430,7 @@ fn delete_with_the_record_already_gone_completes() {
     reconcile(&w).unwrap();
     w.maas.dns.lock().unwrap().clear();
     w.delete(MAAS_CLUSTER, NS, "c1");
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.kube.get(MAAS_CLUSTER, NS, "c1").is_none());
 }
 
@@ -440,7 +441,7 @@ fn paused_cluster_touches_nothing() {
     w.edit(CAPI_CLUSTER, NS, "c1", |v| {
         v["spec"]["paused"] = json!(true)
     });
-    assert_eq!(reconcile(&w).unwrap(), Next::Done);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty());
     let mc = w.maas_cluster(NS, "c1");
     let paused = conditions::get(mc.conditions(), conditions::PAUSED).unwrap();
@@ -502,15 +503,11 @@ fn a_maas_outage_changes_no_status_and_a_refusal_is_reported() {
     w.cluster(NS, "c1");
     reconcile(&w).unwrap();
     w.kube.clear_writes();
-    w.maas
-        .fail_once("dns_resources", MaasFailure::Unavailable, "503");
+    w.maas.fail_once("dns_resources", 503, "503");
     assert!(reconcile(&w).is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
-    w.maas.fail_once(
-        "dns_resources",
-        MaasFailure::NotFound,
-        "No Domain matches the given query.",
-    );
+    w.maas
+        .fail_once("dns_resources", 404, "No Domain matches the given query.");
     assert!(reconcile(&w).is_err());
     let mc = w.maas_cluster(NS, "c1");
     let lb = conditions::get(mc.conditions(), mc_api::LOAD_BALANCER_READY).unwrap();
@@ -533,4 +530,92 @@ fn a_control_plane_label_on_the_machine_alone_puts_it_in_dns() {
     });
     reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+}
+
+#[test]
+fn another_namespaces_dns_name_cannot_be_taken_over() {
+    // The victim: cluster `c1` in namespace `victim`, with its record.
+    let w = World::new(0);
+    w.cluster("victim", "c1");
+    super::reconcile(&w.ctx, "victim", "c1").unwrap();
+    let victims = w
+        .maas_cluster("victim", "c1")
+        .dns_name()
+        .unwrap()
+        .to_string();
+    let record = w.maas.dns_records()[0].clone();
+    w.maas
+        .set_dns_resource_ips(record.id, &["10.0.0.9".into()])
+        .unwrap();
+    // A tenant names its cluster the same and copies the endpoint.
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": victims, "port": 6443})
+    });
+    machine(&w, "cp0", true, "Deployed", true, "10.6.6.6");
+    w.maas.clear_calls();
+    assert!(reconcile(&w).is_err());
+    let c = w.maas_cluster(NS, "c1");
+    let lb = conditions::get(c.conditions(), mc_api::LOAD_BALANCER_READY).unwrap();
+    assert_eq!(lb.reason, mc_api::DNS_NAME_IN_USE);
+    assert!(lb.message.contains("victim/c1"), "{}", lb.message);
+    assert_eq!(c.dns_name(), None, "the name is not claimed");
+    assert_eq!(w.maas.dns_records()[0].ip_addresses, vec!["10.0.0.9"]);
+    // Deleting the tenant's cluster does not delete the victim's record.
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    w.kube.remove(MAAS_MACHINE, NS, "cp0");
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.dns_records().len(), 1);
+    assert!(
+        !w.maas
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("set_dns") || c.starts_with("delete_dns")),
+        "{:?}",
+        w.maas.calls()
+    );
+    // The victim keeps working.
+    super::reconcile(&w.ctx, "victim", "c1").unwrap();
+    let v = w.maas_cluster("victim", "c1");
+    assert!(conditions::is_true(
+        v.conditions(),
+        mc_api::LOAD_BALANCER_READY
+    ));
+}
+
+#[test]
+fn credentials_ready_says_whether_the_clusters_maas_can_be_used() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    reconcile(&w).unwrap();
+    let c = w.maas_cluster(NS, "c1");
+    assert!(conditions::is_true(
+        c.conditions(),
+        mc_api::CREDENTIALS_READY
+    ));
+
+    w.cluster(NS, "c2");
+    w.edit(MAAS_CLUSTER, NS, "c2", |v| {
+        v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "nope"})
+    });
+    w.maas.clear_calls();
+    assert!(matches!(
+        super::reconcile(&w.ctx, NS, "c2"),
+        Err(Error::Credentials(_))
+    ));
+    let c = w.maas_cluster(NS, "c2");
+    let cond = conditions::get(c.conditions(), mc_api::CREDENTIALS_READY).unwrap();
+    assert_eq!(cond.status, Status::False);
+    assert_eq!(cond.reason, mc_api::CREDENTIALS_UNAVAILABLE);
+    assert!(cond.message.contains("ns/nope"), "{}", cond.message);
+    let ready = conditions::get(c.conditions(), conditions::READY).unwrap();
+    assert_eq!(ready.status, Status::False);
+    assert!(
+        w.maas.calls().is_empty(),
+        "no MAAS call with unknown credentials"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&mc_api::CREDENTIALS_UNAVAILABLE.to_string()));
 }

@@ -4,40 +4,31 @@
 //! A failed deploy keeps the allocation (the providerID Cluster API may
 //! already have copied stays valid) and is retried with backoff.
 
-use super::allocate::image_available;
-use super::{Reconciling, Step};
+use super::allocate::require_image;
+use super::{MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
 use crate::api::Desired;
+use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{DeployRequest, Machine as Host, MachineStatus};
+use crate::maas::{self, DeployRequest, MachineStatus};
 
 /// Starts a deployment if the machine waits for one; otherwise passes the
 /// machine through unchanged.
 pub(super) fn ensure_deploying(
-    r: &mut Reconciling,
-    host: Host,
+    r: &mut MachineReconciling,
+    host: maas::Machine,
     bootstrap_secret: &str,
-) -> Result<Step<Host>, Error> {
-    let needs_deploy = match host.status {
-        MachineStatus::Allocated => true,
-        // Released behind our back before it was ever provisioned: deploy
-        // allocates it to us again in the same call.
-        MachineStatus::Ready => !r.mm.is_provisioned(),
-        _ => false,
-    };
-    if !needs_deploy {
+    identity: &Identity,
+) -> Result<Step<maas::Machine>, Error> {
+    // Only a machine allocated to us waits for a deployment: a Ready one
+    // is nobody's (and never reaches here: it carries no identity).
+    if host.status != MachineStatus::Allocated {
         return Ok(Step::Continue(host));
     }
-    if !image_available(r)? {
-        return Err(Error::Retry(format!(
-            "{}: image {:?} not in MAAS",
-            r.key(),
-            r.mm.spec.image
-        )));
-    }
+    require_image(r)?;
 
-    let namespace = r.mm.metadata.namespace.clone();
+    let namespace = r.object.metadata.namespace.clone();
     let user_data = match r
         .ctx
         .kube
@@ -64,44 +55,48 @@ pub(super) fn ensure_deploying(
 
     let system_id = host.system_id.clone();
     if !r.ctx.options.no_swap_update && host.swap_size != Some(0) {
-        if let Err(e) = r.ctx.maas.disable_swap(&system_id) {
+        if let Err(e) = r.maas()?.disable_swap(&system_id) {
             let message = format!(
                 "setting swap_size=0 on {system_id}: {} (a non-admin MAAS key needs --no-swap-update)",
-                e.message
+                e.message()
             );
             return deploy_failed(r, message);
         }
     }
 
     let request = DeployRequest {
-        image: Some(r.mm.spec.image.clone()),
+        image: Some(r.object.spec.image.clone()),
         user_data: Some(user_data),
-        ephemeral_deploy: r.mm.spec.deploy_in_memory,
-        agent_name: Some(r.agent_name()),
+        ephemeral_deploy: r.object.spec.deploy_in_memory,
+        agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!("capmaas: {}", r.key())),
         ..DeployRequest::default()
     };
-    match r.ctx.maas.deploy(&system_id, &request) {
+    match r.maas()?.deploy(&system_id, &request) {
         Ok(deploying) => {
             let message = format!(
                 "Deploying MAAS machine {system_id} with image {:?}",
-                r.mm.spec.image
+                r.object.spec.image
             );
             r.event(EventType::Normal, "MachineDeployStarted", &message);
             Ok(Step::Continue(deploying))
         }
-        Err(e) if e.failure.is_permanent() => deploy_failed(
+        Err(e) if e.is_refused() => deploy_failed(
             r,
             format!(
                 "deploying {system_id} with image {:?}: {}",
-                r.mm.spec.image, e.message
+                r.object.spec.image,
+                e.message()
             ),
         ),
         Err(e) => Err(e.into()),
     }
 }
 
-fn deploy_failed(r: &mut Reconciling, message: String) -> Result<Step<Host>, Error> {
+fn deploy_failed(
+    r: &mut MachineReconciling,
+    message: String,
+) -> Result<Step<maas::Machine>, Error> {
     r.event(EventType::Warning, "MachineDeployFailed", &message);
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,

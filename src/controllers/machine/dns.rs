@@ -6,21 +6,22 @@
 //! MAAS is read only when the answer can change: a running machine not yet
 //! attached, a stopped machine still attached, or a deleting machine.
 
-use super::{Reconciling, DNS_PENDING_REQUEUE};
+use super::{MachineReconciling, DNS_PENDING_REQUEUE};
 use crate::api::conditions;
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, MaasCluster};
-use crate::controllers::{Error, Next};
+use crate::controllers::Error;
+use crate::runtime::Action;
 
 /// Updates `dnsAttached` and the `DNSAttached` condition; returns a requeue
 /// while an attach or detach is pending.
 pub(super) fn check_attachment(
-    r: &mut Reconciling,
+    r: &mut MachineReconciling,
     maas_cluster: Option<&MaasCluster>,
     ips: &[String],
     running: bool,
-) -> Result<Option<Next>, Error> {
-    let deleting = r.mm.metadata.is_being_deleted();
+) -> Result<Option<Action>, Error> {
+    let deleting = r.object.metadata.is_being_deleted();
     let Some(fqdn) = maas_cluster.and_then(|c| c.dns_name()).map(str::to_string) else {
         if !deleting {
             r.set(Desired::false_(
@@ -43,7 +44,7 @@ pub(super) fn check_attachment(
         }
         return Ok(None);
     }
-    let records = match r.ctx.maas.dns_resources(&fqdn) {
+    let records = match r.maas()?.dns_resources(&fqdn) {
         Ok(records) => records,
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(e.into()),
@@ -64,7 +65,7 @@ pub(super) fn check_attachment(
                 mm_api::DNS_ATTACH_PENDING,
                 format!("waiting for {fqdn}"),
             ));
-            Ok(Some(Next::RequeueAfter(DNS_PENDING_REQUEUE)))
+            Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)))
         }
         (false, true) => {
             r.set(Desired::false_(
@@ -72,7 +73,7 @@ pub(super) fn check_attachment(
                 mm_api::DNS_DETACH_PENDING,
                 format!("waiting to leave {fqdn}"),
             ));
-            Ok(Some(Next::RequeueAfter(DNS_PENDING_REQUEUE)))
+            Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)))
         }
         (false, false) => {
             let why = if deleting {

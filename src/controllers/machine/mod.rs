@@ -2,49 +2,60 @@
 //! Cluster API Machine.
 //!
 //! ```text
-//! owners ─► paused? ─► deleting? ─► finalizer ─► cluster infrastructure? ─► bootstrap data?
-//!   ─► find our allocation or allocate (allocate.rs) ─► deploy (deploy.rs)
+//! owners ─► paused? ─► deleting? ─► finalizer ─► identity ─► MAAS credentials
+//!   ─► cluster infrastructure? ─► bootstrap data?
+//!   ─► find our allocation (proven ours) or allocate (allocate.rs) ─► deploy (deploy.rs)
 //!   ─► observe MAAS: status, power on, DNS attachment, Node providerID (observe.rs, dns.rs, node.rs)
-//! delete: leave DNS ─► release (release.rs) ─► finalizer
+//! delete: leave DNS ─► release what MAAS shows under our identity (release.rs) ─► finalizer
 //! ```
 //!
-//! The whole status is computed in memory and written once at the end, as a
-//! diff against what was read ([`Reconciling::finish`]).
+//! Each step is a function of `MachineReconciling` (the shared scaffold
+//! of `controllers::reconciling` with this kind's `Facts`): the whole
+//! status is computed in memory and written once at the end, as a diff
+//! against what was read.
 
 mod allocate;
 mod deploy;
 mod dns;
+#[cfg(test)]
+mod identity_tests;
 mod node;
 mod observe;
 mod release;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
+
+use super::identity::{self, Identity, Recorded};
 use super::ports::{EventType, Kind};
-use super::{finalizer, status, Context, Error, Next};
-use crate::api::capi::{self, Cluster, Machine};
-use crate::api::conditions::{self, Desired};
+use super::reconciling::{OwnKind, Reconciling};
+use super::{Context, Error};
+use crate::api::capi::{self, Cluster};
+use crate::api::conditions::{Condition, Desired};
 use crate::api::maas_machine::{self as mm_api, FINALIZER};
-use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus};
+use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus, ObjectMeta};
+use crate::runtime::Action;
 
 /// How often to look at a CP machine's DNS attachment while it is pending.
 /// The MaasCluster reconciler wakes the control-plane machines when it
 /// changes the record; this requeue is the safety net.
 const DNS_PENDING_REQUEUE: Duration = Duration::from_secs(10);
 
-pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Error> {
+pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_machine) = ctx.kube.maas_machine(namespace, name) else {
-        return Ok(Next::Done);
+        return Ok(Action::Done);
     };
     let deleting = maas_machine.metadata.is_being_deleted();
-    let mut r = Reconciling::new(ctx, maas_machine);
+    let mut r = Reconciling::new(ctx, Arc::unwrap_or_clone(maas_machine));
     let result = r.run();
     match r.finish(result) {
         // The cache still held the object after our finalizer went and the
         // API server deleted it: that deletion is finished, not failed.
-        Err(e) if deleting && e.is_kube_not_found() => Ok(Next::Done),
+        Err(e) if deleting && e.is_kube_not_found() => Ok(Action::Done),
         other => other,
     }
 }
@@ -53,18 +64,17 @@ pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Next, Err
 /// sets the owner reference after creating the object, and during deletion
 /// the owners may already be gone.
 pub(crate) struct Owners {
-    pub machine: Option<Machine>,
-    pub cluster: Option<Cluster>,
-    pub maas_cluster: Option<MaasCluster>,
+    pub machine: Option<Arc<capi::Machine>>,
+    pub cluster: Option<Arc<Cluster>>,
+    pub maas_cluster: Option<Arc<MaasCluster>>,
 }
 
 impl Owners {
     fn find(ctx: &Context, mm: &MaasMachine) -> Owners {
         let ns = &mm.metadata.namespace;
         let machine = mm
-            .metadata
-            .owner(capi::GROUP, capi::MACHINE_KIND)
-            .and_then(|owner| ctx.kube.machine(ns, &owner.name));
+            .owner_machine_name()
+            .and_then(|name| ctx.kube.machine(ns, name));
         let cluster_name = mm
             .metadata
             .labels
@@ -83,100 +93,86 @@ impl Owners {
             maas_cluster,
         }
     }
-
-    /// Paused if the Cluster says so or the MaasMachine carries the annotation.
-    fn paused_because(&self, mm: &MaasMachine) -> Option<String> {
-        let by_cluster = self.cluster.as_ref().is_some_and(|c| c.is_paused());
-        let by_annotation = mm.metadata.has_annotation(capi::PAUSED_ANNOTATION);
-        match (by_cluster, by_annotation) {
-            (false, false) => None,
-            (true, false) => Some("Cluster spec.paused is set to true".into()),
-            (false, true) => Some(format!(
-                "MaasMachine has the {} annotation",
-                capi::PAUSED_ANNOTATION
-            )),
-            (true, true) => Some(format!(
-                "Cluster spec.paused is set to true, MaasMachine has the {} annotation",
-                capi::PAUSED_ANNOTATION
-            )),
-        }
-    }
 }
 
-/// One reconcile in progress: the object as read, the status being built.
-pub(crate) struct Reconciling<'c> {
-    ctx: &'c Context,
-    mm: MaasMachine,
-    old_status: Option<MaasMachineStatus>,
-    status: MaasMachineStatus,
-    now: String,
-    /// Recompute `Ready` at the end (not while paused).
-    summarize: bool,
-    /// The object may be gone (finalizer removed): write nothing more.
-    done_with_object: bool,
+/// What a MaasMachine reconcile learns on the way.
+#[derive(Default)]
+pub(crate) struct Facts {
     /// Labelled `cluster.x-k8s.io/control-plane` (the MaasMachine or its Machine).
-    is_control_plane: bool,
+    pub is_control_plane: bool,
     /// MAAS has the image (already asked during this reconcile).
-    image_found: bool,
+    pub image_found: bool,
 }
 
-impl<'c> Reconciling<'c> {
-    fn new(ctx: &'c Context, mm: MaasMachine) -> Reconciling<'c> {
-        let old_status = mm.status.clone();
-        let status = mm.status();
-        Reconciling {
-            ctx,
-            mm,
-            old_status,
-            status,
-            now: ctx.now_rfc3339(),
-            summarize: true,
-            done_with_object: false,
-            is_control_plane: false,
-            image_found: false,
-        }
-    }
+impl OwnKind for MaasMachine {
+    type Status = MaasMachineStatus;
+    type Facts = Facts;
+    const KIND: Kind = Kind::MaasMachine;
+    const FINALIZER: &'static str = FINALIZER;
 
-    /// The story of a MaasMachine.
-    fn run(&mut self) -> Result<Next, Error> {
-        let owners = Owners::find(self.ctx, &self.mm);
-        self.is_control_plane = self.mm.metadata.has_label(capi::CONTROL_PLANE_LABEL)
-            || owners
-                .machine
-                .as_ref()
-                .is_some_and(|m| m.is_control_plane());
-        if let Some(why) = owners.paused_because(&self.mm) {
-            self.set(
-                Desired::true_(conditions::PAUSED, conditions::PAUSED_REASON).with_message(why),
-            );
-            self.summarize = false;
-            return Ok(Next::Done);
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+    fn status(&self) -> Option<&MaasMachineStatus> {
+        self.status.as_ref()
+    }
+    fn conditions(status: &MaasMachineStatus) -> &[Condition] {
+        &status.conditions
+    }
+    fn conditions_mut(status: &mut MaasMachineStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+    fn ready_of(facts: &Facts) -> Vec<&'static str> {
+        let mut of = vec![mm_api::MACHINE_DEPLOYED];
+        if facts.is_control_plane {
+            of.push(mm_api::DNS_ATTACHED);
         }
-        self.set(Desired::false_(
-            conditions::PAUSED,
-            conditions::NOT_PAUSED_REASON,
-            "",
-        ));
-        if self.mm.metadata.is_being_deleted() {
+        of
+    }
+}
+
+/// A MaasMachine reconcile in progress (see [`Reconciling`]).
+pub(crate) type MachineReconciling<'c> = Reconciling<'c, MaasMachine>;
+
+impl MachineReconciling<'_> {
+    /// The story of a MaasMachine.
+    fn run(&mut self) -> Result<Action, Error> {
+        let owners = Owners::find(self.ctx, &self.object);
+        self.facts.is_control_plane = self.object.is_control_plane(owners.machine.as_deref());
+        if self.paused(owners.cluster.as_deref()) {
+            return Ok(Action::Done);
+        }
+        if self.object.metadata.is_being_deleted() {
             return release::delete(self, &owners);
         }
         let (Some(machine), Some(cluster)) = (&owners.machine, &owners.cluster) else {
             log::info!("{}: waiting for the owner Machine and Cluster", self.key());
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         };
-        finalizer::ensure(
-            self.ctx.kube.as_ref(),
-            Kind::MaasMachine,
-            &mut self.mm.metadata,
-            FINALIZER,
-        )?;
+        self.ensure_finalizer()?;
+        let identity = self.ensure_identity()?;
+        let identity_ref = owners
+            .maas_cluster
+            .as_ref()
+            .and_then(|c| c.spec.identity_ref.clone());
+        if let Err(e) = self.connect_maas(identity_ref.as_ref()) {
+            self.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::CREDENTIALS_UNAVAILABLE,
+                e.message(),
+            ));
+            return Err(e.into());
+        }
         if !cluster.infrastructure_provisioned() {
             self.set(Desired::false_(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
                 "",
             ));
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         }
         let Some(bootstrap_secret) = machine.bootstrap_secret() else {
             self.set(Desired::false_(
@@ -184,92 +180,66 @@ impl<'c> Reconciling<'c> {
                 mm_api::WAITING_FOR_BOOTSTRAP_DATA,
                 "",
             ));
-            return Ok(Next::Done);
+            return Ok(Action::Done);
         };
-        let host = match allocate::find_or_allocate(self, machine)? {
+        let host = match allocate::find_or_allocate(self, machine, &identity)? {
             Step::Continue(host) => host,
-            Step::Stop(next) => return Ok(next),
+            Step::Stop(action) => return Ok(action),
         };
-        let host = match deploy::ensure_deploying(self, host, bootstrap_secret)? {
+        let host = match deploy::ensure_deploying(self, host, bootstrap_secret, &identity)? {
             Step::Continue(host) => host,
-            Step::Stop(next) => return Ok(next),
+            Step::Stop(action) => return Ok(action),
         };
         observe::observe(self, &host, &owners)
     }
 
-    /// Sets `Ready` and writes the status diff, whatever the story returned.
-    fn finish(mut self, result: Result<Next, Error>) -> Result<Next, Error> {
-        if self.done_with_object {
-            return result;
+    /// The object's identity (see `controllers::identity`), chosen and
+    /// persisted before any MAAS call that could use it. An annotation
+    /// naming another object (copied, or written to claim someone else's
+    /// machine) is replaced: the object never had a machine under it.
+    fn ensure_identity(&mut self) -> Result<Identity, Error> {
+        let foreign = match Identity::recorded(&self.object.metadata) {
+            Recorded::Valid(identity) => return Ok(identity),
+            Recorded::Missing => None,
+            Recorded::Foreign(value) => Some(value),
+        };
+        let Some(identity) = Identity::new_for(&self.object.metadata) else {
+            let message = "the namespace and name are too long for a MAAS identity \
+                           (at most 255 characters with the UID)";
+            self.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_DEPLOY_FAILED,
+                message,
+            ));
+            return Err(Error::Retry(format!("{}: {message}", self.key())));
+        };
+        if let Some(foreign) = foreign {
+            self.event(
+                EventType::Warning,
+                "IdentityReplaced",
+                &format!(
+                    "annotation {} named another object ({foreign:?}); this MaasMachine's identity is {identity}",
+                    identity::ANNOTATION
+                ),
+            );
         }
-        if self.summarize {
-            let mut of = vec![mm_api::MACHINE_DEPLOYED];
-            if self.is_control_plane {
-                of.push(mm_api::DNS_ATTACHED);
-            }
-            let generation = self.mm.metadata.generation;
-            conditions::set_ready_summary(&mut self.status.conditions, &of, generation, &self.now);
-        }
-        let written = self.write_status();
-        status::settle(&self.key(), result, written)
-    }
-
-    fn write_status(&mut self) -> Result<(), Error> {
-        let kube = self.ctx.kube.as_ref();
-        if status::write(
-            kube,
-            Kind::MaasMachine,
-            &mut self.mm.metadata,
-            self.old_status.as_ref(),
-            &self.status,
-        )? {
-            self.old_status = Some(self.status.clone());
-        }
-        Ok(())
-    }
-
-    fn set(&mut self, desired: Desired<'_>) {
-        let generation = self.mm.metadata.generation;
-        conditions::set(&mut self.status.conditions, desired, generation, &self.now);
-    }
-
-    fn condition_reason(&self, type_: &str) -> Option<&str> {
-        conditions::get(&self.status.conditions, type_).map(|c| c.reason.as_str())
-    }
-
-    /// Seconds since the condition last changed status (0 if unknown).
-    fn condition_age(&self, type_: &str) -> u64 {
-        conditions::get(&self.status.conditions, type_)
-            .and_then(|c| conditions::parse_rfc3339(&c.last_transition_time))
-            .map(|since| self.ctx.clock.now().saturating_sub(since))
-            .unwrap_or(0)
-    }
-
-    fn event(&self, type_: EventType, reason: &str, message: &str) {
-        self.ctx
-            .record_event(Kind::MaasMachine, &self.mm.metadata, type_, reason, message);
-    }
-
-    fn key(&self) -> String {
-        format!(
-            "MaasMachine {}/{}",
-            self.mm.metadata.namespace, self.mm.metadata.name
-        )
-    }
-
-    /// The identity MAAS stores with our allocation (`agent_name`), unique
-    /// per MaasMachine object: how a crash between allocate and the status
-    /// write finds its machine again instead of allocating a second one.
-    fn agent_name(&self) -> String {
-        let m = &self.mm.metadata;
-        format!("capmaas/{}/{}/{}", m.namespace, m.name, m.uid)
+        let version = self.object.metadata.resource_version.clone();
+        self.patch(&json!({"metadata": {
+            "annotations": {identity::ANNOTATION: identity.as_str()},
+            "resourceVersion": version,
+        }}))?;
+        self.object.metadata.annotations.insert(
+            identity::ANNOTATION.to_string(),
+            identity.as_str().to_string(),
+        );
+        Ok(identity)
     }
 }
 
 /// The result of a step that may end the reconcile early.
 pub(crate) enum Step<T> {
     Continue(T),
-    Stop(Next),
+    Stop(Action),
 }
 
 /// While MAAS is busy with a machine, look again soon, then less often the

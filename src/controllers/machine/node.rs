@@ -6,25 +6,26 @@
 //! `spec.providerID` of a Node can be set only once: a Node that already
 //! carries another one is reported on the condition, not retried forever.
 
-use super::{poll_interval, Reconciling};
+use super::{poll_interval, MachineReconciling};
 use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster::API_SERVER_AVAILABLE;
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, MaasCluster};
 use crate::controllers::ports::EventType;
-use crate::controllers::{Error, Next};
+use crate::controllers::Error;
+use crate::runtime::Action;
 
 pub(super) fn ensure_provider_id(
-    r: &mut Reconciling,
+    r: &mut MachineReconciling,
     cluster: &Cluster,
     maas_cluster: Option<&MaasCluster>,
     hostname: &str,
-) -> Result<Option<Next>, Error> {
+) -> Result<Option<Action>, Error> {
     if conditions::is_true(&r.status.conditions, mm_api::NODE_PROVIDER_ID_SET) {
         return Ok(None);
     }
-    let Some(provider_id) = r.mm.spec.provider_id.clone() else {
+    let Some(provider_id) = r.object.spec.provider_id.clone() else {
         return Ok(None);
     };
     let api_up =
@@ -39,7 +40,7 @@ pub(super) fn ensure_provider_id(
         return Ok(None);
     }
 
-    let namespace = r.mm.metadata.namespace.clone();
+    let namespace = r.object.metadata.namespace.clone();
     let cluster_name = cluster.metadata.name.clone();
     let mut node = None;
     for candidate in node_names(hostname) {
@@ -53,7 +54,7 @@ pub(super) fn ensure_provider_id(
                 r.set(Desired::false_(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
-                    e,
+                    e.to_string(),
                 ));
                 return Ok(Some(wait(r)));
             }
@@ -97,11 +98,12 @@ pub(super) fn ensure_provider_id(
                 &node.name,
                 &provider_id,
             ) {
-                r.event(EventType::Warning, "NodeProviderUpdateFailed", &e);
+                let message = e.to_string();
+                r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
                 r.set(Desired::false_(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
-                    e.clone(),
+                    message,
                 ));
                 return Err(Error::Workload(e));
             }
@@ -114,8 +116,8 @@ pub(super) fn ensure_provider_id(
     Ok(None)
 }
 
-fn wait(r: &Reconciling) -> Next {
-    Next::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
+fn wait(r: &MachineReconciling) -> Action {
+    Action::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
 }
 
 /// The Node is named after the MAAS hostname: exactly, else its short name.

@@ -7,20 +7,25 @@
 
 use std::time::Duration;
 
-use super::{dns, node, poll_interval, Owners, Reconciling};
+use super::{dns, node, poll_interval, MachineReconciling, Owners};
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
-use crate::controllers::{Error, Next};
-use crate::maas::{Machine as Host, MachineStatus, PowerState};
+use crate::controllers::Error;
+use crate::maas::{self, MachineStatus, PowerState};
+use crate::runtime::Action;
 
 /// After asking MAAS to power a deployed machine on.
 const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
 
-pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Result<Next, Error> {
+pub(super) fn observe(
+    r: &mut MachineReconciling,
+    host: &maas::Machine,
+    owners: &Owners,
+) -> Result<Action, Error> {
     record_host(r, host);
     let powered = host.power_state == PowerState::On;
-    let provisioned = r.mm.is_provisioned();
+    let provisioned = r.object.is_provisioned();
 
     let mut next = match (&host.status, powered) {
         (MachineStatus::Deployed, true) => {
@@ -34,10 +39,10 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
             r.status.ready = true;
             r.status.failure_reason = None;
             r.status.failure_message = None;
-            Next::Done
+            Action::Done
         }
         (MachineStatus::Deployed, false) => {
-            r.ctx.maas.power_on(
+            r.maas()?.power_on(
                 &host.system_id,
                 "capmaas: deployed machine found powered off",
             )?;
@@ -51,7 +56,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 mm_api::MACHINE_POWERED_OFF,
                 "deployed machine was powered off; powering it on",
             ));
-            Next::RequeueAfter(POWER_ON_REQUEUE)
+            Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deploying, powered) => {
             let reason = if powered {
@@ -91,7 +96,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 "MachineUnexpectedTermination",
                 message,
             );
-            Next::Done
+            Action::Done
         }
         (
             MachineStatus::Commissioning
@@ -109,7 +114,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 mm_api::MACHINE_STATE_UNDEFINED,
                 message,
             ));
-            Next::RequeueAfter(
+            Action::RequeueAfter(
                 poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED))
                     .max(Duration::from_secs(60)),
             )
@@ -129,7 +134,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
                 "MachineUnhandledState",
                 message,
             );
-            Next::Done
+            Action::Done
         }
     };
 
@@ -138,19 +143,22 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
             host.status,
             MachineStatus::Deploying | MachineStatus::Deployed
         );
-    if r.is_control_plane {
+    if r.facts.is_control_plane {
         let ips = host.ip_addresses.clone();
         if let Some(dns_next) =
-            dns::check_attachment(r, owners.maas_cluster.as_ref(), &ips, running)?
+            dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, running)?
         {
             next = earliest(next, dns_next);
         }
     }
     if host.status == MachineStatus::Deployed && powered {
         if let Some(cluster) = &owners.cluster {
-            if let Some(node_next) =
-                node::ensure_provider_id(r, cluster, owners.maas_cluster.as_ref(), &host.hostname)?
-            {
+            if let Some(node_next) = node::ensure_provider_id(
+                r,
+                cluster,
+                owners.maas_cluster.as_deref(),
+                &host.hostname,
+            )? {
                 next = earliest(next, node_next);
             }
         }
@@ -159,7 +167,7 @@ pub(super) fn observe(r: &mut Reconciling, host: &Host, owners: &Owners) -> Resu
 }
 
 /// `machineState`, `machinePowered`, `hostname`, `addresses` as MAAS reports them.
-fn record_host(r: &mut Reconciling, host: &Host) {
+fn record_host(r: &mut MachineReconciling, host: &maas::Machine) {
     r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
     r.status.machine_powered = host.power_state == PowerState::On;
     r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
@@ -168,7 +176,7 @@ fn record_host(r: &mut Reconciling, host: &Host) {
 
 /// Every IP as ExternalIP and InternalIP, the FQDN as ExternalDNS and
 /// InternalDNS (as the Go provider reports them).
-fn addresses(host: &Host) -> Vec<MachineAddress> {
+fn addresses(host: &maas::Machine) -> Vec<MachineAddress> {
     let mut out = Vec::new();
     let entry = |type_: &str, address: &str| MachineAddress {
         type_: type_.into(),
@@ -185,13 +193,13 @@ fn addresses(host: &Host) -> Vec<MachineAddress> {
     out
 }
 
-fn transitional(r: &Reconciling) -> Next {
-    Next::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
+fn transitional(r: &MachineReconciling) -> Action {
+    Action::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
 }
 
 /// A state that needs a human: condition, failure fields, one event per new
 /// message. Cleared again once the machine is deployed and running.
-fn failed(r: &mut Reconciling, reason: &str, event_reason: &str, message: String) {
+fn failed(r: &mut MachineReconciling, reason: &str, event_reason: &str, message: String) {
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
         r.event(EventType::Warning, event_reason, &message);
     }
@@ -205,13 +213,13 @@ fn failed(r: &mut Reconciling, reason: &str, event_reason: &str, message: String
     r.status.failure_message = Some(message);
 }
 
-fn status_message(host: &Host) -> String {
+fn status_message(host: &maas::Machine) -> String {
     host.status_message.clone().unwrap_or_default()
 }
 
-fn earliest(a: Next, b: Next) -> Next {
+fn earliest(a: Action, b: Action) -> Action {
     match (a, b) {
-        (Next::Done, other) | (other, Next::Done) => other,
-        (Next::RequeueAfter(x), Next::RequeueAfter(y)) => Next::RequeueAfter(x.min(y)),
+        (Action::Done, other) | (other, Action::Done) => other,
+        (Action::RequeueAfter(x), Action::RequeueAfter(y)) => Action::RequeueAfter(x.min(y)),
     }
 }

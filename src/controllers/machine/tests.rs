@@ -7,13 +7,15 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::ports::{Kind, MaasFailure};
-use crate::controllers::{Error, Next, Options};
+use crate::controllers::identity::OWNER_DATA_KEY;
+use crate::controllers::ports::Kind;
+use crate::controllers::{Error, Options};
 use crate::maas::{MachineStatus, PowerState};
+use crate::runtime::Action;
 
 const NS: &str = "ns";
 
-fn reconcile(w: &World, name: &str) -> Result<Next, Error> {
+fn reconcile(w: &World, name: &str) -> Result<Action, Error> {
     super::reconcile(&w.ctx, NS, name)
 }
 
@@ -44,7 +46,7 @@ fn waits_for_the_owner_machine_without_touching_maas() {
     w.edit(MAAS_MACHINE, NS, "m1", |v| {
         v["metadata"]["ownerReferences"] = json!([])
     });
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty());
     assert!(w.maas_machine(NS, "m1").metadata.finalizers.is_empty());
 }
@@ -55,7 +57,7 @@ fn waits_for_cluster_infrastructure_then_bootstrap_data() {
     w.cluster(NS, "c1");
     w.machine(NS, "c1", "m1", false);
     w.edit(CAPI_CLUSTER, NS, "c1", |v| v["status"] = json!({}));
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
         mm_api::WAITING_FOR_CLUSTER_INFRASTRUCTURE
@@ -90,7 +92,7 @@ fn allocates_records_the_provider_id_then_deploys() {
     });
     let next = reconcile(&w, "m1").unwrap();
     assert!(
-        matches!(next, Next::RequeueAfter(_)),
+        matches!(next, Action::RequeueAfter(_)),
         "polls while deploying: {next:?}"
     );
 
@@ -132,7 +134,7 @@ fn allocates_records_the_provider_id_then_deploys() {
         .contains(&"MachineAllocated".to_string()));
 
     w.maas.finish_deployments();
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let mm = w.maas_machine(NS, "m1");
     let status = mm.status();
     assert!(mm.is_provisioned() && status.ready);
@@ -301,7 +303,7 @@ fn deploy_rejected_keeps_the_allocation_and_retries() {
     w.machine(NS, "c1", "m1", false);
     w.maas.fail_once(
         "deploy",
-        MaasFailure::Rejected,
+        400,
         "{\"distro_series\": [\"'x' is not a valid distro_series.\"]}",
     );
     assert!(reconcile(&w, "m1").is_err());
@@ -340,7 +342,7 @@ fn deployed_and_powered_off_is_powered_on() {
     w.maas
         .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::Off);
     let next = reconcile(&w, "m1").unwrap();
-    assert_eq!(next, Next::RequeueAfter(Duration::from_secs(60)));
+    assert_eq!(next, Action::RequeueAfter(Duration::from_secs(60)));
     assert!(w.maas.calls().contains(&format!("power_on {id}")));
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
@@ -370,7 +372,7 @@ fn a_reconcile_that_observes_nothing_new_writes_nothing() {
     w.kube.clear_writes();
     w.maas.clear_calls();
     w.clock.advance(3600);
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
     assert_eq!(
         w.maas.calls().len(),
@@ -384,18 +386,18 @@ fn a_reconcile_that_observes_nothing_new_writes_nothing() {
 fn polling_slows_down_while_deploying() {
     let w = World::new(1);
     deploying_worker(&w);
-    let Next::RequeueAfter(first) = reconcile(&w, "m1").unwrap() else {
+    let Action::RequeueAfter(first) = reconcile(&w, "m1").unwrap() else {
         panic!()
     };
     w.clock.advance(400);
-    let Next::RequeueAfter(later) = reconcile(&w, "m1").unwrap() else {
+    let Action::RequeueAfter(later) = reconcile(&w, "m1").unwrap() else {
         panic!()
     };
     assert!(later > first, "{first:?} then {later:?}");
     w.clock.advance(100_000);
     assert_eq!(
         reconcile(&w, "m1").unwrap(),
-        Next::RequeueAfter(Duration::from_secs(120))
+        Action::RequeueAfter(Duration::from_secs(120))
     );
 }
 
@@ -411,7 +413,7 @@ fn terminal_state_sets_failure_and_recovery_clears_it() {
     );
     assert_eq!(
         reconcile(&w, "m1").unwrap(),
-        Next::Done,
+        Action::Done,
         "terminal states are not polled"
     );
     let status = w.maas_machine(NS, "m1").status();
@@ -438,13 +440,19 @@ fn terminal_state_sets_failure_and_recovery_clears_it() {
 }
 
 #[test]
-fn machine_gone_from_maas_before_provisioning_is_replaced() {
+fn machine_gone_from_maas_before_provisioning_is_reported_not_replaced() {
+    // spec.systemID cannot change once set, so no second machine is taken:
+    // the object says why and waits for a person or a MachineHealthCheck.
     let w = World::new(2);
     let id = deploying_worker(&w);
     w.maas.machines.lock().unwrap().remove(&id);
-    reconcile(&w, "m1").unwrap();
-    let new_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
-    assert_ne!(new_id, id);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert_eq!(w.maas_machine(NS, "m1").spec.system_id, Some(id));
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_NOT_FOUND
+    );
+    assert!(w.maas.allocated().is_empty(), "nothing allocated again");
 }
 
 #[test]
@@ -454,7 +462,7 @@ fn machine_gone_from_maas_after_provisioning_is_terminal() {
     w.maas.finish_deployments();
     reconcile(&w, "m1").unwrap();
     w.maas.machines.lock().unwrap().remove(&id);
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let mm = w.maas_machine(NS, "m1");
     assert_eq!(
         mm.spec.system_id.as_deref(),
@@ -480,7 +488,7 @@ fn delete_releases_then_removes_the_finalizer() {
     );
     let id = deploying_worker(&w);
     w.delete(MAAS_MACHINE, NS, "m1");
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let releases = w.maas.releases.lock().unwrap().clone();
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].0, id);
@@ -502,7 +510,7 @@ fn delete_with_the_machine_gone_from_maas_does_not_block() {
     let id = deploying_worker(&w);
     w.maas.machines.lock().unwrap().remove(&id);
     w.delete(MAAS_MACHINE, NS, "m1");
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
     assert!(w
         .kube
@@ -527,15 +535,20 @@ fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
     let w = World::new(1);
     let id = deploying_worker(&w);
     // Released before a crash (the answer lost, the finalizer still on),
-    // then allocated by someone else.
+    // then allocated by someone else: MAAS cleared our identity.
     w.maas
         .agent_names
         .lock()
         .unwrap()
         .insert(id.clone(), "someone-else".into());
-    w.maas.machines.lock().unwrap().get_mut(&id).unwrap().owner = Some("alice".into());
+    {
+        let mut machines = w.maas.machines.lock().unwrap();
+        let host = machines.get_mut(&id).unwrap();
+        host.owner = Some("alice".into());
+        host.owner_data = [(OWNER_DATA_KEY.to_string(), "capmaas/other/x/u".to_string())].into();
+    }
     w.delete(MAAS_MACHINE, NS, "m1");
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.maas.releases.lock().unwrap().is_empty(), "left alone");
     assert_eq!(w.maas.allocated(), vec![id]);
     assert!(
@@ -545,7 +558,7 @@ fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
     assert!(w
         .kube
         .event_reasons()
-        .contains(&"MachineNoLongerOurs".to_string()));
+        .contains(&mm_api::MACHINE_NOT_OWNED.to_string()));
 }
 
 #[test]
@@ -559,32 +572,88 @@ fn delete_after_a_crash_that_followed_the_release_just_removes_the_finalizer() {
         let host = machines.get_mut(&id).unwrap();
         host.status = MachineStatus::Ready;
         host.owner = None;
+        host.owner_data.clear();
     }
     w.delete(MAAS_MACHINE, NS, "m1");
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    w.kube.clear_writes();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.maas.releases.lock().unwrap().is_empty());
     assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
-    assert!(!w
-        .kube
-        .event_reasons()
-        .contains(&"MachineNoLongerOurs".to_string()));
+    assert!(
+        w.kube.event_reasons().is_empty(),
+        "no event claims anything: {:?}",
+        w.kube.event_reasons()
+    );
 }
 
 #[test]
-fn delete_of_an_object_allocated_by_the_go_provider_releases_its_recorded_machine() {
+fn delete_while_our_machine_is_still_releasing_claims_nothing_untrue() {
+    // Issue 11: a second reconcile of a deleting MaasMachine once said the
+    // machine "is now admin's" while MAAS was still releasing it for us.
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.agent_names.lock().unwrap().remove(&id);
+    w.maas
+        .set_state(&id, MachineStatus::Releasing, "Releasing", PowerState::On);
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert!(!w
+        .kube
+        .event_reasons()
+        .contains(&mm_api::MACHINE_NOT_OWNED.to_string()));
+    assert_eq!(
+        w.maas.releases.lock().unwrap().len(),
+        1,
+        "released (a no-op in MAAS)"
+    );
+}
+
+#[test]
+fn delete_of_a_go_provider_object_waits_for_adoption_then_releases() {
     let w = World::new(1);
     let id = deploying_worker(&w);
     // The Go provider marked neither the object nor the MAAS machine.
     w.maas.agent_names.lock().unwrap().remove(&id);
+    w.maas
+        .machines
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .owner_data
+        .clear();
     w.edit(MAAS_MACHINE, NS, "m1", |v| {
         v["metadata"]["annotations"] = json!({})
     });
     w.delete(MAAS_MACHINE, NS, "m1");
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(60)),
+        "deleting it now would leak the machine"
+    );
+    assert!(w.maas.releases.lock().unwrap().is_empty());
+    let ready = condition(&w, "m1", conditions::READY).unwrap();
+    assert_eq!(ready.reason, mm_api::MACHINE_NOT_OWNED);
+    assert!(ready.message.contains("capmaas adopt"), "{}", ready.message);
+
+    // `capmaas adopt` gives object and machine one identity.
+    let identity = "capmaas/ns/m1/adopted";
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"] = json!({mm_api::AGENT_NAME_ANNOTATION: identity})
+    });
+    w.maas
+        .machines
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .owner_data = [(OWNER_DATA_KEY.to_string(), identity.to_string())].into();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let releases = w.maas.releases.lock().unwrap().clone();
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].0, id);
     assert!(w.maas.allocated().is_empty());
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
 }
 
 #[test]
@@ -636,7 +705,7 @@ fn deleting_control_plane_machine_waits_to_leave_dns() {
     w.delete(MAAS_MACHINE, NS, "cp1");
     assert_eq!(
         reconcile(&w, "cp1").unwrap(),
-        Next::RequeueAfter(Duration::from_secs(10))
+        Action::RequeueAfter(Duration::from_secs(10))
     );
     assert_eq!(
         reason(&w, "cp1", mm_api::DNS_ATTACHED),
@@ -656,7 +725,7 @@ fn deleting_control_plane_machine_waits_to_leave_dns() {
         .unwrap()
         .ip_addresses
         .clear();
-    assert_eq!(reconcile(&w, "cp1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "cp1").unwrap(), Action::Done);
     assert_eq!(w.maas.releases.lock().unwrap().len(), 1);
     assert!(w.kube.get(MAAS_MACHINE, NS, "cp1").is_none());
 }
@@ -693,7 +762,7 @@ fn deleting_control_plane_machine_of_a_deleting_cluster_does_not_wait_for_dns() 
     // wait to leave the record.
     w.delete(MAAS_CLUSTER, NS, "c1");
     w.delete(MAAS_MACHINE, NS, "cp1");
-    assert_eq!(reconcile(&w, "cp1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "cp1").unwrap(), Action::Done);
     assert_eq!(w.maas.releases.lock().unwrap().len(), 1);
     assert!(w.kube.get(MAAS_MACHINE, NS, "cp1").is_none());
 }
@@ -706,7 +775,7 @@ fn paused_by_cluster_or_annotation_does_nothing_but_say_so() {
     w.edit(CAPI_CLUSTER, NS, "c1", |v| {
         v["spec"]["paused"] = json!(true)
     });
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty());
     let paused = condition(&w, "m1", conditions::PAUSED).unwrap();
     assert_eq!(
@@ -754,7 +823,7 @@ fn sets_the_node_provider_id_once_the_api_is_up() {
     );
 
     api_available(&w);
-    let Next::RequeueAfter(_) = reconcile(&w, "m1").unwrap() else {
+    let Action::RequeueAfter(_) = reconcile(&w, "m1").unwrap() else {
         panic!("waits for the Node")
     };
     // The Node is named after the short hostname.
@@ -764,7 +833,7 @@ fn sets_the_node_provider_id_once_the_api_is_up() {
         .lock()
         .unwrap()
         .insert(("c1".into(), hostname.clone()), String::new());
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let provider_id = w.maas_machine(NS, "m1").spec.provider_id.unwrap();
     assert_eq!(
         w.workload.nodes.lock().unwrap()[&("c1".to_string(), hostname)],
@@ -788,7 +857,7 @@ fn node_with_another_provider_id_is_reported_not_retried() {
         .lock()
         .unwrap()
         .insert(("c1".into(), hostname), "aws:///x/i-123".into());
-    assert_eq!(reconcile(&w, "m1").unwrap(), Next::Done);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let c = condition(&w, "m1", mm_api::NODE_PROVIDER_ID_SET).unwrap();
     assert_eq!(c.reason, mm_api::NODE_PROVIDER_ID_MISMATCH);
     assert!(c.message.contains("aws:///x/i-123"));
@@ -846,7 +915,7 @@ fn control_plane_label_on_the_machine_alone_counts() {
     // Deployed and running, but not yet in the record: not Ready.
     assert_eq!(
         reconcile(&w, "cp1").unwrap(),
-        Next::RequeueAfter(Duration::from_secs(10))
+        Action::RequeueAfter(Duration::from_secs(10))
     );
     assert_eq!(
         reason(&w, "cp1", mm_api::DNS_ATTACHED),
@@ -864,14 +933,11 @@ fn a_maas_outage_changes_no_status() {
     w.maas.finish_deployments();
     reconcile(&w, "m1").unwrap();
     w.kube.clear_writes();
-    w.maas.fail_once(
-        "machine",
-        MaasFailure::Unavailable,
-        "503 no connections available",
-    );
+    w.maas
+        .fail_once("machine", 503, "503 no connections available");
     assert!(reconcile(&w, "m1").is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
-    w.maas.fail_once("machine", MaasFailure::Forbidden, "403");
+    w.maas.fail_once("machine", 400, "Bad request");
     assert!(reconcile(&w, "m1").is_err());
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),

@@ -1,0 +1,448 @@
+//! The controllers' wiring, start to finish: [`run`] starts every thread
+//! the operator needs, waits for SIGTERM/SIGINT or lost leadership, then
+//! stops and joins every one of them before it returns.
+//!
+//! ```text
+//! Caches (4 typed stores) ◄── informers (Cluster, Machine, MaasCluster, MaasMachine)
+//!                                 └─► mappers ─► two work queues
+//! leader election ─► LeaderGate ─► worker pools (maascluster, maasmachine) ─► reconcilers
+//!                       └─► /readyz (serve reads the gate at each probe)
+//! api poller thread ─► maascluster queue     resync threads ─► both queues
+//! ```
+//!
+//! Before any watch starts, the credentials are checked: the API server's
+//! refusal ends the process with the reason; MAAS unreachable keeps
+//! `/readyz` failing with the reason while a thread checks again.
+//!
+//! One function owns the quit protocol, the way ripgrep's parallel walker
+//! does: everything started is recorded in `Running` as soon as it runs,
+//! and `Running::stop` ends it in this order, whether the process stops
+//! normally, after a lost Lease, or because something failed to start:
+//!
+//! 1. `/readyz` fails, the shared [`Shutdown`] fires (signal thread, resync
+//!    threads, the api poller and the informers' loops see it), the queues
+//!    shut down;
+//! 2. workers finish their current reconcile, within `shutdown_timeout`;
+//! 3. events still queued are written, then the event writer ends;
+//! 4. the Lease is released (a standby takes over at once);
+//! 5. each informer's connections are closed, so a watch blocked on a
+//!    quiet connection returns at once, and its thread is joined;
+//! 6. the remaining threads are joined (the signal thread, the resyncs, the
+//!    api poller with its probe threads, the MAAS start-up re-check).
+//!
+//! The probe and metrics server is the exception: it answers until the
+//! process exits (its accept thread holds no state).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::adapters::{self, Workload};
+use super::api_poller::{ApiPoller, PROBES_STOP};
+use super::caches::Caches;
+use super::credentials::Credentials;
+use super::mappers::{self, Keys};
+use super::ports::SystemClock;
+use super::{cluster, machine, Context, Options};
+use crate::api::capi::WATCH_FILTER_LABEL;
+use crate::kube::{self, resources};
+use crate::maas::{self, StartCheck};
+use crate::runtime::{
+    self, Event, EventRecorder, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
+    Object, ObjectKey, Shutdown, Store, WorkQueue,
+};
+use crate::serve::{self, Health, Routes};
+
+/// Objects per informer list page (client-go: 500). A page is held whole,
+/// as JSON text, while its objects are decoded: smaller pages, lower peak
+/// memory at start (BENCHMARKS.md "Memory").
+const LIST_PAGE_SIZE: u32 = 100;
+/// How long queued Events may take to be written on shutdown.
+const EVENTS_FLUSH: Duration = Duration::from_secs(2);
+/// How long the threads that end on the shutdown signal may take: the api
+/// poller waits for its running probes first.
+const THREADS_STOP: Duration = PROBES_STOP.saturating_add(Duration::from_secs(2));
+/// Deadline of each request to a workload cluster's API server.
+const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the operator was told to do (from flags and the environment; see
+/// `main.rs` for the defaults).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Watch only this namespace (`None`: all).
+    pub namespace: Option<String>,
+    /// Only objects labelled `cluster.x-k8s.io/watch-filter=<value>`.
+    pub watch_filter: Option<String>,
+    pub maascluster_concurrency: usize,
+    pub maasmachine_concurrency: usize,
+    /// Re-reconcile every object this often.
+    pub sync_period: Duration,
+    /// The Lease to hold, or `None` to run without leader election.
+    pub leader_election: Option<LeaderConfig>,
+    /// This replica: the Lease's holder and the Events' reporting instance.
+    pub identity: String,
+    pub metrics_bind_address: Option<SocketAddr>,
+    pub health_probe_bind_address: Option<SocketAddr>,
+    pub options: Options,
+    /// How long running reconciles may finish after SIGTERM.
+    pub shutdown_timeout: Duration,
+    /// `--maas-ca-file`: also trusted for per-cluster credentials whose
+    /// Secret has no CA of its own.
+    pub maas_ca_pem: Option<Vec<u8>>,
+}
+
+/// Why [`run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// SIGTERM or SIGINT: a clean stop.
+    Shutdown,
+    /// Another replica holds the Lease now: exit non-zero, so the pod
+    /// restarts as a standby.
+    LeadershipLost,
+}
+
+/// Runs the controllers until SIGTERM/SIGINT or lost leadership; returns
+/// after every thread it started has stopped (see the module docs).
+pub fn run(config: &Config, kube: kube::Client, maas: maas::Client) -> Result<Stopped, String> {
+    let shutdown = Shutdown::new();
+    let gate = match config.leader_election {
+        Some(_) => LeaderGate::standby(),
+        None => LeaderGate::always_open(),
+    };
+    let health = Arc::new(Health::new(gate.clone()));
+    let mut running = Running {
+        shutdown: shutdown.clone(),
+        health: health.clone(),
+        queues: vec![WorkQueue::new("maascluster"), WorkQueue::new("maasmachine")],
+        workers: Vec::new(),
+        events: None,
+        elector: None,
+        informers: Vec::new(),
+        threads: Vec::new(),
+    };
+    let outcome = start_and_wait(config, &kube, maas, &gate, &mut running);
+    running.stop(config.shutdown_timeout);
+    outcome
+}
+
+/// Starts everything (recording each thread in `running` at once), then
+/// waits for the signal to stop.
+fn start_and_wait(
+    config: &Config,
+    kube: &kube::Client,
+    maas: maas::Client,
+    gate: &LeaderGate,
+    running: &mut Running,
+) -> Result<Stopped, String> {
+    let shutdown = running.shutdown.clone();
+    let signals =
+        runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
+    running.threads.push(signals);
+    serve_probes(config, &running.health)?;
+
+    // Start-up checks: refused credentials end the process with the reason
+    // (exit 1: a wrong key or token never fixes itself, and the restart
+    // picks up a corrected Secret); an unreachable MAAS keeps /readyz
+    // failing with the reason until it answers.
+    match kube.check_credentials() {
+        Ok(Some(user)) => log::info!("API server {}: authenticated as {user}", kube.server()),
+        Ok(None) => {}
+        Err(e) => return Err(format!("the API server refused our credentials: {e}")),
+    }
+    let (recheck, maas_user) = check_maas_at_start(&maas, &running.health, &shutdown)?;
+    running.threads.extend(recheck);
+
+    let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
+        .map_err(|e| format!("event recorder: {e}"))?;
+    running.events = Some(events.clone());
+    let (cluster_queue, machine_queue) = (running.queues[0].clone(), running.queues[1].clone());
+
+    // The stores first: informers fill them, mappers and reconcilers read
+    // them, so every event can be mapped from the first one on.
+    let caches = Caches::new();
+    let watches = Watches {
+        kube,
+        config,
+        shutdown: &shutdown,
+        maas_clusters: &cluster_queue,
+        maas_machines: &machine_queue,
+    };
+    let informers = [
+        watches.start(resources::CLUSTERS, &caches.clusters, {
+            let caches = caches.clone();
+            move |e| mappers::on_cluster(e, &caches)
+        }),
+        watches.start(resources::MACHINES, &caches.machines, mappers::on_machine),
+        watches.start(resources::MAAS_CLUSTERS, &caches.maas_clusters, {
+            let caches = caches.clone();
+            move |e| mappers::on_maas_cluster(e, &caches)
+        }),
+        watches.start(resources::MAAS_MACHINES, &caches.maas_machines, {
+            let caches = caches.clone();
+            move |e| mappers::on_maas_machine(e, &caches)
+        }),
+    ];
+    for informer in informers {
+        running.informers.push(informer?);
+    }
+    if !caches.wait_until_synced(&shutdown) {
+        return Ok(Stopped::Shutdown);
+    }
+    running.health.set_synced(true);
+    log::info!("caches synced");
+
+    // Leader election: workers run only while the gate is open.
+    let lost = match &config.leader_election {
+        Some(lease) => {
+            let elector = LeaderElector::spawn(kube.clone(), lease.clone(), gate.clone())
+                .map_err(|e| format!("leader election: {e}"))?;
+            let lost = elector.lost();
+            running.elector = Some(elector);
+            lost
+        }
+        None => crossbeam_channel::never(),
+    };
+
+    let workload = Arc::new(Workload::new(kube.clone(), WORKLOAD_TIMEOUT));
+    let poller_queue = cluster_queue.clone();
+    let (poller, poller_thread) = ApiPoller::spawn(
+        workload.clone(),
+        move |ns, name| poller_queue.add(ObjectKey::new(ns, name)),
+        shutdown.receiver().clone(),
+    )
+    .map_err(|e| format!("api poller: {e}"))?;
+    running.threads.push(poller_thread);
+
+    let ctx = Context {
+        kube: Arc::new(adapters::Kube {
+            client: kube.clone(),
+            caches: caches.clone(),
+            events,
+        }),
+        maas: Arc::new(Credentials::new(
+            maas,
+            maas_user,
+            kube.clone(),
+            config.maas_ca_pem.clone(),
+        )),
+        workload,
+        api_watch: Arc::new(poller.clone()),
+        machine_queue: Arc::new(machine_queue.clone()),
+        clock: Arc::new(SystemClock),
+        options: config.options.clone(),
+    };
+    let c = ctx.clone();
+    running.workers.extend(runtime::run_workers(
+        "maascluster",
+        cluster_queue.clone(),
+        config.maascluster_concurrency,
+        move |key: &ObjectKey| cluster::reconcile(&c, &key.namespace, &key.name),
+        gate.clone(),
+    ));
+    running.workers.extend(runtime::run_workers(
+        "maasmachine",
+        machine_queue.clone(),
+        config.maasmachine_concurrency,
+        move |key: &ObjectKey| machine::reconcile(&ctx, &key.namespace, &key.name),
+        gate.clone(),
+    ));
+    for resync in [
+        runtime::spawn_resync(
+            caches.maas_clusters.clone(),
+            cluster_queue,
+            config.sync_period,
+            shutdown.clone(),
+        ),
+        runtime::spawn_resync(
+            caches.maas_machines.clone(),
+            machine_queue,
+            config.sync_period,
+            shutdown.clone(),
+        ),
+    ] {
+        running
+            .threads
+            .push(resync.map_err(|e| format!("resync: {e}"))?);
+    }
+    log::info!("controllers running");
+
+    let leadership_lost = crossbeam_channel::select! {
+        recv(shutdown.receiver()) -> _ => false,
+        recv(lost) -> _ => true,
+    };
+    if leadership_lost {
+        log::error!("leadership lost; stopping");
+        poller.forget_all();
+        Ok(Stopped::LeadershipLost)
+    } else {
+        log::info!("shutting down");
+        Ok(Stopped::Shutdown)
+    }
+}
+
+/// Starts the probe and metrics listeners. Each serves only its own routes;
+/// one address given for both serves both.
+fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
+    let listeners = match (
+        config.health_probe_bind_address,
+        config.metrics_bind_address,
+    ) {
+        (Some(probes), Some(metrics)) if probes == metrics => {
+            vec![(
+                "health probes and metrics",
+                probes,
+                Routes::Both(health.clone()),
+            )]
+        }
+        (probes, metrics) => probes
+            .map(|a| ("health probes", a, Routes::Probes(health.clone())))
+            .into_iter()
+            .chain(metrics.map(|a| ("metrics", a, Routes::Metrics)))
+            .collect(),
+    };
+    for (what, addr, routes) in listeners {
+        let (bound, _answers_until_exit) =
+            serve::start(addr, routes).map_err(|e| format!("{what} on {addr}: {e}"))?;
+        log::info!("serving {what} on {bound}");
+    }
+    Ok(())
+}
+
+/// One `whoami` before any work: Ready → go on (with the key's MAAS
+/// user); Refused (wrong key, not MAAS, TLS) → the error that ends the
+/// process; Unreachable → not ready, with the reason, while a thread
+/// (returned, to be joined) checks again with backoff until MAAS answers or
+/// `shutdown` fires.
+fn check_maas_at_start(
+    maas: &maas::Client,
+    health: &Arc<Health>,
+    shutdown: &Shutdown,
+) -> Result<(Option<JoinHandle<()>>, Option<String>), String> {
+    let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
+    match maas.start_check() {
+        StartCheck::Ready(user) => {
+            log::info!(
+                "MAAS {}: authenticated as {}",
+                maas.api_root(),
+                user.username
+            );
+            Ok((None, Some(user.username)))
+        }
+        StartCheck::Refused(why) => Err(why),
+        StartCheck::Unreachable(e) => {
+            log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
+            health.set_available("MAAS", unreachable(&e));
+            let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
+            std::thread::Builder::new()
+                .name("maas-start-check".into())
+                .spawn(move || {
+                    let report = |check: &StartCheck| {
+                        if let StartCheck::Unreachable(e) = check {
+                            health.set_available("MAAS", unreachable(e));
+                        }
+                    };
+                    match maas.recheck_until_ready(report, &stop) {
+                        Some(StartCheck::Ready(user)) => {
+                            log::info!("MAAS answers: authenticated as {}", user.username);
+                            health.set_available("MAAS", Ok(()));
+                        }
+                        // Stays unready with the reason: fix the key, then
+                        // restart the pod.
+                        Some(StartCheck::Refused(why)) => {
+                            log::error!("{why}");
+                            health.set_available("MAAS", Err(why));
+                        }
+                        _ => {}
+                    }
+                })
+                .map(|thread| (Some(thread), None))
+                .map_err(|e| format!("MAAS start-up check thread: {e}"))
+        }
+    }
+}
+
+/// What every informer is started with: the mappers feed two queues.
+struct Watches<'a> {
+    kube: &'a kube::Client,
+    config: &'a Config,
+    shutdown: &'a Shutdown,
+    maas_clusters: &'a WorkQueue,
+    maas_machines: &'a WorkQueue,
+}
+
+impl Watches<'_> {
+    /// Starts the informer of `resource` into `store`, its events mapped to
+    /// keys by `map` and queued.
+    fn start<T: Object>(
+        &self,
+        resource: kube::Resource,
+        store: &Store<T>,
+        map: impl Fn(&Event<T>) -> Keys + Send + 'static,
+    ) -> Result<Informer, String> {
+        let mut informer = InformerConfig::new(resource).namespace(self.config.namespace.clone());
+        informer.page_size = LIST_PAGE_SIZE;
+        if let Some(filter) = &self.config.watch_filter {
+            informer = informer.label_selector(format!("{WATCH_FILTER_LABEL}={filter}"));
+        }
+        let (clusters, machines) = (self.maas_clusters.clone(), self.maas_machines.clone());
+        let handler = move |event: &Event<T>| {
+            let keys = map(event);
+            for key in keys.maas_clusters {
+                clusters.add(key);
+            }
+            for key in keys.maas_machines {
+                machines.add(key);
+            }
+        };
+        let shutdown = self.shutdown.clone();
+        Informer::spawn(
+            self.kube.clone(),
+            informer,
+            store.clone(),
+            handler,
+            shutdown,
+        )
+        .map_err(|e| format!("{} informer: {e}", resource.plural))
+    }
+}
+
+/// Everything [`run`] started, to stop in order.
+struct Running {
+    shutdown: Shutdown,
+    health: Arc<Health>,
+    queues: Vec<WorkQueue>,
+    workers: Vec<JoinHandle<()>>,
+    events: Option<EventRecorder>,
+    elector: Option<LeaderElector>,
+    informers: Vec<Informer>,
+    /// Threads that end on their own once `shutdown` fires.
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops and joins everything, in the order of the module docs.
+    fn stop(self, drain: Duration) {
+        self.health.set_stopping();
+        self.shutdown.trigger();
+        for queue in &self.queues {
+            queue.shutdown();
+        }
+        if !runtime::join_within(self.workers, drain) {
+            log::warn!("reconciles still running after {drain:?}; exiting anyway");
+        }
+        if let Some(events) = self.events {
+            if !events.close(EVENTS_FLUSH) {
+                log::warn!("events still being written after {EVENTS_FLUSH:?}; dropped");
+            }
+        }
+        if let Some(elector) = self.elector {
+            elector.release();
+        }
+        for informer in self.informers {
+            informer.stop();
+        }
+        runtime::join_within(self.threads, THREADS_STOP);
+        log::info!("stopped");
+    }
+}

@@ -1,0 +1,316 @@
+//! One source's snapshot and how a new list changes it: which machines
+//! appeared, changed (and in which fields) or vanished. Pure functions over
+//! plain data; the watch thread calls them under the snapshot's lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{ListedMachine, MachineChange, SourceId};
+use crate::maas::{Machine, MachineStatus};
+
+/// States in which MAAS is working on a machine (or about to: Allocated
+/// waits for its deploy), so its event log tells a story worth following.
+/// Failed states are not here: the interval that sees a machine fail still
+/// fetches its events once, as it leaves transit.
+pub fn in_transit(status: &MachineStatus) -> bool {
+    use MachineStatus::*;
+    matches!(
+        status,
+        Allocated
+            | Deploying
+            | Releasing
+            | DiskErasing
+            | Commissioning
+            | Testing
+            | EnteringRescueMode
+            | ExitingRescueMode
+    )
+}
+
+/// The fields of a machine the controllers act on, by name, that differ.
+/// `status_message` is left out on purpose: it follows every event of a
+/// deployment, and the events are reported on their own.
+pub fn changed_fields(old: &Machine, new: &Machine) -> Vec<&'static str> {
+    let mut fields = Vec::new();
+    let mut check = |name: &'static str, differs: bool| {
+        if differs {
+            fields.push(name);
+        }
+    };
+    check("status", old.status != new.status);
+    check("power_state", old.power_state != new.power_state);
+    check("ip_addresses", old.ip_addresses != new.ip_addresses);
+    check("owner", old.owner != new.owner);
+    check("owner_data", old.owner_data != new.owner_data);
+    check(
+        "hostname",
+        old.hostname != new.hostname || old.fqdn != new.fqdn,
+    );
+    check("zone", old.zone != new.zone);
+    check("pool", old.pool != new.pool);
+    check("locked", old.locked != new.locked);
+    fields
+}
+
+/// Whether the machine now stands for another allocation than before:
+/// another owner, or another capmaas identity. Its earlier event log is
+/// then someone else's story.
+pub fn changed_hands(old: &Machine, new: &Machine) -> bool {
+    old.owner != new.owner || old.identity() != new.identity()
+}
+
+/// The snapshot after a list that started at `listed_at`, and what changed.
+///
+/// An entry newer than the list (recorded from a write's answer after the
+/// list was sent) is kept as it is, present or not in the list: the list
+/// may predate the write. Everything else follows the list.
+pub fn apply_list(
+    source: &SourceId,
+    old: &HashMap<String, ListedMachine>,
+    list: Vec<Machine>,
+    listed_at: Instant,
+) -> (HashMap<String, ListedMachine>, Vec<MachineChange>) {
+    let mut next = HashMap::with_capacity(list.len());
+    let mut changes = Vec::new();
+    for machine in list {
+        if machine.system_id.is_empty() {
+            continue;
+        }
+        let machine = Arc::new(machine);
+        let entry = match old.get(&machine.system_id) {
+            Some(known) if known.observed_at > listed_at => known.clone(),
+            Some(known) => {
+                let fields = changed_fields(&known.machine, &machine);
+                if !fields.is_empty() {
+                    changes.push(MachineChange::Changed {
+                        source: source.clone(),
+                        old: Arc::clone(&known.machine),
+                        new: Arc::clone(&machine),
+                        fields,
+                    });
+                }
+                ListedMachine {
+                    machine,
+                    observed_at: listed_at,
+                    first_seen: known.first_seen,
+                }
+            }
+            None => {
+                changes.push(MachineChange::Appeared {
+                    source: source.clone(),
+                    machine: Arc::clone(&machine),
+                });
+                ListedMachine {
+                    machine,
+                    observed_at: listed_at,
+                    first_seen: listed_at,
+                }
+            }
+        };
+        next.insert(entry.machine.system_id.clone(), entry);
+    }
+    for (system_id, known) in old {
+        if next.contains_key(system_id) {
+            continue;
+        }
+        if known.observed_at > listed_at {
+            next.insert(system_id.clone(), known.clone());
+        } else {
+            changes.push(MachineChange::Vanished {
+                source: source.clone(),
+                last: Arc::clone(&known.machine),
+            });
+        }
+    }
+    (next, changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maas::{PowerState, IDENTITY_KEY};
+    use std::time::Duration;
+
+    fn source() -> SourceId {
+        SourceId::new("http://maas/MAAS/api/2.0/", "capmaas")
+    }
+
+    fn machine(id: &str, status: MachineStatus) -> Machine {
+        Machine {
+            system_id: id.into(),
+            status_name: status.name().into(),
+            status,
+            power_state: PowerState::On,
+            owner: Some("capmaas".into()),
+            ..Machine::default()
+        }
+    }
+
+    fn snapshot(machines: &[Machine], at: Instant) -> HashMap<String, ListedMachine> {
+        machines
+            .iter()
+            .map(|m| {
+                (
+                    m.system_id.clone(),
+                    ListedMachine {
+                        machine: Arc::new(m.clone()),
+                        observed_at: at,
+                        first_seen: at,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn kinds(changes: &[MachineChange]) -> Vec<String> {
+        let mut v: Vec<String> = changes
+            .iter()
+            .map(|c| match c {
+                MachineChange::Appeared { machine, .. } => format!("+{}", machine.system_id),
+                MachineChange::Changed { new, fields, .. } => {
+                    format!("~{} {}", new.system_id, fields.join(","))
+                }
+                MachineChange::Vanished { last, .. } => format!("-{}", last.system_id),
+                MachineChange::Events { machine, .. } => format!("e{}", machine.system_id),
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn reports_exactly_what_appeared_changed_or_vanished() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(15);
+        let old = snapshot(
+            &[
+                machine("same", MachineStatus::Deployed),
+                machine("off", MachineStatus::Deployed),
+                machine("gone", MachineStatus::Deployed),
+                machine("chatty", MachineStatus::Deploying),
+            ],
+            t0,
+        );
+        let mut off = machine("off", MachineStatus::Deployed);
+        off.power_state = PowerState::Off;
+        let mut chatty = machine("chatty", MachineStatus::Deploying);
+        chatty.status_message = Some("Installing OS".into());
+        let list = vec![
+            machine("same", MachineStatus::Deployed),
+            off,
+            chatty,
+            machine("new", MachineStatus::Allocated),
+        ];
+        let (next, changes) = apply_list(&source(), &old, list, t1);
+        assert_eq!(kinds(&changes), ["+new", "-gone", "~off power_state"]);
+        assert_eq!(next.len(), 4);
+        assert_eq!(next["same"].first_seen, t0, "first sight is kept");
+        assert_eq!(next["same"].observed_at, t1);
+        assert_eq!(next["new"].first_seen, t1);
+        assert_eq!(
+            next["chatty"].machine.status_message.as_deref(),
+            Some("Installing OS"),
+            "unreported fields are still refreshed"
+        );
+        let vanished = changes
+            .iter()
+            .find_map(|c| match c {
+                MachineChange::Vanished { last, .. } => Some(last),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(vanished.status, MachineStatus::Deployed, "last known state");
+    }
+
+    #[test]
+    fn every_acted_on_field_counts() {
+        let base = machine("m", MachineStatus::Deployed);
+        type Edit = Box<dyn Fn(&mut Machine)>;
+        let edits: Vec<(&str, Edit)> = vec![
+            ("status", Box::new(|m| m.status = MachineStatus::Broken)),
+            (
+                "power_state",
+                Box::new(|m| m.power_state = PowerState::Error),
+            ),
+            (
+                "ip_addresses",
+                Box::new(|m| m.ip_addresses = vec!["10.0.0.9".into()]),
+            ),
+            ("owner", Box::new(|m| m.owner = None)),
+            (
+                "owner_data",
+                Box::new(|m| {
+                    m.owner_data
+                        .insert(IDENTITY_KEY.into(), "capmaas/a/b/c".into());
+                }),
+            ),
+            ("hostname", Box::new(|m| m.fqdn = "m.other".into())),
+            ("zone", Box::new(|m| m.zone = "z2".into())),
+            ("pool", Box::new(|m| m.pool = "p2".into())),
+            ("locked", Box::new(|m| m.locked = true)),
+        ];
+        for (field, edit) in edits {
+            let mut new = base.clone();
+            edit(&mut new);
+            assert_eq!(changed_fields(&base, &new), [field]);
+        }
+        let mut quiet = base.clone();
+        quiet.status_message = Some("Rebooting".into());
+        quiet.description = "edited".into();
+        assert!(changed_fields(&base, &quiet).is_empty());
+    }
+
+    #[test]
+    fn an_entry_recorded_after_the_list_was_sent_wins() {
+        let t0 = Instant::now();
+        let list_sent = t0 + Duration::from_secs(1);
+        let recorded_at = t0 + Duration::from_secs(2);
+        let mut old = snapshot(&[machine("kept", MachineStatus::Deployed)], t0);
+        // The controller allocated `fresh` and recorded MAAS's answer while
+        // the list (sent before the allocation) was on its way.
+        old.insert(
+            "fresh".into(),
+            ListedMachine {
+                machine: Arc::new(machine("fresh", MachineStatus::Allocated)),
+                observed_at: recorded_at,
+                first_seen: recorded_at,
+            },
+        );
+        let (next, changes) = apply_list(
+            &source(),
+            &old,
+            vec![machine("kept", MachineStatus::Deployed)],
+            list_sent,
+        );
+        assert!(changes.is_empty(), "{:?}", kinds(&changes));
+        assert_eq!(next["fresh"].observed_at, recorded_at);
+        // A later list without it reports it gone.
+        let (_, changes) = apply_list(
+            &source(),
+            &next,
+            vec![],
+            recorded_at + Duration::from_secs(1),
+        );
+        assert_eq!(kinds(&changes), ["-fresh", "-kept"]);
+    }
+
+    #[test]
+    fn transit_and_hands() {
+        assert!(in_transit(&MachineStatus::Deploying));
+        assert!(in_transit(&MachineStatus::Allocated));
+        assert!(!in_transit(&MachineStatus::Deployed));
+        assert!(!in_transit(&MachineStatus::FailedDeployment));
+        let a = machine("m", MachineStatus::Deployed);
+        let mut b = a.clone();
+        b.owner_data
+            .insert(IDENTITY_KEY.into(), "capmaas/ns/x/1".into());
+        assert!(changed_hands(&a, &b));
+        let mut c = a.clone();
+        c.owner_data.insert("other".into(), "x".into());
+        assert!(
+            !changed_hands(&a, &c),
+            "other owner data is not a new owner"
+        );
+    }
+}
