@@ -34,6 +34,8 @@ const UPGRADE_VERSION: &str = "v1.27.3";
 /// machine gets the image of its own Kubernetes version.
 const IMAGE: &str = "custom/u-2204-0-k-{versionDigits}-0";
 const PROVISION_SECONDS: u64 = 600;
+/// The Secret with the cluster's own MAAS credentials.
+const CREDENTIALS: &str = "maas-credentials";
 
 fn print_change(s: &Snapshot) {
     println!("\n{}", s.table());
@@ -65,8 +67,25 @@ fn topology_creates_upgrades_and_deletes_a_cluster_from_the_class() {
         ],
     );
     assert!(yaml.contains("kind: ClusterClass"), "{yaml}");
+    // The cluster's own MAAS credentials (issue 10), as a tenant adds them:
+    // a Secret beside it and the class's identitySecretName variable.
+    let credentials = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": CREDENTIALS, "namespace": lab.ns},
+        "stringData": {"MAAS_ENDPOINT": lab.sim.url, "MAAS_API_KEY": lab.sim.api_key},
+    });
+    lab.apply(&credentials.to_string());
+    let rendered = yaml;
+    let yaml = rendered.replacen(
+        "\n    variables:\n",
+        &format!("\n    variables:\n    - name: identitySecretName\n      value: {CREDENTIALS}\n"),
+        1,
+    );
+    assert_ne!(yaml, rendered, "no spec.topology.variables in {rendered}");
     std::fs::write(lab.dir.join("cluster.yaml"), &yaml).unwrap();
     lab.apply(&yaml);
+    assert_cluster_without_identity_defaults_to_controller_credentials(&lab, &rendered);
     let provisioning = Instant::now();
     let ready = lab.wait_until(
         PROVISION_SECONDS,
@@ -103,6 +122,14 @@ fn topology_creates_upgrades_and_deletes_a_cluster_from_the_class() {
     );
     assert_eq!(spec["tags"], json!(["control-plane"]));
     assert_eq!(template_spec(&lab, &md_template)["tags"], json!(["worker"]));
+    // The class's identitySecretName became the MaasCluster's identityRef,
+    // and capmaas connected with that Secret.
+    let mc = get(&lab, &resources::MAAS_CLUSTERS, CLUSTER);
+    assert_eq!(
+        mc["spec"]["identityRef"],
+        json!({"kind": "Secret", "name": CREDENTIALS})
+    );
+    assert_eq!(condition(&mc, "CredentialsReady")["status"], "True");
     // capmaas, not the topology controller, owns what capmaas writes.
     let cluster_generation = assert_endpoint_owned_by_capmaas(&lab, &host);
     assert_machine_fields_owned_by_capmaas(&lab);
@@ -223,19 +250,60 @@ fn get(lab: &KcpLab, resource: &Resource, name: &str) -> Value {
         .unwrap_or_else(|e| panic!("reading {} {name}: {e}", resource.kind))
 }
 
+/// The condition `type_` of `obj` (Null when absent).
+fn condition(obj: &Value, type_: &str) -> Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The Cluster as rendered (no `identitySecretName`), created as a server
+/// dry run under another name once the class exists: Cluster API's webhook
+/// adds the variable with the class's default `""`, so the class's
+/// `identityRef` patch stays off and capmaas uses its own credentials.
+fn assert_cluster_without_identity_defaults_to_controller_credentials(
+    lab: &KcpLab,
+    rendered: &str,
+) {
+    let cluster = rendered
+        .split("\n---\n")
+        .find(|doc| doc.contains("\nkind: Cluster\n"))
+        .unwrap_or_else(|| panic!("no Cluster in {rendered}"))
+        .replacen(
+            &format!("\n  name: {CLUSTER}\n"),
+            "\n  name: defaults-probe\n",
+            1,
+        );
+    assert!(cluster.contains("name: defaults-probe"), "{cluster}");
+    let out = lab
+        .cp
+        .try_kubectl(
+            &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+            &cluster,
+        )
+        .unwrap_or_else(|e| panic!("dry run of the rendered Cluster: {e}"));
+    let defaulted: Value = serde_json::from_str(&out).unwrap();
+    let identity = defaulted["spec"]["topology"]["variables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "identitySecretName")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(identity["value"], "", "{out}");
+}
+
 /// The Cluster's `TopologyReconciled` condition is True: the topology
 /// controller applied everything without an error (a failed server-side
 /// apply dry-run shows up here).
 fn assert_topology_reconciled(lab: &KcpLab) {
     let cluster = get(lab, &resources::CLUSTERS, CLUSTER);
-    let condition = cluster["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "TopologyReconciled")
-        .cloned()
-        .unwrap_or(Value::Null);
-    assert_eq!(condition["status"], "True", "{condition}");
+    let reconciled = condition(&cluster, "TopologyReconciled");
+    assert_eq!(reconciled["status"], "True", "{reconciled}");
 }
 
 /// The MaasMachineTemplates KCP and the MachineDeployment point at.
@@ -316,8 +384,9 @@ fn owners<'a>(obj: &'a Value, path: &[&str]) -> Vec<&'a str> {
 const CAPMAAS: &str = "capmaas";
 
 /// The MaasCluster's `spec.controlPlaneEndpoint` is `host`, owned by capmaas
-/// alone; the topology controller (`capi-topology`) owns only what the class
-/// gives (the DNS domain). Returns the MaasCluster's generation.
+/// alone; the topology controller (`capi-topology`) owns what the class
+/// gives (the DNS domain, the identityRef). Returns the MaasCluster's
+/// generation.
 fn assert_endpoint_owned_by_capmaas(lab: &KcpLab, host: &str) -> i64 {
     let mc = get(lab, &resources::MAAS_CLUSTERS, CLUSTER);
     assert_eq!(mc["spec"]["controlPlaneEndpoint"]["host"], host);
@@ -328,11 +397,13 @@ fn assert_endpoint_owned_by_capmaas(lab: &KcpLab, host: &str) -> i64 {
         [CAPMAAS],
         "{fields}"
     );
-    assert_eq!(
-        owners(&mc, &["f:spec", "f:dnsDomain"]),
-        ["capi-topology"],
-        "{fields}"
-    );
+    for field in ["f:dnsDomain", "f:identityRef"] {
+        assert_eq!(
+            owners(&mc, &["f:spec", field]),
+            ["capi-topology"],
+            "{field}: {fields}"
+        );
+    }
     mc["metadata"]["generation"].as_i64().unwrap()
 }
 

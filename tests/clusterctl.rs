@@ -510,16 +510,23 @@ fn generate_cluster_topology_flavor_renders_the_class_and_its_cluster() {
     });
     assert_eq!(serde_json::to_value(&values).unwrap(), want);
 
-    // The Cluster sets every variable the class declares, and the class's
-    // templates are the ones it ships.
+    // The Cluster sets every variable the class declares but the per-cluster
+    // credentials (default "": the controller's), and the class's templates
+    // are the ones it ships.
     let class = find(&objects, "ClusterClass", "maas-kubeadm");
-    let declared: BTreeSet<String> = class["spec"]["variables"]
-        .as_array()
-        .unwrap()
+    let variables = class["spec"]["variables"].as_array().unwrap();
+    let declared: BTreeSet<String> = variables
         .iter()
         .map(|v| v["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(declared, values.keys().cloned().collect::<BTreeSet<_>>());
+    let mut set: BTreeSet<String> = values.keys().cloned().collect();
+    set.insert("identitySecretName".into());
+    assert_eq!(declared, set);
+    let identity = variables
+        .iter()
+        .find(|v| v["name"] == "identitySecretName")
+        .unwrap();
+    assert_eq!(identity["schema"]["openAPIV3Schema"]["default"], "");
     let spec = &class["spec"];
     for (reference, kind) in [
         (
