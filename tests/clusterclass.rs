@@ -22,6 +22,7 @@ use capmaas::kube::{resources, ListParams, Resource};
 use serde_json::{json, Value};
 use support::kcp_lab::{self, KcpLab, LabOptions, Snapshot, CLUSTER, KCP, MD};
 use support::netns;
+use support::objects::condition;
 
 /// Three control planes (the DNS record holds all three; KCP replaces them
 /// one at a time) and two workers: the workers' roll is the same for 2 as
@@ -129,7 +130,12 @@ fn topology_creates_upgrades_and_deletes_a_cluster_from_the_class() {
         mc["spec"]["identityRef"],
         json!({"kind": "Secret", "name": CREDENTIALS})
     );
-    assert_eq!(condition(&mc, "CredentialsReady")["status"], "True");
+    let credentials_ready = condition(&mc, "CredentialsReady");
+    assert_eq!(
+        credentials_ready.map(|c| &c["status"]),
+        Some(&json!("True")),
+        "{credentials_ready:?}"
+    );
     // capmaas, not the topology controller, owns what capmaas writes.
     let cluster_generation = assert_endpoint_owned_by_capmaas(&lab, &host);
     assert_machine_fields_owned_by_capmaas(&lab);
@@ -250,17 +256,6 @@ fn get(lab: &KcpLab, resource: &Resource, name: &str) -> Value {
         .unwrap_or_else(|e| panic!("reading {} {name}: {e}", resource.kind))
 }
 
-/// The condition `type_` of `obj` (Null when absent).
-fn condition(obj: &Value, type_: &str) -> Value {
-    obj["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == type_)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
 /// The Cluster as rendered (no `identitySecretName`), created as a server
 /// dry run under another name once the class exists: Cluster API's webhook
 /// adds the variable with the class's default `""`, so the class's
@@ -303,7 +298,11 @@ fn assert_cluster_without_identity_defaults_to_controller_credentials(
 fn assert_topology_reconciled(lab: &KcpLab) {
     let cluster = get(lab, &resources::CLUSTERS, CLUSTER);
     let reconciled = condition(&cluster, "TopologyReconciled");
-    assert_eq!(reconciled["status"], "True", "{reconciled}");
+    assert_eq!(
+        reconciled.map(|c| &c["status"]),
+        Some(&json!("True")),
+        "{reconciled:?}"
+    );
 }
 
 /// The MaasMachineTemplates KCP and the MachineDeployment point at.
