@@ -320,18 +320,22 @@ fn template_spec(lab: &KcpLab, name: &str) -> Value {
     get(lab, &resources::MAAS_MACHINE_TEMPLATES, name)["spec"]["template"]["spec"].clone()
 }
 
-/// Every MaasMachine asks for `custom/<image>` and MAAS deployed every
-/// machine it owns with `<image>`.
-fn assert_images(lab: &KcpLab, image: &str) {
-    let machines = lab
-        .kube
+/// The lab's MaasMachines.
+fn maas_machines(lab: &KcpLab) -> Vec<Value> {
+    lab.kube
         .list(
             &resources::MAAS_MACHINES,
             Some(&lab.ns),
             &ListParams::default(),
         )
         .unwrap()
-        .items;
+        .items
+}
+
+/// Every MaasMachine asks for `custom/<image>` and MAAS deployed every
+/// machine it owns with `<image>`.
+fn assert_images(lab: &KcpLab, image: &str) {
+    let machines = maas_machines(lab);
     let requested: BTreeMap<String, String> = machines
         .iter()
         .map(|m| {
@@ -412,15 +416,7 @@ fn assert_endpoint_owned_by_capmaas(lab: &KcpLab, host: &str) -> i64 {
 /// KCP/MachineSet metadata propagation claimed it.
 fn assert_machine_fields_owned_by_capmaas(lab: &KcpLab) {
     const IDENTITY: &str = "capmaas.infrastructure.cluster.x-k8s.io/agent-name";
-    let machines = lab
-        .kube
-        .list(
-            &resources::MAAS_MACHINES,
-            Some(&lab.ns),
-            &ListParams::default(),
-        )
-        .unwrap()
-        .items;
+    let machines = maas_machines(lab);
     assert_eq!(machines.len() as u64, CONTROL_PLANES + WORKERS);
     for m in &machines {
         let name = m["metadata"]["name"].as_str().unwrap();

@@ -245,29 +245,31 @@ fn generate_provider_renders_components_the_api_server_accepts() {
     );
 }
 
+/// `clusterctl generate cluster prod-cluster` in `ns` with the story's
+/// variables (3 control planes, 5 workers, v1.26.4), from `flavor`.
+fn generate_story_cluster(ctl: &Clusterctl, ns: &str, flavor: Option<&str>) -> String {
+    let mut args = vec!["generate", "cluster", "prod-cluster"];
+    args.extend(flavor.iter().flat_map(|f| ["--flavor", *f]));
+    let infrastructure = format!("maas:{VERSION}");
+    args.extend([
+        "--infrastructure",
+        &infrastructure,
+        "--target-namespace",
+        ns,
+        "--kubernetes-version",
+        "v1.26.4",
+        "--control-plane-machine-count=3",
+        "--worker-machine-count=5",
+    ]);
+    ctl.run(&args, &STORY_VARIABLES).unwrap()
+}
+
 #[test]
 fn generate_cluster_renders_the_story_cluster() {
     let ctl = clusterctl();
     let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-story");
-    let yaml = ctl
-        .run(
-            &[
-                "generate",
-                "cluster",
-                "prod-cluster",
-                "--infrastructure",
-                &format!("maas:{VERSION}"),
-                "--target-namespace",
-                &ns,
-                "--kubernetes-version",
-                "v1.26.4",
-                "--control-plane-machine-count=3",
-                "--worker-machine-count=5",
-            ],
-            &STORY_VARIABLES,
-        )
-        .unwrap();
+    let yaml = generate_story_cluster(ctl, &ns, None);
     let objects = dry_run(cp, &yaml);
     assert_eq!(
         kinds(&objects),
@@ -442,26 +444,7 @@ fn generate_cluster_topology_flavor_renders_the_class_and_its_cluster() {
     let ctl = clusterctl();
     let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-topology");
-    let yaml = ctl
-        .run(
-            &[
-                "generate",
-                "cluster",
-                "prod-cluster",
-                "--flavor",
-                "topology",
-                "--infrastructure",
-                &format!("maas:{VERSION}"),
-                "--target-namespace",
-                &ns,
-                "--kubernetes-version",
-                "v1.26.4",
-                "--control-plane-machine-count=3",
-                "--worker-machine-count=5",
-            ],
-            &STORY_VARIABLES,
-        )
-        .unwrap();
+    let yaml = generate_story_cluster(ctl, &ns, Some("topology"));
     let objects = dry_run(cp, &yaml);
     assert_eq!(
         kinds(&objects),
