@@ -6,7 +6,8 @@
 #   generate.sh --write         rewrites deploy/clusterctl/infrastructure-components.yaml
 #   generate.sh --repo DIR VER  lays out a clusterctl local repository:
 #                               DIR/infrastructure-maas/VER/{infrastructure-components.yaml,
-#                               metadata.yaml,cluster-template.yaml}
+#                               metadata.yaml,cluster-template*.yaml (the flavors),
+#                               clusterclass-*.yaml (the ClusterClasses they use)}
 #   generate.sh --namespaced [--write | --repo DIR VER]
 #                               the same for a manager restricted to one
 #                               namespace (${CAPMAAS_WATCH_NAMESPACE}):
@@ -62,7 +63,7 @@ case ${1:-} in
     out="$dir/infrastructure-maas/$version"
     mkdir -p "$out"
     components >"$out/infrastructure-components.yaml"
-    cp "$here/metadata.yaml" "$here/cluster-template.yaml" "$out/"
+    cp "$here/metadata.yaml" "$here"/cluster-template*.yaml "$here"/clusterclass-*.yaml "$out/"
     echo "$out"
     ;;
   *)
