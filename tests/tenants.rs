@@ -22,9 +22,8 @@
 //! Cluster's `infrastructureProvisioned`) and uses workers only: MAAS
 //! reserves DNS record writes for admin users ("This method is reserved for
 //! admin users"), so a MaasCluster whose identity is a non-admin user cannot
-//! create its API server record and never reports provisioned; for the
-//! same reason capmaas runs with `--no-swap-update` (setting a machine's
-//! swap size is admin-only too). See README, "Identity and tenancy".
+//! create its API server record and never reports provisioned (README,
+//! "Identity and tenancy").
 //!
 //!     cargo test --test tenants -- --nocapture
 
@@ -210,9 +209,7 @@ fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
         &cp.kubeconfig,
         &sim,
         cp.dir.join("capmaas-tenants.log"),
-        // Setting swap_size (`PUT machines/{id}/`) is admin-only in MAAS;
-        // the flag is controller-wide (see README, "Identity and tenancy").
-        &["--no-swap-update".to_string()],
+        &[],
     );
     capmaas.wait_ready(60);
     let kube = story::kube_client(cp);
