@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::ports::*;
 use super::{Context, Options};
 use crate::api::capi::{self, Cluster};
-use crate::api::{MaasCluster, MaasMachine};
+use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas;
 use crate::maas::{
@@ -208,6 +208,9 @@ impl KubeApi for FakeKube {
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.read(Kind::MaasMachine.as_str(), namespace, name)
     }
+    fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>> {
+        self.read(Kind::MaasRemediation.as_str(), namespace, name)
+    }
     fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
         let objects = lock(&self.objects);
         let mut out: Vec<Arc<MaasMachine>> = objects
@@ -250,6 +253,31 @@ impl KubeApi for FakeKube {
         patch: &Value,
     ) -> Result<String, kube::Error> {
         self.apply(kind, namespace, name, patch, true)
+    }
+    /// Server-side apply of one entry of a list-map keyed by type.
+    fn apply_machine_condition(
+        &self,
+        namespace: &str,
+        name: &str,
+        condition: &Condition,
+    ) -> Result<(), kube::Error> {
+        let key = (MACHINE, namespace.to_string(), name.to_string());
+        let mut objects = lock(&self.objects);
+        let Some(machine) = objects.get_mut(&key) else {
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH machines/{name}/status"),
+                message: format!("machines {name:?} not found"),
+            });
+        };
+        let entry = serde_json::to_value(condition).unwrap();
+        let mut conditions: Vec<Value> = machine["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != entry["type"]);
+        conditions.push(entry);
+        machine["status"]["conditions"] = Value::Array(conditions);
+        Ok(())
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
         lock(&self.events).push((target.name.clone(), type_, reason.into(), message.into()));
@@ -518,6 +546,16 @@ impl MaasApi for FakeMaas {
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("power_on"))?;
         host.power_state = PowerState::On;
+        Ok(())
+    }
+
+    fn power_off(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
+        self.call("power_off", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("power_off"))?;
+        host.power_state = PowerState::Off;
         Ok(())
     }
 
@@ -811,5 +849,7 @@ impl World {
 }
 
 pub const MAAS_MACHINE: &str = "MaasMachine";
+pub const MAAS_REMEDIATION: &str = "MaasRemediation";
+pub const CAPI_MACHINE: &str = MACHINE;
 pub const MAAS_CLUSTER: &str = "MaasCluster";
 pub const CAPI_CLUSTER: &str = CLUSTER;
