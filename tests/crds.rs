@@ -695,3 +695,62 @@ fn remediation_status_round_trips_and_shows_in_columns() {
         assert!(lines[1].contains(value), "{value:?} in {out}");
     }
 }
+
+#[test]
+fn cluster_identity_ref_is_chosen_once_at_creation() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-identity");
+    let cluster = |name: &str, identity: &str| {
+        format!(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\n\
+             metadata:\n  name: {name}\nspec:\n  dnsDomain: maas\n{identity}"
+        )
+    };
+    apply(
+        cp,
+        &ns,
+        &cluster("with", "  identityRef:\n    name: tenant-maas\n"),
+    )
+    .unwrap();
+    let spec = get_json(cp, &["-n", &ns, "maascluster", "with"])["spec"].clone();
+    assert_eq!(
+        spec["identityRef"],
+        serde_json::json!({"kind": "Secret", "name": "tenant-maas"}),
+        "kind defaults to Secret"
+    );
+    let message = "changing cluster identityRef not allowed";
+    for patch in [
+        r#"{"spec":{"identityRef":{"name":"other"}}}"#,
+        r#"{"spec":{"identityRef":null}}"#,
+    ] {
+        let err = merge_patch(cp, &ns, "maascluster/with", patch).unwrap_err();
+        assert!(err.contains(message), "{patch}: {err}");
+    }
+    apply(cp, &ns, &cluster("without", "")).unwrap();
+    let err = merge_patch(
+        cp,
+        &ns,
+        "maascluster/without",
+        r#"{"spec":{"identityRef":{"name":"later"}}}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains(message), "{err}");
+    let err = apply(
+        cp,
+        &ns,
+        &cluster(
+            "bad-kind",
+            "  identityRef:\n    kind: AWSClusterRoleIdentity\n    name: x\n",
+        ),
+    )
+    .unwrap_err();
+    assert!(err.contains("spec.identityRef.kind"), "{err}");
+    // Other fields stay editable.
+    merge_patch(
+        cp,
+        &ns,
+        "maascluster/with",
+        r#"{"spec":{"failureDomains":["az1"]}}"#,
+    )
+    .unwrap();
+}

@@ -23,6 +23,13 @@ pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
 pub const API_SERVER_NOT_READY: &str = "APIServerNotReady";
 pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 pub const DELETING: &str = "Deleting";
+/// Ours (the Go provider has one controller-wide MAAS key): whether the
+/// MAAS credentials of the cluster (`spec.identityRef`, else the
+/// controller's) could be read and MAAS accepts them.
+pub const CREDENTIALS_READY: &str = "CredentialsReady";
+pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+/// Another MaasCluster already uses the DNS name this one asks for.
+pub const DNS_NAME_IN_USE: &str = "DNSNameInUse";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasCluster {
@@ -43,7 +50,26 @@ pub struct MaasClusterSpec {
     pub control_plane_endpoint: Option<ApiEndpoint>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domains: Vec<String>,
+    /// The MAAS credentials of this cluster: a Secret in its namespace
+    /// (keys `MAAS_ENDPOINT`, `MAAS_API_KEY`, optional `MAAS_CA_CERT`).
+    /// Absent: the controller-wide credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_ref: Option<IdentityRef>,
 }
+
+/// Which credentials a cluster uses: the Cluster API multi-tenancy
+/// contract's `identityRef` (CAPA, CAPV, CAPZ call it so). Only `Secret`
+/// exists today; the kind leaves room for a cluster-scoped identity kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityRef {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// The only `identityRef.kind` there is.
+pub const IDENTITY_KIND_SECRET: &str = "Secret";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiEndpoint {

@@ -40,6 +40,11 @@ pub const DNS_ATTACH_PENDING: &str = "DNSAttachPending";
 pub const DNS_DETACH_PENDING: &str = "DNSDetachPending";
 /// Ours (the Go provider has no such condition): whether the workload Node
 /// carries this machine's providerID.
+/// Ours: the recorded MAAS machine is not this MaasMachine's (MAAS does not
+/// list it under the object's identity), so it is never touched.
+pub const MACHINE_NOT_OWNED: &str = "MachineNotOwned";
+/// Ours: the MAAS credentials of the machine's cluster cannot be used.
+pub const CREDENTIALS_UNAVAILABLE: &str = super::maas_cluster::CREDENTIALS_UNAVAILABLE;
 pub const NODE_PROVIDER_ID_SET: &str = "NodeProviderIDSet";
 pub const WAITING_FOR_NODE: &str = "WaitingForNode";
 pub const NODE_PROVIDER_ID_MISMATCH: &str = "NodeProviderIDMismatch";

@@ -56,6 +56,12 @@ pub const CANNOT_POWER_CYCLE: &str = "CannotPowerCycle";
 /// Machine, or not a MaasMachine's).
 pub const MACHINE_NOT_FOUND: &str = "MachineNotFound";
 pub const NOT_A_MAAS_MACHINE: &str = "NotAMaasMachine";
+/// Condition reason when MAAS does not show the machine under the
+/// MaasMachine's identity (controllers::identity): never power-cycled, and
+/// not handed back either (its deletion would not release it).
+pub const MACHINE_NOT_OWNED: &str = super::maas_machine::MACHINE_NOT_OWNED;
+/// Condition reason when the cluster's MAAS credentials cannot be used.
+pub const CREDENTIALS_UNAVAILABLE: &str = super::maas_machine::CREDENTIALS_UNAVAILABLE;
 
 /// On a MaasMachine: the power cycles of its current run of remediations,
 /// `{"retryCount":N,"lastRemediated":"<RFC 3339>"}`. A MachineHealthCheck

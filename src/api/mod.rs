@@ -27,7 +27,8 @@ pub mod patch;
 
 pub use conditions::{Condition, Desired, Status};
 pub use maas_cluster::{
-    ApiEndpoint, FailureDomain, Initialization, MaasCluster, MaasClusterSpec, MaasClusterStatus,
+    ApiEndpoint, FailureDomain, IdentityRef, Initialization, MaasCluster, MaasClusterSpec,
+    MaasClusterStatus,
 };
 pub use maas_machine::{
     MaasMachine, MaasMachineSpec, MaasMachineStatus, MaasMachineTemplate, MachineAddress,

@@ -62,6 +62,10 @@ impl KubeApi for Kube {
             .get(&ObjectKey::new(namespace, name))
     }
 
+    fn maas_clusters(&self) -> Vec<Arc<MaasCluster>> {
+        self.caches.maas_clusters.list()
+    }
+
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.caches
             .maas_machines
@@ -234,6 +238,15 @@ impl MaasApi for Maas {
     fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
         self.client.delete_dns_resource(id)
     }
+
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error> {
+        self.client.set_owner_data(system_id, &[(key, Some(value))])
+    }
 }
 
 /// Workload clusters, reached with the kubeconfig of Secret
@@ -307,7 +320,7 @@ impl Workload {
 /// Clients by key, each valid for the one Secret resourceVersion it was
 /// built from; entries idle for `idle` are forgotten, and the least recently
 /// used one makes room when `cap` is reached.
-struct ClientCache<K, C> {
+pub(crate) struct ClientCache<K, C> {
     entries: HashMap<K, CachedClient<C>>,
     idle: Duration,
     cap: usize,
@@ -320,7 +333,7 @@ struct CachedClient<C> {
 }
 
 impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
-    fn new(idle: Duration, cap: usize) -> Self {
+    pub(crate) fn new(idle: Duration, cap: usize) -> Self {
         ClientCache {
             entries: HashMap::new(),
             idle,
@@ -330,7 +343,7 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
 
     /// The client built from this resourceVersion, if any (an empty version,
     /// which no stored Secret has, never matches).
-    fn get(&mut self, key: &K, resource_version: &str, now: Instant) -> Option<C> {
+    pub(crate) fn get(&mut self, key: &K, resource_version: &str, now: Instant) -> Option<C> {
         self.forget_idle(now);
         let entry = self.entries.get_mut(key)?;
         if resource_version.is_empty() || entry.resource_version != resource_version {
@@ -340,7 +353,7 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
         Some(entry.client.clone())
     }
 
-    fn put(&mut self, key: K, resource_version: String, client: C, now: Instant) {
+    pub(crate) fn put(&mut self, key: K, resource_version: String, client: C, now: Instant) {
         self.forget_idle(now);
         if !self.entries.contains_key(&key) && self.entries.len() >= self.cap {
             let oldest = self
@@ -360,6 +373,11 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
                 last_used: now,
             },
         );
+    }
+
+    /// Every client held now.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &C> {
+        self.entries.values().map(|e| &e.client)
     }
 
     fn forget_idle(&mut self, now: Instant) {

@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use super::credentials::CredentialsError;
 use crate::{kube, maas};
 
 #[derive(Debug)]
@@ -14,6 +15,9 @@ pub enum Error {
     Kube(kube::Error),
     /// The workload cluster could not be reached or refused a write.
     Workload(kube::Error),
+    /// The MAAS credentials of the object's cluster cannot be used (the
+    /// reason is on a condition).
+    Credentials(CredentialsError),
     /// Waiting on something that is not an error in itself, but should be
     /// retried with backoff (e.g. MAAS has no matching machine); the message
     /// is already on a condition.
@@ -26,6 +30,7 @@ impl fmt::Display for Error {
             Error::Maas(e) => e.fmt(f),
             Error::Kube(e) => write!(f, "kubernetes: {e}"),
             Error::Workload(e) => write!(f, "workload cluster: {e}"),
+            Error::Credentials(e) => write!(f, "MAAS credentials: {e}"),
             Error::Retry(e) => write!(f, "will retry: {e}"),
         }
     }
@@ -49,6 +54,12 @@ impl Error {
 impl From<maas::Error> for Error {
     fn from(e: maas::Error) -> Error {
         Error::Maas(e)
+    }
+}
+
+impl From<CredentialsError> for Error {
+    fn from(e: CredentialsError) -> Error {
+        Error::Credentials(e)
     }
 }
 

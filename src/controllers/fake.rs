@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{json, Value};
 
+use super::credentials::CredentialsError;
 use super::ports::*;
 use super::{Context, Options};
 use crate::api::capi::{self, Cluster};
@@ -211,6 +212,13 @@ impl KubeApi for FakeKube {
     fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>> {
         self.read(Kind::MaasRemediation.as_str(), namespace, name)
     }
+    fn maas_clusters(&self) -> Vec<Arc<MaasCluster>> {
+        lock(&self.objects)
+            .iter()
+            .filter(|((kind, _, _), _)| *kind == Kind::MaasCluster.as_str())
+            .map(|(_, v)| Arc::new(serde_json::from_value(v.clone()).unwrap()))
+            .collect()
+    }
     fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
         let objects = lock(&self.objects);
         let mut out: Vec<Arc<MaasMachine>> = objects
@@ -305,11 +313,16 @@ pub struct FakeMaas {
     pub deploys: Mutex<Vec<(String, DeployRequest)>>,
     pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
     next_dns_id: Mutex<i64>,
+    /// The MAAS user this fake's key authenticates as.
+    pub user: String,
 }
 
 impl FakeMaas {
     pub fn with_machines(n: usize) -> FakeMaas {
-        let maas = FakeMaas::default();
+        let maas = FakeMaas {
+            user: "capmaas".into(),
+            ..FakeMaas::default()
+        };
         for i in 0..n {
             maas.add_ready(&format!("sys{i:03}"), &format!("host-{i}"), "az1", 4, 8192);
         }
@@ -468,6 +481,7 @@ impl MaasApi for FakeMaas {
         };
         host.status = MachineStatus::Allocated;
         host.status_name = "Allocated".into();
+        host.owner = Some(self.user.clone());
         if let Some(agent) = &req.agent_name {
             lock(&self.agent_names).insert(host.system_id.clone(), agent.clone());
         }
@@ -534,6 +548,8 @@ impl MaasApi for FakeMaas {
         host.status_name = "Ready".into();
         host.power_state = PowerState::Off;
         host.ip_addresses.clear();
+        host.owner = None;
+        host.owner_data.clear();
         lock(&self.agent_names).remove(system_id);
         lock(&self.releases).push((system_id.into(), req.clone()));
         Ok(())
@@ -618,6 +634,58 @@ impl MaasApi for FakeMaas {
                 None,
             )
         })
+    }
+
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error> {
+        self.call("set_owner_data", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("set_owner_data"))?;
+        // MAAS: only the owner may, even an admin gets 409.
+        if host.owner.as_deref() != Some(self.user.as_str()) {
+            return Err(maas::Error::from_response(
+                "set_owner_data",
+                409,
+                "Cannot set workload annotation: it hasn't been acquired.",
+                None,
+            ));
+        }
+        host.owner_data.insert(key.into(), value.into());
+        Ok(host.clone())
+    }
+}
+
+/// Each cluster's MAAS: the controller-wide fake, and one fake per
+/// identity Secret (`namespace`, `name`) a test registers.
+#[derive(Default)]
+pub struct FakeClients {
+    pub default: Arc<FakeMaas>,
+    pub tenants: Mutex<HashMap<(String, String), Arc<FakeMaas>>>,
+}
+
+impl MaasClients for FakeClients {
+    fn for_cluster(
+        &self,
+        namespace: &str,
+        identity: Option<&crate::api::IdentityRef>,
+    ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
+        let Some(identity) = identity else {
+            return Ok(self.default.clone());
+        };
+        let tenants = lock(&self.tenants);
+        match tenants.get(&(namespace.to_string(), identity.name.clone())) {
+            Some(maas) => Ok(maas.clone()),
+            None => Err(CredentialsError::Invalid(format!(
+                "Secret {namespace}/{} (spec.identityRef) does not exist",
+                identity.name
+            ))),
+        }
     }
 }
 
@@ -741,7 +809,9 @@ impl Clock for FakeClock {
 /// A test world: fakes plus the context that uses them.
 pub struct World {
     pub kube: Arc<FakeKube>,
+    /// The controller-wide MAAS.
     pub maas: Arc<FakeMaas>,
+    pub clients: Arc<FakeClients>,
     pub workload: Arc<FakeWorkload>,
     pub api_watch: Arc<FakeApiWatch>,
     pub machine_queue: Arc<FakeMachineQueue>,
@@ -757,13 +827,17 @@ impl World {
     pub fn with_options(machines: usize, options: Options) -> World {
         let kube = Arc::new(FakeKube::default());
         let maas = Arc::new(FakeMaas::with_machines(machines));
+        let clients = Arc::new(FakeClients {
+            default: maas.clone(),
+            ..FakeClients::default()
+        });
         let workload = Arc::new(FakeWorkload::default());
         let api_watch = Arc::new(FakeApiWatch::default());
         let machine_queue = Arc::new(FakeMachineQueue::default());
         let clock = Arc::new(FakeClock(Mutex::new(1_700_000_000)));
         let ctx = Context {
             kube: kube.clone(),
-            maas: maas.clone(),
+            maas: clients.clone(),
             workload: workload.clone(),
             api_watch: api_watch.clone(),
             machine_queue: machine_queue.clone(),
@@ -773,6 +847,7 @@ impl World {
         World {
             kube,
             maas,
+            clients,
             workload,
             api_watch,
             machine_queue,

@@ -32,12 +32,13 @@ use crate::maas;
 pub use crate::api::maas_machine::AGENT_NAME_ANNOTATION as ANNOTATION;
 
 /// The MAAS owner data key carrying the identity (MAAS allows `[\w.-]+`).
-pub const OWNER_DATA_KEY: &str = "capmaas-identity";
+pub use crate::maas::IDENTITY_KEY as OWNER_DATA_KEY;
 
 /// MAAS stores `agent_name` in a 255-character column.
 const MAX_LEN: usize = 255;
 
-const PREFIX: &str = "capmaas";
+/// `capmaas/`, as the MAAS watch recognises identities.
+const PREFIX: &str = crate::maas::IDENTITY_PREFIX;
 
 /// The identity of one MaasMachine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +95,7 @@ impl std::fmt::Display for Identity {
 /// `capmaas/<namespace>/<name>/`: Kubernetes names contain no `/`, so this
 /// prefix names exactly one object.
 fn own_prefix(meta: &ObjectMeta) -> String {
-    format!("{PREFIX}/{}/{}/", meta.namespace, meta.name)
+    format!("{PREFIX}{}/{}/", meta.namespace, meta.name)
 }
 
 /// Whether a MAAS machine is this object's, as far as one machine JSON tells.

@@ -43,6 +43,7 @@ use std::time::Duration;
 use super::adapters::{self, Workload};
 use super::api_poller::{ApiPoller, PROBES_STOP};
 use super::caches::Caches;
+use super::credentials::Credentials;
 use super::mappers::{self, Keys};
 use super::ports::SystemClock;
 use super::{cluster, machine, remediation, Context, Options};
@@ -91,6 +92,9 @@ pub struct Config {
     pub options: Options,
     /// How long running reconciles may finish after SIGTERM.
     pub shutdown_timeout: Duration,
+    /// `--maas-ca-file`: also trusted for per-cluster credentials whose
+    /// Secret has no CA of its own.
+    pub maas_ca_pem: Option<Vec<u8>>,
 }
 
 /// Why [`run`] returned.
@@ -155,9 +159,8 @@ fn start_and_wait(
         Ok(None) => {}
         Err(e) => return Err(format!("the API server refused our credentials: {e}")),
     }
-    if let Some(recheck) = check_maas_at_start(&maas, &running.health, &shutdown)? {
-        running.threads.push(recheck);
-    }
+    let (recheck, maas_user) = check_maas_at_start(&maas, &running.health, &shutdown)?;
+    running.threads.extend(recheck);
 
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
         .map_err(|e| format!("event recorder: {e}"))?;
@@ -233,7 +236,12 @@ fn start_and_wait(
             caches: caches.clone(),
             events,
         }),
-        maas: Arc::new(adapters::Maas { client: maas }),
+        maas: Arc::new(Credentials::new(
+            maas,
+            maas_user,
+            kube.clone(),
+            config.maas_ca_pem.clone(),
+        )),
         workload,
         api_watch: Arc::new(poller.clone()),
         machine_queue: Arc::new(machine_queue.clone()),
@@ -331,15 +339,16 @@ fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
     Ok(())
 }
 
-/// One `whoami` before any work: Ready → go on; Refused (wrong key, not
-/// MAAS, TLS) → the error that ends the process; Unreachable → not ready,
-/// with the reason, while a thread (returned, to be joined) checks again
-/// with backoff until MAAS answers or `shutdown` fires.
+/// One `whoami` before any work: Ready → go on (with the key's MAAS
+/// user); Refused (wrong key, not MAAS, TLS) → the error that ends the
+/// process; Unreachable → not ready, with the reason, while a thread
+/// (returned, to be joined) checks again with backoff until MAAS answers or
+/// `shutdown` fires.
 fn check_maas_at_start(
     maas: &maas::Client,
     health: &Arc<Health>,
     shutdown: &Shutdown,
-) -> Result<Option<JoinHandle<()>>, String> {
+) -> Result<(Option<JoinHandle<()>>, Option<String>), String> {
     let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
     match maas.start_check() {
         StartCheck::Ready(user) => {
@@ -348,7 +357,7 @@ fn check_maas_at_start(
                 maas.api_root(),
                 user.username
             );
-            Ok(None)
+            Ok((None, Some(user.username)))
         }
         StartCheck::Refused(why) => Err(why),
         StartCheck::Unreachable(e) => {
@@ -377,7 +386,7 @@ fn check_maas_at_start(
                         _ => {}
                     }
                 })
-                .map(Some)
+                .map(|thread| (Some(thread), None))
                 .map_err(|e| format!("MAAS start-up check thread: {e}"))
         }
     }

@@ -40,9 +40,11 @@
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
+pub mod adopt;
 pub mod api_poller;
 pub mod caches;
 pub mod cluster;
+pub mod credentials;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
@@ -57,7 +59,7 @@ pub mod remediation;
 use std::sync::Arc;
 
 pub use error::Error;
-use ports::{ApiWatch, Clock, KubeApi, MaasApi, MachineQueue, WorkloadApi};
+use ports::{ApiWatch, Clock, KubeApi, MaasClients, MachineQueue, WorkloadApi};
 
 /// Behaviour switches from the command line.
 #[derive(Debug, Clone, Default)]
@@ -72,7 +74,8 @@ pub struct Options {
 #[derive(Clone)]
 pub struct Context {
     pub kube: Arc<dyn KubeApi>,
-    pub maas: Arc<dyn MaasApi>,
+    /// Each cluster's MAAS (its `spec.identityRef`, else the controller's).
+    pub maas: Arc<dyn MaasClients>,
     pub workload: Arc<dyn WorkloadApi>,
     pub api_watch: Arc<dyn ApiWatch>,
     /// Wakes MaasMachines waiting on the DNS record when it changes (their

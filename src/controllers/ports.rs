@@ -3,6 +3,7 @@
 //! the real clients through thin adapters ([`super::adapters`]).
 //!
 //! - [`MaasApi`]: the MAAS calls the controllers make, nothing more.
+//! - [`MaasClients`]: the [`MaasApi`] of a cluster, with its credentials.
 //! - [`KubeApi`]: reads from the informer caches, per-name Secret GETs, the
 //!   few writes (merge patches of our own objects), events.
 //!
@@ -21,8 +22,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::credentials::CredentialsError;
 use crate::api::capi::{self, Cluster};
-use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
+use crate::api::{Condition, IdentityRef, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
@@ -51,6 +53,25 @@ pub trait MaasApi: Send + Sync {
     ) -> Result<DnsResource, maas::Error>;
     fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error>;
     fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error>;
+    /// Sets one owner data key of a machine we own (MAAS refuses it for
+    /// anyone but the owner); returns the machine as MAAS has it now.
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error>;
+}
+
+/// The MAAS of one cluster: reached with its own credentials
+/// (`MaasCluster.spec.identityRef`, a Secret in its namespace) or, without
+/// one, the controller-wide credentials.
+pub trait MaasClients: Send + Sync {
+    fn for_cluster(
+        &self,
+        namespace: &str,
+        identity: Option<&IdentityRef>,
+    ) -> Result<Arc<dyn MaasApi>, CredentialsError>;
 }
 
 /// Our own kinds, the only objects the controllers write.
@@ -91,6 +112,8 @@ pub trait KubeApi: Send + Sync {
     fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>>;
     fn machine(&self, namespace: &str, name: &str) -> Option<Arc<capi::Machine>>;
     fn maas_cluster(&self, namespace: &str, name: &str) -> Option<Arc<MaasCluster>>;
+    /// Every MaasCluster this controller watches.
+    fn maas_clusters(&self) -> Vec<Arc<MaasCluster>>;
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>>;
     fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>>;
     /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`,

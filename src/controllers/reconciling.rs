@@ -21,12 +21,15 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::ports::{EventTarget, EventType, Kind};
+use std::sync::Arc;
+
+use super::credentials::CredentialsError;
+use super::ports::{EventTarget, EventType, Kind, MaasApi};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Condition, Desired};
 use crate::api::patch::merge_diff;
-use crate::api::ObjectMeta;
+use crate::api::{IdentityRef, ObjectMeta};
 use crate::kube;
 use crate::runtime::Action;
 
@@ -61,6 +64,9 @@ pub(crate) struct Reconciling<'c, K: OwnKind> {
     pub summarize: bool,
     /// The object may be gone (finalizer removed): write nothing more.
     done_with_object: bool,
+    /// The MAAS of the object's cluster, once [`Reconciling::connect_maas`]
+    /// found its credentials.
+    maas: Option<Arc<dyn MaasApi>>,
     pub facts: K::Facts,
 }
 
@@ -75,6 +81,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
             now: kube::time::time_of_unix_seconds(ctx.clock.now()),
             summarize: true,
             done_with_object: false,
+            maas: None,
             facts: K::Facts::default(),
         }
     }
@@ -109,6 +116,26 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
             .and_then(|c| kube::time::unix_seconds(&c.last_transition_time))
             .map(|since| now.saturating_sub(since))
             .unwrap_or(0)
+    }
+
+    /// Finds the MAAS of the object's cluster: its own credentials
+    /// (`identity`, the MaasCluster's `spec.identityRef`) or the
+    /// controller's. Every MAAS call of the reconcile goes there.
+    pub fn connect_maas(&mut self, identity: Option<&IdentityRef>) -> Result<(), CredentialsError> {
+        let namespace = &self.object.meta().namespace;
+        self.maas = Some(self.ctx.maas.for_cluster(namespace, identity)?);
+        Ok(())
+    }
+
+    /// The MAAS found by [`Reconciling::connect_maas`]; asking before is a
+    /// bug in the story, reported as an error rather than a panic.
+    pub fn maas(&self) -> Result<&dyn MaasApi, Error> {
+        self.maas.as_deref().ok_or_else(|| {
+            Error::Retry(format!(
+                "{}: MAAS asked before its credentials were found",
+                self.key()
+            ))
+        })
     }
 
     /// Records an Event on the object: logged, sent to the API server

@@ -43,6 +43,16 @@ pub enum MachineStatus {
 }
 
 impl MachineStatus {
+    /// Held by a user from allocation until a release starts: the states
+    /// a deployment goes through, a failed one included.
+    pub fn is_allocated(&self) -> bool {
+        use MachineStatus::*;
+        matches!(
+            self,
+            Allocated | Deploying | Deployed | FailedDeployment | RescueMode
+        )
+    }
+
     /// From MAAS's numeric `status`.
     pub fn from_code(code: i64) -> Option<MachineStatus> {
         use MachineStatus::*;

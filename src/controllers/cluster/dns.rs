@@ -19,6 +19,8 @@ use serde_json::json;
 
 use super::ClusterReconciling;
 use crate::api::capi::Cluster;
+use crate::api::maas_cluster as mc_api;
+use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -29,9 +31,31 @@ const SUFFIX_LEN: usize = 6;
 const SUFFIX_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// The DNS name of this cluster, choosing and persisting it on first use.
+/// A name another MaasCluster uses is refused: a tenant naming its cluster
+/// like another namespace's and copying its endpoint must not take over
+/// (rewrite, then delete) that cluster's record.
 pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Result<String, Error> {
     if let Some(name) = current_name(&r.object, &cluster.metadata.name) {
-        if r.object.dns_name().is_none() {
+        let adopting = r.object.dns_name().is_none();
+        if let Some(other) = claimed_elsewhere(r, &name, adopting) {
+            let message = format!(
+                "DNS name {name} is already the API endpoint of MaasCluster {other}; \
+                 this cluster will not use or change its record"
+            );
+            let reported = r
+                .condition(mc_api::LOAD_BALANCER_READY)
+                .is_some_and(|c| c.message == message);
+            if !reported {
+                r.event(EventType::Warning, mc_api::DNS_NAME_IN_USE, &message);
+            }
+            r.set(Desired::false_(
+                mc_api::LOAD_BALANCER_READY,
+                mc_api::DNS_NAME_IN_USE,
+                message.clone(),
+            ));
+            return Err(Error::Retry(format!("{}: {message}", r.key())));
+        }
+        if adopting {
             // Adopted from the endpoint (status is not moved by clusterctl move).
             persist_name(r, &name)?;
         }
@@ -58,6 +82,29 @@ pub(super) fn current_name(mc: &MaasCluster, cluster_name: &str) -> Option<Strin
     let suffix = host.strip_prefix(cluster_name)?.strip_prefix('-')?;
     let (random, domain) = suffix.split_once('.')?;
     (random.len() == SUFFIX_LEN && domain == mc.spec.dns_domain).then(|| host.clone())
+}
+
+/// Another MaasCluster of this controller that uses `name`: one whose
+/// status holds it (capmaas chose it there) always wins; one whose endpoint
+/// merely names it wins only against a cluster that is adopting the name
+/// from its own endpoint too (so a copied endpoint never takes over).
+fn claimed_elsewhere(r: &ClusterReconciling, name: &str, adopting: bool) -> Option<String> {
+    let me = (&r.object.metadata.namespace, &r.object.metadata.name);
+    r.ctx
+        .kube
+        .maas_clusters()
+        .into_iter()
+        .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
+        .find(|other| {
+            let in_status = other.dns_name() == Some(name);
+            let in_endpoint = other
+                .spec
+                .control_plane_endpoint
+                .as_ref()
+                .is_some_and(|e| e.host == name);
+            in_status || (adopting && in_endpoint)
+        })
+        .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
 }
 
 /// Writes the name with the resourceVersion we read: if our cache was
@@ -89,10 +136,10 @@ pub(super) fn ensure_record(
     fqdn: &str,
     ips: &[String],
 ) -> Result<DnsResource, Error> {
-    let mut found = r.ctx.maas.dns_resources(fqdn)?;
+    let mut found = r.maas()?.dns_resources(fqdn)?;
     match found.len() {
         0 => {
-            let record = r.ctx.maas.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
+            let record = r.maas()?.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
             r.event(
                 EventType::Normal,
                 "DNSRecordCreated",
@@ -169,7 +216,7 @@ pub(super) fn update_attachments(
     if current == desired {
         return Ok(false);
     }
-    r.ctx.maas.set_dns_resource_ips(record.id, &desired)?;
+    r.maas()?.set_dns_resource_ips(record.id, &desired)?;
     let message = format!(
         "DNS record {} now resolves to [{}] (was [{}])",
         record.fqdn,
@@ -190,13 +237,22 @@ pub(super) fn delete_record(
         None => r.object.dns_name().map(str::to_string),
     };
     let Some(fqdn) = name else { return Ok(()) };
-    let records = match r.ctx.maas.dns_resources(&fqdn) {
+    let adopting = r.object.dns_name().is_none();
+    if let Some(other) = claimed_elsewhere(r, &fqdn, adopting) {
+        r.event(
+            EventType::Warning,
+            mc_api::DNS_NAME_IN_USE,
+            &format!("DNS record {fqdn} is MaasCluster {other}'s; left alone"),
+        );
+        return Ok(());
+    }
+    let records = match r.maas()?.dns_resources(&fqdn) {
         Ok(records) => records,
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(e.into()),
     };
     for record in records.iter().filter(|rec| rec.id >= 0) {
-        match r.ctx.maas.delete_dns_resource(record.id) {
+        match r.maas()?.delete_dns_resource(record.id) {
             Ok(()) => r.event(
                 EventType::Normal,
                 "DNSRecordDeleted",

@@ -2,10 +2,11 @@
 //! as a MAAS DNS record (round robin over the control-plane machines).
 //!
 //! ```text
-//! owner Cluster ─► paused? ─► deleting? ─► finalizer ─► failure domains
-//!   ─► DNS name (persisted first) ─► DNS record ─► controlPlaneEndpoint ─► provisioned
+//! owner Cluster ─► paused? ─► deleting? ─► finalizer ─► MAAS credentials ─► failure domains
+//!   ─► DNS name (persisted first, used by no other MaasCluster) ─► DNS record
+//!   ─► controlPlaneEndpoint ─► provisioned
 //!   ─► DNS attachments (dns.rs) ─► workload API available? (api_poller)
-//! delete: wait for MaasMachines ─► delete the DNS record ─► finalizer
+//! delete: wait for MaasMachines ─► MAAS credentials ─► delete the DNS record ─► finalizer
 //! ```
 //!
 //! The steps are methods of `ClusterReconciling`, the shared scaffold of
@@ -64,7 +65,11 @@ impl OwnKind for MaasCluster {
         &mut status.conditions
     }
     fn ready_of(_: &()) -> Vec<&'static str> {
-        vec![mc_api::LOAD_BALANCER_READY, mc_api::API_SERVER_AVAILABLE]
+        vec![
+            mc_api::CREDENTIALS_READY,
+            mc_api::LOAD_BALANCER_READY,
+            mc_api::API_SERVER_AVAILABLE,
+        ]
     }
 }
 
@@ -101,6 +106,7 @@ impl ClusterReconciling<'_> {
             return Ok(Action::Done);
         };
         self.ensure_finalizer()?;
+        self.credentials()?;
         self.failure_domains();
 
         let dns_name = dns::ensure_name(self, &cluster)?;
@@ -152,6 +158,39 @@ impl ClusterReconciling<'_> {
         Ok(Action::Done)
     }
 
+    /// Connects to the cluster's MAAS with its credentials; says on
+    /// `CredentialsReady` whether that worked and, if not, why.
+    fn credentials(&mut self) -> Result<(), Error> {
+        let identity = self.object.spec.identity_ref.clone();
+        match self.connect_maas(identity.as_ref()) {
+            Ok(()) => {
+                self.set(Desired::true_(
+                    mc_api::CREDENTIALS_READY,
+                    mc_api::CREDENTIALS_READY,
+                ));
+                Ok(())
+            }
+            Err(e) => {
+                let reported = self
+                    .condition(mc_api::CREDENTIALS_READY)
+                    .is_some_and(|c| c.message == e.message());
+                if !reported {
+                    self.event(
+                        EventType::Warning,
+                        mc_api::CREDENTIALS_UNAVAILABLE,
+                        e.message(),
+                    );
+                }
+                self.set(Desired::false_(
+                    mc_api::CREDENTIALS_READY,
+                    mc_api::CREDENTIALS_UNAVAILABLE,
+                    e.message(),
+                ));
+                Err(e.into())
+            }
+        }
+    }
+
     /// See [`MaasMachine::is_control_plane`].
     fn is_control_plane(&self, m: &MaasMachine) -> bool {
         let owner = m
@@ -166,7 +205,7 @@ impl ClusterReconciling<'_> {
         let names: Vec<String> = if !self.object.spec.failure_domains.is_empty() {
             self.object.spec.failure_domains.clone()
         } else if self.status.failure_domains.is_empty() {
-            match self.ctx.maas.zones() {
+            match self.maas().and_then(|maas| Ok(maas.zones()?)) {
                 Ok(zones) => zones,
                 Err(e) => {
                     log::warn!(
@@ -289,6 +328,7 @@ impl ClusterReconciling<'_> {
                 return Ok(Action::RequeueAfter(DELETE_WAIT));
             }
         }
+        self.credentials()?;
         dns::delete_record(self, cluster_name.as_deref())?;
         self.set(Desired::false_(
             conditions::READY,

@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_cluster as mc_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::ports::Kind;
+use crate::controllers::ports::{Kind, MaasApi};
 use crate::controllers::Error;
 use crate::runtime::Action;
 
@@ -530,4 +530,92 @@ fn a_control_plane_label_on_the_machine_alone_puts_it_in_dns() {
     });
     reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+}
+
+#[test]
+fn another_namespaces_dns_name_cannot_be_taken_over() {
+    // The victim: cluster `c1` in namespace `victim`, with its record.
+    let w = World::new(0);
+    w.cluster("victim", "c1");
+    super::reconcile(&w.ctx, "victim", "c1").unwrap();
+    let victims = w
+        .maas_cluster("victim", "c1")
+        .dns_name()
+        .unwrap()
+        .to_string();
+    let record = w.maas.dns_records()[0].clone();
+    w.maas
+        .set_dns_resource_ips(record.id, &["10.0.0.9".into()])
+        .unwrap();
+    // A tenant names its cluster the same and copies the endpoint.
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": victims, "port": 6443})
+    });
+    machine(&w, "cp0", true, "Deployed", true, "10.6.6.6");
+    w.maas.clear_calls();
+    assert!(reconcile(&w).is_err());
+    let c = w.maas_cluster(NS, "c1");
+    let lb = conditions::get(c.conditions(), mc_api::LOAD_BALANCER_READY).unwrap();
+    assert_eq!(lb.reason, mc_api::DNS_NAME_IN_USE);
+    assert!(lb.message.contains("victim/c1"), "{}", lb.message);
+    assert_eq!(c.dns_name(), None, "the name is not claimed");
+    assert_eq!(w.maas.dns_records()[0].ip_addresses, vec!["10.0.0.9"]);
+    // Deleting the tenant's cluster does not delete the victim's record.
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    w.kube.remove(MAAS_MACHINE, NS, "cp0");
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.dns_records().len(), 1);
+    assert!(
+        !w.maas
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("set_dns") || c.starts_with("delete_dns")),
+        "{:?}",
+        w.maas.calls()
+    );
+    // The victim keeps working.
+    super::reconcile(&w.ctx, "victim", "c1").unwrap();
+    let v = w.maas_cluster("victim", "c1");
+    assert!(conditions::is_true(
+        v.conditions(),
+        mc_api::LOAD_BALANCER_READY
+    ));
+}
+
+#[test]
+fn credentials_ready_says_whether_the_clusters_maas_can_be_used() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    reconcile(&w).unwrap();
+    let c = w.maas_cluster(NS, "c1");
+    assert!(conditions::is_true(
+        c.conditions(),
+        mc_api::CREDENTIALS_READY
+    ));
+
+    w.cluster(NS, "c2");
+    w.edit(MAAS_CLUSTER, NS, "c2", |v| {
+        v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "nope"})
+    });
+    w.maas.clear_calls();
+    assert!(matches!(
+        super::reconcile(&w.ctx, NS, "c2"),
+        Err(Error::Credentials(_))
+    ));
+    let c = w.maas_cluster(NS, "c2");
+    let cond = conditions::get(c.conditions(), mc_api::CREDENTIALS_READY).unwrap();
+    assert_eq!(cond.status, Status::False);
+    assert_eq!(cond.reason, mc_api::CREDENTIALS_UNAVAILABLE);
+    assert!(cond.message.contains("ns/nope"), "{}", cond.message);
+    let ready = conditions::get(c.conditions(), conditions::READY).unwrap();
+    assert_eq!(ready.status, Status::False);
+    assert!(
+        w.maas.calls().is_empty(),
+        "no MAAS call with unknown credentials"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&mc_api::CREDENTIALS_UNAVAILABLE.to_string()));
 }

@@ -1,16 +1,25 @@
-//! Find the MAAS machine of this MaasMachine, or allocate one.
+//! Find the MAAS machine of this MaasMachine, or allocate one, and prove
+//! it is this object's before anything acts on it.
 //!
-//! Crash safety: the allocation carries our identity (`agent_name`), and
-//! before allocating we ask MAAS for a machine already carrying it. A crash
-//! between the allocate call and the spec write therefore finds the machine
-//! again instead of allocating a second one; the spec write
-//! (`providerID`, `systemID`) follows the allocation at once.
+//! Identity (`controllers::identity`): the allocation carries the object's
+//! identity as `agent_name` (set by MAAS in the same transaction) and then
+//! as owner data. A recorded `spec.systemID` is used only when MAAS shows
+//! that machine under the identity; anything else (another tenant's
+//! machine, an unallocated one, a machine the Go provider deployed and no
+//! administrator adopted yet) is reported and never touched.
+//!
+//! Crash safety: before allocating we ask MAAS for a machine already
+//! listed under the identity, so a crash between the allocate call and the
+//! spec write finds the machine again instead of allocating a second one.
+//! The spec write (`providerID`, `systemID`) follows the allocation at once,
+//! then the owner data; a crash between them is repaired the same way.
 
 use serde_json::json;
 
 use super::{MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
+use crate::controllers::identity::{self, Identity, Ownership, OWNER_DATA_KEY};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
@@ -19,31 +28,13 @@ use crate::runtime::Action;
 pub(super) fn find_or_allocate(
     r: &mut MachineReconciling,
     machine: &capi::Machine,
+    identity: &Identity,
 ) -> Result<Step<maas::Machine>, Error> {
     if let Some(system_id) = r.object.system_id().map(str::to_string) {
-        match r.ctx.maas.machine(&system_id) {
-            Ok(host) => return Ok(Step::Continue(host)),
-            Err(e) if e.is_not_found() => {
-                if let Some(stop) = gone_from_maas(r, &system_id)? {
-                    return Ok(stop);
-                }
-            }
-            // A MAAS outage changes nothing we know about the machine: keep
-            // the status as it is (no flapping to Unknown) and retry.
-            Err(e) if e.is_transient() => return Err(e.into()),
-            Err(e) => {
-                r.set(crate::api::Desired::unknown(
-                    mm_api::MACHINE_DEPLOYED,
-                    mm_api::MACHINE_NOT_FOUND,
-                    e.to_string(),
-                ));
-                return Err(e.into());
-            }
-        }
+        return recorded_machine(r, &system_id, identity);
     }
 
-    let agent_name = r.agent_name();
-    let mut ours = r.ctx.maas.machines_by_agent_name(&agent_name)?;
+    let mut ours = r.maas()?.machines_by_agent_name(identity.as_str())?;
     if !ours.is_empty() {
         let host = ours.remove(0);
         for duplicate in ours {
@@ -55,6 +46,7 @@ pub(super) fn find_or_allocate(
             host.system_id
         );
         record_allocation(r, &host)?;
+        let host = mark(r, host, identity)?;
         return Ok(Step::Continue(host));
     }
 
@@ -67,8 +59,8 @@ pub(super) fn find_or_allocate(
             "allocating a machine",
         ));
     }
-    let request = allocate_request(r, machine, agent_name);
-    match r.ctx.maas.allocate(&request) {
+    let request = allocate_request(r, machine, identity);
+    match r.maas()?.allocate(&request) {
         Ok(host) => {
             let message = format!(
                 "Allocated MAAS machine {} ({}) in zone {:?}",
@@ -76,6 +68,7 @@ pub(super) fn find_or_allocate(
             );
             r.event(EventType::Normal, "MachineAllocated", &message);
             record_allocation(r, &host)?;
+            let host = mark(r, host, identity)?;
             Ok(Step::Continue(host))
         }
         // No machine matches (409) or MAAS rejects a constraint (400): the
@@ -94,42 +87,106 @@ pub(super) fn find_or_allocate(
     }
 }
 
-/// Our recorded machine no longer exists in MAAS. Before it was ever
-/// provisioned we simply allocate another; afterwards Cluster API already
-/// copied the providerID to the Machine, so this is terminal and reported.
-fn gone_from_maas(
+/// The machine `spec.systemID` names, if MAAS shows it under our identity.
+fn recorded_machine(
     r: &mut MachineReconciling,
     system_id: &str,
-) -> Result<Option<Step<maas::Machine>>, Error> {
-    if r.object.is_provisioned() {
-        let message = format!("MAAS machine {system_id} no longer exists");
-        if r.status.failure_message.as_deref() != Some(message.as_str()) {
-            r.event(EventType::Warning, "NoMachineFound", &message);
+    identity: &Identity,
+) -> Result<Step<maas::Machine>, Error> {
+    let host = match r.maas()?.machine(system_id) {
+        Ok(host) => host,
+        // 404: gone from MAAS; 403: another MAAS user's machine, which this
+        // user may not even read.
+        Err(e) if e.is_not_found() => return Ok(gone_from_maas(r, system_id)),
+        Err(e) if e.is_forbidden() => return Ok(not_ours(r, system_id, None)),
+        // A MAAS outage changes nothing we know about the machine: keep
+        // the status as it is (no flapping to Unknown) and retry.
+        Err(e) if e.is_transient() => return Err(e.into()),
+        Err(e) => {
+            r.set(crate::api::Desired::unknown(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_NOT_FOUND,
+                e.to_string(),
+            ));
+            return Err(e.into());
         }
-        r.set(crate::api::Desired::false_(
-            mm_api::MACHINE_DEPLOYED,
-            mm_api::MACHINE_NOT_FOUND,
-            message.clone(),
-        ));
-        r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
-        r.status.failure_message = Some(message);
-        return Ok(Some(Step::Stop(Action::Done)));
+    };
+    match identity::ownership(&host, identity) {
+        Ownership::Ours => Ok(Step::Continue(host)),
+        Ownership::Other(_) => Ok(not_ours(r, system_id, Some(&host))),
+        // Allocated under our identity but the owner data is not written
+        // yet (a crash between the two calls, or a machine allocated by
+        // capmaas before the identity rules): the agent_name list settles it.
+        Ownership::Unmarked => {
+            let listed = host.owner.is_some()
+                && r.maas()?
+                    .machines_by_agent_name(identity.as_str())?
+                    .iter()
+                    .any(|m| m.system_id == system_id);
+            if !listed {
+                return Ok(not_ours(r, system_id, Some(&host)));
+            }
+            Ok(Step::Continue(mark(r, host, identity)?))
+        }
     }
-    log::warn!(
-        "{}: MAAS machine {system_id} disappeared before deployment; allocating another",
-        r.key()
-    );
-    let patch = json!({"spec": {"providerID": null, "systemID": null}});
-    r.patch(&patch)?;
-    r.object.spec.provider_id = None;
-    r.object.spec.system_id = None;
-    Ok(None)
+}
+
+/// Our recorded machine no longer exists in MAAS. `spec.systemID` cannot
+/// change once set, so the MaasMachine cannot get another one: reported,
+/// for a MachineHealthCheck or a person to replace it.
+fn gone_from_maas(r: &mut MachineReconciling, system_id: &str) -> Step<maas::Machine> {
+    let message = format!("MAAS machine {system_id} no longer exists");
+    if r.status.failure_message.as_deref() != Some(message.as_str()) {
+        r.event(EventType::Warning, "NoMachineFound", &message);
+    }
+    r.set(crate::api::Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::MACHINE_NOT_FOUND,
+        message.clone(),
+    ));
+    r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
+    r.status.failure_message = Some(message);
+    Step::Stop(Action::Done)
+}
+
+/// The recorded machine is not this object's: say why, touch nothing.
+fn not_ours(
+    r: &mut MachineReconciling,
+    system_id: &str,
+    host: Option<&maas::Machine>,
+) -> Step<maas::Machine> {
+    let message = identity::not_ours_message(system_id, host);
+    let reported = r
+        .condition(mm_api::MACHINE_DEPLOYED)
+        .is_some_and(|c| c.reason == mm_api::MACHINE_NOT_OWNED && c.message == message);
+    if !reported {
+        r.event(EventType::Warning, mm_api::MACHINE_NOT_OWNED, &message);
+    }
+    r.set(crate::api::Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::MACHINE_NOT_OWNED,
+        message,
+    ));
+    Step::Stop(Action::Done)
+}
+
+/// Writes the identity into the machine's owner data unless it is there.
+fn mark(
+    r: &MachineReconciling,
+    host: maas::Machine,
+    identity: &Identity,
+) -> Result<maas::Machine, Error> {
+    if identity::ownership(&host, identity) == Ownership::Ours {
+        return Ok(host);
+    }
+    Ok(r.maas()?
+        .set_owner_data(&host.system_id, OWNER_DATA_KEY, identity.as_str())?)
 }
 
 fn allocate_request(
     r: &MachineReconciling,
     machine: &capi::Machine,
-    agent_name: String,
+    identity: &Identity,
 ) -> AllocateRequest {
     let spec = &r.object.spec;
     let zone = spec
@@ -159,7 +216,7 @@ fn allocate_request(
             .min_disk_size
             .and_then(|n| u64::try_from(n).ok())
             .filter(|n| *n > 0),
-        agent_name: Some(agent_name),
+        agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!(
             "capmaas: cluster {cluster}, MaasMachine {}/{}",
             meta.namespace, meta.name
@@ -169,35 +226,24 @@ fn allocate_request(
 }
 
 /// Persists `spec.providerID`, `spec.systemID`, `spec.failureDomain` right
-/// after allocation (or adoption).
+/// after allocation (or after finding our allocation again).
 fn record_allocation(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), Error> {
     let provider_id = provider_id(&host.zone, &host.system_id);
     let zone = (!host.zone.is_empty()).then(|| host.zone.clone());
-    let agent_name = r.agent_name();
     let spec = &r.object.spec;
     if spec.provider_id.as_deref() == Some(provider_id.as_str())
         && spec.system_id.as_deref() == Some(host.system_id.as_str())
         && (zone.is_none() || spec.failure_domain == zone)
-        && r.object
-            .metadata
-            .annotations
-            .get(mm_api::AGENT_NAME_ANNOTATION)
-            == Some(&agent_name)
     {
         return Ok(());
     }
     let mut patch = json!({
-        "metadata": {"annotations": {mm_api::AGENT_NAME_ANNOTATION: agent_name}},
         "spec": {"providerID": provider_id, "systemID": host.system_id},
     });
     if let Some(zone) = &zone {
         patch["spec"]["failureDomain"] = json!(zone);
     }
     r.patch(&patch)?;
-    r.object
-        .metadata
-        .annotations
-        .insert(mm_api::AGENT_NAME_ANNOTATION.into(), agent_name);
     r.object.spec.provider_id = Some(provider_id);
     r.object.spec.system_id = Some(host.system_id.clone());
     if zone.is_some() {
@@ -213,7 +259,11 @@ fn release_duplicate(r: &MachineReconciling, host: &maas::Machine) {
         comment: Some(format!("capmaas: duplicate allocation for {}", r.key())),
         ..Default::default()
     };
-    match r.ctx.maas.release(&host.system_id, &request) {
+    let released = match r.maas() {
+        Ok(maas) => maas.release(&host.system_id, &request).map_err(Error::from),
+        Err(e) => Err(e),
+    };
+    match released {
         Ok(()) => r.event(
             EventType::Normal,
             "SuccessfulRelease",
@@ -236,7 +286,7 @@ pub(super) fn require_image(r: &mut MachineReconciling) -> Result<(), Error> {
         return Ok(());
     }
     let wanted = r.object.spec.image.clone();
-    let resources = r.ctx.maas.boot_resources()?;
+    let resources = r.maas()?.boot_resources()?;
     let check = check_image(&wanted, &resources);
     if check.exists {
         r.facts.image_found = true;

@@ -8,6 +8,7 @@ use super::allocate::require_image;
 use super::{MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
 use crate::api::Desired;
+use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, DeployRequest, MachineStatus};
@@ -18,15 +19,11 @@ pub(super) fn ensure_deploying(
     r: &mut MachineReconciling,
     host: maas::Machine,
     bootstrap_secret: &str,
+    identity: &Identity,
 ) -> Result<Step<maas::Machine>, Error> {
-    let needs_deploy = match host.status {
-        MachineStatus::Allocated => true,
-        // Released behind our back before it was ever provisioned: deploy
-        // allocates it to us again in the same call.
-        MachineStatus::Ready => !r.object.is_provisioned(),
-        _ => false,
-    };
-    if !needs_deploy {
+    // Only a machine allocated to us waits for a deployment: a Ready one
+    // is nobody's (and never reaches here: it carries no identity).
+    if host.status != MachineStatus::Allocated {
         return Ok(Step::Continue(host));
     }
     require_image(r)?;
@@ -58,7 +55,7 @@ pub(super) fn ensure_deploying(
 
     let system_id = host.system_id.clone();
     if !r.ctx.options.no_swap_update && host.swap_size != Some(0) {
-        if let Err(e) = r.ctx.maas.disable_swap(&system_id) {
+        if let Err(e) = r.maas()?.disable_swap(&system_id) {
             let message = format!(
                 "setting swap_size=0 on {system_id}: {} (a non-admin MAAS key needs --no-swap-update)",
                 e.message()
@@ -71,11 +68,11 @@ pub(super) fn ensure_deploying(
         image: Some(r.object.spec.image.clone()),
         user_data: Some(user_data),
         ephemeral_deploy: r.object.spec.deploy_in_memory,
-        agent_name: Some(r.agent_name()),
+        agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!("capmaas: {}", r.key())),
         ..DeployRequest::default()
     };
-    match r.ctx.maas.deploy(&system_id, &request) {
+    match r.maas()?.deploy(&system_id, &request) {
         Ok(deploying) => {
             let message = format!(
                 "Deploying MAAS machine {system_id} with image {:?}",

@@ -44,7 +44,7 @@ pub(super) fn check_attachment(
         }
         return Ok(None);
     }
-    let records = match r.ctx.maas.dns_resources(&fqdn) {
+    let records = match r.maas()?.dns_resources(&fqdn) {
         Ok(records) => records,
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(e.into()),

@@ -2,10 +2,11 @@
 //! Cluster API Machine.
 //!
 //! ```text
-//! owners ─► paused? ─► deleting? ─► finalizer ─► cluster infrastructure? ─► bootstrap data?
-//!   ─► find our allocation or allocate (allocate.rs) ─► deploy (deploy.rs)
+//! owners ─► paused? ─► deleting? ─► finalizer ─► identity ─► MAAS credentials
+//!   ─► cluster infrastructure? ─► bootstrap data?
+//!   ─► find our allocation (proven ours) or allocate (allocate.rs) ─► deploy (deploy.rs)
 //!   ─► observe MAAS: status, power on, DNS attachment, Node providerID (observe.rs, dns.rs, node.rs)
-//! delete: leave DNS ─► release (release.rs) ─► finalizer
+//! delete: leave DNS ─► release what MAAS shows under our identity (release.rs) ─► finalizer
 //! ```
 //!
 //! Each step is a function of `MachineReconciling` (the shared scaffold
@@ -16,6 +17,8 @@
 mod allocate;
 mod deploy;
 mod dns;
+#[cfg(test)]
+mod identity_tests;
 mod node;
 mod observe;
 mod release;
@@ -25,7 +28,10 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ports::Kind;
+use serde_json::json;
+
+use super::identity::{self, Identity, Recorded};
+use super::ports::{EventType, Kind};
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
@@ -147,6 +153,19 @@ impl MachineReconciling<'_> {
             return Ok(Action::Done);
         };
         self.ensure_finalizer()?;
+        let identity = self.ensure_identity()?;
+        let identity_ref = owners
+            .maas_cluster
+            .as_ref()
+            .and_then(|c| c.spec.identity_ref.clone());
+        if let Err(e) = self.connect_maas(identity_ref.as_ref()) {
+            self.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::CREDENTIALS_UNAVAILABLE,
+                e.message(),
+            ));
+            return Err(e.into());
+        }
         if !cluster.infrastructure_provisioned() {
             self.set(Desired::false_(
                 mm_api::MACHINE_DEPLOYED,
@@ -163,23 +182,57 @@ impl MachineReconciling<'_> {
             ));
             return Ok(Action::Done);
         };
-        let host = match allocate::find_or_allocate(self, machine)? {
+        let host = match allocate::find_or_allocate(self, machine, &identity)? {
             Step::Continue(host) => host,
             Step::Stop(action) => return Ok(action),
         };
-        let host = match deploy::ensure_deploying(self, host, bootstrap_secret)? {
+        let host = match deploy::ensure_deploying(self, host, bootstrap_secret, &identity)? {
             Step::Continue(host) => host,
             Step::Stop(action) => return Ok(action),
         };
         observe::observe(self, &host, &owners)
     }
 
-    /// The identity MAAS stores with our allocation (`agent_name`), unique
-    /// per MaasMachine object: how a crash between allocate and the status
-    /// write finds its machine again instead of allocating a second one.
-    fn agent_name(&self) -> String {
-        let m = &self.object.metadata;
-        format!("capmaas/{}/{}/{}", m.namespace, m.name, m.uid)
+    /// The object's identity (see `controllers::identity`), chosen and
+    /// persisted before any MAAS call that could use it. An annotation
+    /// naming another object (copied, or written to claim someone else's
+    /// machine) is replaced: the object never had a machine under it.
+    fn ensure_identity(&mut self) -> Result<Identity, Error> {
+        let foreign = match Identity::recorded(&self.object.metadata) {
+            Recorded::Valid(identity) => return Ok(identity),
+            Recorded::Missing => None,
+            Recorded::Foreign(value) => Some(value),
+        };
+        let Some(identity) = Identity::new_for(&self.object.metadata) else {
+            let message = "the namespace and name are too long for a MAAS identity \
+                           (at most 255 characters with the UID)";
+            self.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_DEPLOY_FAILED,
+                message,
+            ));
+            return Err(Error::Retry(format!("{}: {message}", self.key())));
+        };
+        if let Some(foreign) = foreign {
+            self.event(
+                EventType::Warning,
+                "IdentityReplaced",
+                &format!(
+                    "annotation {} named another object ({foreign:?}); this MaasMachine's identity is {identity}",
+                    identity::ANNOTATION
+                ),
+            );
+        }
+        let version = self.object.metadata.resource_version.clone();
+        self.patch(&json!({"metadata": {
+            "annotations": {identity::ANNOTATION: identity.as_str()},
+            "resourceVersion": version,
+        }}))?;
+        self.object.metadata.annotations.insert(
+            identity::ANNOTATION.to_string(),
+            identity.as_str().to_string(),
+        );
+        Ok(identity)
     }
 }
 

@@ -53,7 +53,7 @@ pub(super) fn observe(
             Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deployed, false) => {
-            r.ctx.maas.power_on(
+            r.maas()?.power_on(
                 &host.system_id,
                 "capmaas: deployed machine found powered off",
             )?;

@@ -1,20 +1,45 @@
 //! Deleting a MaasMachine: a control-plane machine first leaves the API DNS
-//! record, then every MAAS machine carrying our identity is released, then
-//! the finalizer goes. A machine MAAS no longer knows (404) does not block
-//! deletion.
+//! record, then every MAAS machine MAAS shows under the object's identity
+//! is released, then the finalizer goes. A machine MAAS no longer knows
+//! (404) does not block deletion; a recorded machine that is not ours is
+//! left alone (and said so). One exception keeps the finalizer: a recorded
+//! machine that is allocated but carries no capmaas identity, which is what
+//! a Go-provider machine looks like before an administrator adopts it;
+//! deleting the object then would leak the machine.
+
+use std::time::Duration;
 
 use super::{dns, MachineReconciling, Owners};
 use crate::api::maas_machine as mm_api;
 use crate::api::{conditions, Desired};
+use crate::controllers::identity::{self, Identity, Ownership, Recorded};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{MachineStatus, ReleaseRequest};
 use crate::runtime::Action;
 
+/// How long a deletion waits before looking again at a recorded machine
+/// that awaits adoption.
+const ADOPTION_WAIT: Duration = Duration::from_secs(60);
+
 pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Action, Error> {
     if !r.has_finalizer() {
         r.summarize = false;
         return Ok(Action::Done);
+    }
+    // The MAAS of the cluster; without the MaasCluster (deleted first, by
+    // hand) the controller-wide one is the best guess.
+    let identity_ref = owners
+        .maas_cluster
+        .as_ref()
+        .and_then(|c| c.spec.identity_ref.clone());
+    if let Err(e) = r.connect_maas(identity_ref.as_ref()) {
+        r.set(Desired::false_(
+            mm_api::MACHINE_DEPLOYED,
+            mm_api::CREDENTIALS_UNAVAILABLE,
+            format!("cannot release the MAAS machine: {e}"),
+        ));
+        return Err(e.into());
     }
 
     // A cluster that is being deleted removes the whole record once its
@@ -31,7 +56,23 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         }
     }
 
-    for system_id in &machines_to_release(r)? {
+    let identity = match Identity::recorded(&r.object.metadata) {
+        Recorded::Valid(identity) => Some(identity),
+        Recorded::Missing | Recorded::Foreign(_) => None,
+    };
+    let to_release = match machines_to_release(r, identity.as_ref())? {
+        ToRelease::Machines(ids) => ids,
+        ToRelease::AwaitingAdoption(message) => {
+            r.summarize = false;
+            r.set(Desired::false_(
+                conditions::READY,
+                mm_api::MACHINE_NOT_OWNED,
+                message,
+            ));
+            return Ok(Action::RequeueAfter(ADOPTION_WAIT));
+        }
+    };
+    for system_id in &to_release {
         release(r, system_id)?;
     }
 
@@ -49,51 +90,77 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
     r.finish_deletion()
 }
 
-/// Every MAAS machine carrying our identity, including an allocation whose
-/// answer we never saw. The recorded machine counts on its own only for
-/// objects allocated by the Go provider, which marked nothing: for ours, a
-/// recorded machine MAAS no longer lists under our identity was released
-/// already (the answer lost in a crash) and may now be someone else's.
-fn machines_to_release(r: &MachineReconciling) -> Result<Vec<String>, Error> {
-    let mut system_ids: Vec<String> = r
-        .ctx
-        .maas
-        .machines_by_agent_name(&r.agent_name())?
-        .into_iter()
-        .map(|host| host.system_id)
-        .collect();
-    let allocated_by_us = r
-        .object
-        .metadata
-        .annotations
-        .contains_key(mm_api::AGENT_NAME_ANNOTATION);
-    if let Some(recorded) = r.object.system_id() {
-        if system_ids.iter().any(|id| id == recorded) {
-            // Listed under our identity: released above.
-        } else if allocated_by_us {
-            match r.ctx.maas.machine(recorded) {
-                Err(e) if e.is_not_found() => r.event(
-                    EventType::Warning,
-                    "NoMachineFound",
-                    &format!("MAAS machine {recorded:?} no longer exists"),
-                ),
-                Err(e) => return Err(e.into()),
-                // Released already (the answer lost in a crash): nothing to do.
-                Ok(host) if host.owner.is_none() => {}
-                Ok(host) => r.event(
-                    EventType::Normal,
-                    "MachineNoLongerOurs",
-                    &format!(
-                        "MAAS machine {recorded:?} was released already and is now {:?}'s; left alone",
-                        host.owner.as_deref().unwrap_or_default()
-                    ),
-                ),
-            }
-        } else {
-            system_ids.push(recorded.to_string());
-        }
+enum ToRelease {
+    Machines(Vec<String>),
+    /// The recorded machine may be a Go-provider machine no administrator
+    /// adopted yet: wait (the message says what to do).
+    AwaitingAdoption(String),
+}
+
+/// Every MAAS machine MAAS shows under our identity: listed by
+/// `agent_name` (which also finds an allocation whose answer a crash
+/// lost), or the recorded machine if its owner data names us (adopted
+/// machines have no `agent_name`). A recorded machine under no identity of
+/// ours is released already (the answer lost in a crash) or someone else's.
+fn machines_to_release(
+    r: &MachineReconciling,
+    identity: Option<&Identity>,
+) -> Result<ToRelease, Error> {
+    let mut system_ids: Vec<String> = match identity {
+        Some(identity) => r
+            .maas()?
+            .machines_by_agent_name(identity.as_str())?
+            .into_iter()
+            .map(|host| host.system_id)
+            .collect(),
+        None => Vec::new(),
+    };
+    let Some(recorded) = r.object.system_id().map(str::to_string) else {
+        return Ok(ToRelease::Machines(system_ids));
+    };
+    if system_ids.contains(&recorded) {
+        return Ok(ToRelease::Machines(system_ids));
     }
-    Ok(system_ids)
+    let host = match r.maas()?.machine(&recorded) {
+        Ok(host) => host,
+        Err(e) if e.is_not_found() => {
+            r.event(
+                EventType::Warning,
+                "NoMachineFound",
+                &format!("MAAS machine {recorded:?} no longer exists"),
+            );
+            return Ok(ToRelease::Machines(system_ids));
+        }
+        // Another MAAS user's machine: not ours to release.
+        Err(e) if e.is_forbidden() => {
+            r.event(
+                EventType::Warning,
+                mm_api::MACHINE_NOT_OWNED,
+                &identity::not_ours_message(&recorded, None),
+            );
+            return Ok(ToRelease::Machines(system_ids));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let ownership = identity.map(|id| identity::ownership(&host, id));
+    match ownership {
+        Some(Ownership::Ours) => system_ids.push(recorded),
+        // Released already (its answer lost in a crash), or never ours: no
+        // owner means nothing to release and nobody to warn about.
+        _ if host.owner.is_none() => {}
+        Some(Ownership::Unmarked) | None if host.status.is_allocated() => {
+            return Ok(ToRelease::AwaitingAdoption(identity::not_ours_message(
+                &recorded,
+                Some(&host),
+            )));
+        }
+        _ => r.event(
+            EventType::Warning,
+            mm_api::MACHINE_NOT_OWNED,
+            &identity::not_ours_message(&recorded, Some(&host)),
+        ),
+    }
+    Ok(ToRelease::Machines(system_ids))
 }
 
 fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
@@ -102,7 +169,7 @@ fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
         comment: Some(format!("capmaas: {} deleted", r.key())),
         ..ReleaseRequest::default()
     };
-    match r.ctx.maas.release(system_id, &request) {
+    match r.maas()?.release(system_id, &request) {
         Ok(()) => {
             r.event(
                 EventType::Normal,
@@ -121,7 +188,7 @@ fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
         }
         // 409: MAAS cannot release it in its current state. Fine if it is
         // no longer ours anyway (already released, never commissioned).
-        Err(e) if e.is_conflict() => match r.ctx.maas.machine(system_id) {
+        Err(e) if e.is_conflict() => match r.maas()?.machine(system_id) {
             Ok(host) if matches!(host.status, MachineStatus::Ready | MachineStatus::New) => Ok(()),
             Err(get) if get.is_not_found() => Ok(()),
             _ => {

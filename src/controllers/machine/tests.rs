@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
+use crate::controllers::identity::OWNER_DATA_KEY;
 use crate::controllers::ports::Kind;
 use crate::controllers::{Error, Options};
 use crate::maas::{MachineStatus, PowerState};
@@ -439,13 +440,19 @@ fn terminal_state_sets_failure_and_recovery_clears_it() {
 }
 
 #[test]
-fn machine_gone_from_maas_before_provisioning_is_replaced() {
+fn machine_gone_from_maas_before_provisioning_is_reported_not_replaced() {
+    // spec.systemID cannot change once set, so no second machine is taken:
+    // the object says why and waits for a person or a MachineHealthCheck.
     let w = World::new(2);
     let id = deploying_worker(&w);
     w.maas.machines.lock().unwrap().remove(&id);
-    reconcile(&w, "m1").unwrap();
-    let new_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
-    assert_ne!(new_id, id);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert_eq!(w.maas_machine(NS, "m1").spec.system_id, Some(id));
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_NOT_FOUND
+    );
+    assert!(w.maas.allocated().is_empty(), "nothing allocated again");
 }
 
 #[test]
@@ -528,13 +535,18 @@ fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
     let w = World::new(1);
     let id = deploying_worker(&w);
     // Released before a crash (the answer lost, the finalizer still on),
-    // then allocated by someone else.
+    // then allocated by someone else: MAAS cleared our identity.
     w.maas
         .agent_names
         .lock()
         .unwrap()
         .insert(id.clone(), "someone-else".into());
-    w.maas.machines.lock().unwrap().get_mut(&id).unwrap().owner = Some("alice".into());
+    {
+        let mut machines = w.maas.machines.lock().unwrap();
+        let host = machines.get_mut(&id).unwrap();
+        host.owner = Some("alice".into());
+        host.owner_data = [(OWNER_DATA_KEY.to_string(), "capmaas/other/x/u".to_string())].into();
+    }
     w.delete(MAAS_MACHINE, NS, "m1");
     assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.maas.releases.lock().unwrap().is_empty(), "left alone");
@@ -546,7 +558,7 @@ fn delete_after_a_crash_never_releases_a_machine_someone_else_took() {
     assert!(w
         .kube
         .event_reasons()
-        .contains(&"MachineNoLongerOurs".to_string()));
+        .contains(&mm_api::MACHINE_NOT_OWNED.to_string()));
 }
 
 #[test]
@@ -560,32 +572,88 @@ fn delete_after_a_crash_that_followed_the_release_just_removes_the_finalizer() {
         let host = machines.get_mut(&id).unwrap();
         host.status = MachineStatus::Ready;
         host.owner = None;
+        host.owner_data.clear();
     }
     w.delete(MAAS_MACHINE, NS, "m1");
+    w.kube.clear_writes();
     assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert!(w.maas.releases.lock().unwrap().is_empty());
     assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
-    assert!(!w
-        .kube
-        .event_reasons()
-        .contains(&"MachineNoLongerOurs".to_string()));
+    assert!(
+        w.kube.event_reasons().is_empty(),
+        "no event claims anything: {:?}",
+        w.kube.event_reasons()
+    );
 }
 
 #[test]
-fn delete_of_an_object_allocated_by_the_go_provider_releases_its_recorded_machine() {
+fn delete_while_our_machine_is_still_releasing_claims_nothing_untrue() {
+    // Issue 11: a second reconcile of a deleting MaasMachine once said the
+    // machine "is now admin's" while MAAS was still releasing it for us.
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.agent_names.lock().unwrap().remove(&id);
+    w.maas
+        .set_state(&id, MachineStatus::Releasing, "Releasing", PowerState::On);
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert!(!w
+        .kube
+        .event_reasons()
+        .contains(&mm_api::MACHINE_NOT_OWNED.to_string()));
+    assert_eq!(
+        w.maas.releases.lock().unwrap().len(),
+        1,
+        "released (a no-op in MAAS)"
+    );
+}
+
+#[test]
+fn delete_of_a_go_provider_object_waits_for_adoption_then_releases() {
     let w = World::new(1);
     let id = deploying_worker(&w);
     // The Go provider marked neither the object nor the MAAS machine.
     w.maas.agent_names.lock().unwrap().remove(&id);
+    w.maas
+        .machines
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .owner_data
+        .clear();
     w.edit(MAAS_MACHINE, NS, "m1", |v| {
         v["metadata"]["annotations"] = json!({})
     });
     w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(60)),
+        "deleting it now would leak the machine"
+    );
+    assert!(w.maas.releases.lock().unwrap().is_empty());
+    let ready = condition(&w, "m1", conditions::READY).unwrap();
+    assert_eq!(ready.reason, mm_api::MACHINE_NOT_OWNED);
+    assert!(ready.message.contains("capmaas adopt"), "{}", ready.message);
+
+    // `capmaas adopt` gives object and machine one identity.
+    let identity = "capmaas/ns/m1/adopted";
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"] = json!({mm_api::AGENT_NAME_ANNOTATION: identity})
+    });
+    w.maas
+        .machines
+        .lock()
+        .unwrap()
+        .get_mut(&id)
+        .unwrap()
+        .owner_data = [(OWNER_DATA_KEY.to_string(), identity.to_string())].into();
     assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     let releases = w.maas.releases.lock().unwrap().clone();
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].0, id);
     assert!(w.maas.allocated().is_empty());
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
 }
 
 #[test]
@@ -869,7 +937,7 @@ fn a_maas_outage_changes_no_status() {
         .fail_once("machine", 503, "503 no connections available");
     assert!(reconcile(&w, "m1").is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
-    w.maas.fail_once("machine", 403, "");
+    w.maas.fail_once("machine", 400, "Bad request");
     assert!(reconcile(&w, "m1").is_err());
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),

@@ -21,7 +21,7 @@ use super::{describe, RemediationReconciling, Target};
 use crate::api::capi::Machine;
 use crate::api::conditions::Desired;
 use crate::api::maas_remediation::{self as api, History};
-use crate::api::MaasMachine;
+use crate::controllers::identity::{self, Identity, Ownership, Recorded};
 use crate::controllers::ports::{EventType, Kind};
 use crate::controllers::Error;
 use crate::maas::{self, MachineStatus, PowerState};
@@ -36,7 +36,7 @@ const POWER_POLL: Duration = Duration::from_secs(5);
 pub(super) fn start(r: &mut RemediationReconciling, target: &Target) -> Result<Action, Error> {
     let host = match power_target(r, target)? {
         Ok(host) => host,
-        Err(why) => return r.hand_back(api::CANNOT_POWER_CYCLE, why),
+        Err(refusal) => return refuse(r, refusal),
     };
     let count = r.status.retry_count + 1;
     r.status.retry_count = count;
@@ -76,7 +76,7 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
     }
     let host = match power_target(r, target)? {
         Ok(host) => host,
-        Err(why) => return r.hand_back(api::CANNOT_POWER_CYCLE, why),
+        Err(refusal) => return refuse(r, refusal),
     };
     // Written at the start; repeated here in case that write was lost.
     record_history(r, target)?;
@@ -105,7 +105,7 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
 
 fn power_off(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Action, Error> {
     let comment = format!("capmaas: {} power cycle", r.key());
-    r.ctx.maas.power_off(&host.system_id, &comment)?;
+    r.maas()?.power_off(&host.system_id, &comment)?;
     r.set(Desired::false_(
         api::POWER_CYCLED,
         api::POWER_OFF_REQUESTED,
@@ -116,7 +116,7 @@ fn power_off(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Act
 
 fn power_on(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Action, Error> {
     let comment = format!("capmaas: {} power cycle", r.key());
-    r.ctx.maas.power_on(&host.system_id, &comment)?;
+    r.maas()?.power_on(&host.system_id, &comment)?;
     r.event(
         EventType::Normal,
         "PoweringOn",
@@ -170,13 +170,13 @@ pub(super) fn power_on_after_cut(
     };
     let host = match power_target(r, &target)? {
         Ok(host) => host,
-        Err(why) => {
+        Err(Refusal::Cannot(why) | Refusal::NotOwned(why)) => {
             log::info!("{}: not powering on: {why}", r.key());
             return Ok(());
         }
     };
     let comment = format!("capmaas: {} ended during a power cycle", r.key());
-    r.ctx.maas.power_on(&host.system_id, &comment)?;
+    r.maas()?.power_on(&host.system_id, &comment)?;
     r.event(
         EventType::Normal,
         "PoweringOn",
@@ -189,53 +189,94 @@ pub(super) fn power_on_after_cut(
     Ok(())
 }
 
-/// The MAAS machine of the MaasMachine, when it may be power-cycled;
-/// `Ok(Err(why))` when it may not: no MaasMachine or no machine recorded,
-/// deletion under way, MAAS not reporting it Deployed, or a power type MAAS
-/// cannot drive. MAAS being unreachable is an error (retried).
+/// Why a machine is not power-cycled.
+pub(super) enum Refusal {
+    /// Nothing to power-cycle (no MaasMachine or machine, deletion under
+    /// way, not Deployed, manual power): Cluster API replaces the Machine.
+    Cannot(String),
+    /// MAAS does not show the machine under the MaasMachine's identity:
+    /// never touched, and not handed back either, since the MaasMachine's
+    /// deletion would not release it (a person has to look).
+    NotOwned(String),
+}
+
+fn refuse(r: &mut RemediationReconciling, refusal: Refusal) -> Result<Action, Error> {
+    match refusal {
+        Refusal::Cannot(why) => r.hand_back(api::CANNOT_POWER_CYCLE, why),
+        Refusal::NotOwned(why) => Ok(r.fail(api::MACHINE_NOT_OWNED, why)),
+    }
+}
+
+/// The MAAS machine of the MaasMachine, when it may be power-cycled: the
+/// machine its `spec.systemID` names, and only while MAAS shows it under the
+/// MaasMachine's identity (PLAN "Identity and tenancy": owner data, or the
+/// `agent_name` list right after a crash before owner data was written).
+/// MAAS being unreachable is an error (retried).
 fn power_target(
     r: &RemediationReconciling,
     target: &Target,
-) -> Result<Result<maas::Machine, String>, Error> {
+) -> Result<Result<maas::Machine, Refusal>, Error> {
     let ns = &r.object.metadata.namespace;
     let name = &target.maas_machine_name;
     let Some(mm) = target.maas_machine.as_deref() else {
-        return Ok(Err(format!("MaasMachine {ns}/{name} not found")));
+        return Ok(Err(Refusal::Cannot(format!(
+            "MaasMachine {ns}/{name} not found"
+        ))));
     };
     if mm.metadata.is_being_deleted() || target.machine.metadata.is_being_deleted() {
-        return Ok(Err(format!("MaasMachine {ns}/{name} is being deleted")));
+        return Ok(Err(Refusal::Cannot(format!(
+            "MaasMachine {ns}/{name} is being deleted"
+        ))));
     }
-    // The MaasMachine's recorded machine only: never one it does not name.
-    let Some(system_id) = recorded_machine(mm) else {
-        return Ok(Err(format!(
+    let Some(system_id) = mm.system_id() else {
+        return Ok(Err(Refusal::Cannot(format!(
             "MaasMachine {ns}/{name} has no MAAS machine (spec.systemID)"
-        )));
+        ))));
     };
-    let host = match r.ctx.maas.machine(system_id) {
+    let Recorded::Valid(identity) = Identity::recorded(&mm.metadata) else {
+        return Ok(Err(Refusal::NotOwned(format!(
+            "MaasMachine {ns}/{name} has no valid capmaas identity, so MAAS machine {system_id} is not known to be its own; left alone"
+        ))));
+    };
+    let maas = r.maas()?;
+    let host = match maas.machine(system_id) {
         Ok(host) => host,
         Err(e) if e.is_not_found() => {
-            return Ok(Err(format!("MAAS machine {system_id} no longer exists")))
+            return Ok(Err(Refusal::Cannot(format!(
+                "MAAS machine {system_id} no longer exists"
+            ))))
         }
         Err(e) => return Err(e.into()),
     };
+    let ours = match identity::ownership(&host, &identity) {
+        Ownership::Ours => true,
+        Ownership::Other(_) => false,
+        Ownership::Unmarked => {
+            host.owner.is_some()
+                && maas
+                    .machines_by_agent_name(identity.as_str())?
+                    .iter()
+                    .any(|m| m.system_id == system_id)
+        }
+    };
+    if !ours {
+        return Ok(Err(Refusal::NotOwned(identity::not_ours_message(
+            system_id,
+            Some(&host),
+        ))));
+    }
     if host.status != MachineStatus::Deployed {
-        return Ok(Err(format!(
+        return Ok(Err(Refusal::Cannot(format!(
             "MAAS machine {system_id} is {:?}, not Deployed",
             host.status_name
-        )));
+        ))));
     }
     if host.power_type == "manual" {
-        return Ok(Err(format!(
+        return Ok(Err(Refusal::Cannot(format!(
             "MAAS cannot power-cycle machine {system_id} (power type manual)"
-        )));
+        ))));
     }
     Ok(Ok(host))
-}
-
-/// The MAAS machine a MaasMachine names. (Where the identity check of every
-/// MAAS action, PLAN.md "Identity and tenancy", applies.)
-fn recorded_machine(mm: &MaasMachine) -> Option<&str> {
-    mm.system_id()
 }
 
 /// Counts this power cycle on the MaasMachine (see

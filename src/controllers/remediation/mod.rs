@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! owner Machine ─► paused? ─► deleting? (power back on, finalizer) ─► Machine deleting? ─► finalizer
+//!   MAAS of the cluster (identityRef)
 //!   phase ""       ─► an earlier remediation's count within 1 h? continue it (Waiting)
 //!                     else power cycle 1 (cycle.rs)
 //!   phase Running  ─► power off ─► MAAS reports off ─► power on ─► MAAS reports on ─► Waiting
@@ -36,6 +37,7 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::credentials::CredentialsError;
 use super::ports::{EventType, Kind};
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
@@ -161,6 +163,11 @@ impl RemediationReconciling<'_> {
             return Ok(Action::Done);
         }
         self.ensure_finalizer()?;
+        if let Err(e) = self.connect(&machine) {
+            let message = format!("MAAS credentials of the cluster: {}", e.message());
+            self.event(EventType::Warning, api::CREDENTIALS_UNAVAILABLE, &message);
+            return Err(e.into());
+        }
         let target = Target {
             maas_machine: self.ctx.kube.maas_machine(&ns, &maas_machine_name),
             machine,
@@ -175,6 +182,21 @@ impl RemediationReconciling<'_> {
 
     fn phase(&self) -> &str {
         &self.status.phase
+    }
+
+    /// Connects to the MAAS of the Machine's cluster (its MaasCluster's
+    /// `spec.identityRef`, else the controller's credentials), the MAAS
+    /// the MaasMachine reconciler allocated the machine from.
+    fn connect(&mut self, machine: &Machine) -> Result<(), CredentialsError> {
+        let ns = &self.object.metadata.namespace;
+        let identity_ref = self
+            .ctx
+            .kube
+            .cluster(ns, &machine.spec.cluster_name)
+            .and_then(|c| c.spec.infrastructure_ref.clone())
+            .and_then(|r| self.ctx.kube.maas_cluster(ns, &r.name))
+            .and_then(|c| c.spec.identity_ref.clone());
+        self.connect_maas(identity_ref.as_ref())
     }
 
     /// A new MaasRemediation: it continues the count of an earlier one of
@@ -302,7 +324,12 @@ impl RemediationReconciling<'_> {
         }
         if self.phase() == api::PHASE_RUNNING {
             if let Some(machine) = machine.filter(|m| !m.metadata.is_being_deleted()) {
-                cycle::power_on_after_cut(self, machine)?;
+                // Without MAAS, the MaasMachine reconciler powers the
+                // deployed machine on once this remediation is gone.
+                match self.connect(machine) {
+                    Ok(()) => cycle::power_on_after_cut(self, machine)?,
+                    Err(e) => log::warn!("{}: not powering on: {e}", self.key()),
+                }
             }
         }
         let count = self.status.retry_count;

@@ -1,5 +1,6 @@
 //! MaasRemediation reconcile steps against the in-memory fakes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -8,7 +9,10 @@ use crate::api::conditions::{self, Status};
 use crate::api::maas_machine as mm_api;
 use crate::api::maas_remediation::{self as api, History};
 use crate::api::{MaasRemediation, MaasRemediationStatus};
-use crate::controllers::fake::{World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_MACHINE, MAAS_REMEDIATION};
+use crate::controllers::fake::{
+    FakeMaas, World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE, MAAS_REMEDIATION,
+};
+use crate::controllers::identity::{ANNOTATION, OWNER_DATA_KEY};
 use crate::controllers::Error;
 use crate::maas::{MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -520,4 +524,123 @@ fn the_maas_machine_reconciler_leaves_a_power_cycled_machine_off() {
     w.kube.remove(MAAS_REMEDIATION, NS, "m1");
     crate::controllers::machine::reconcile(&w.ctx, NS, "m1").unwrap();
     assert_eq!(power_calls(&w), [format!("power_on {system_id}")]);
+}
+
+/// Sets the owner data MAAS shows for the machine (None: cleared).
+fn set_owner_data(w: &World, system_id: &str, identity: Option<&str>) {
+    let mut machines = w.maas.machines.lock().unwrap();
+    let host = machines.get_mut(system_id).unwrap();
+    host.owner_data.remove(OWNER_DATA_KEY);
+    if let Some(identity) = identity {
+        host.owner_data
+            .insert(OWNER_DATA_KEY.into(), identity.into());
+    }
+}
+
+/// Nothing happened to the machine and Cluster API was not asked to
+/// replace it: the remediation failed, saying why.
+fn assert_refused_as_not_owned(w: &World, why: &str) {
+    assert!(power_calls(w).is_empty(), "{:?}", w.maas.calls());
+    assert!(owner_remediated(w).is_none(), "not handed back");
+    assert_eq!(status(w).phase, api::PHASE_FAILED);
+    assert_eq!(
+        reason(w, api::OWNER_REMEDIATION_REQUESTED),
+        api::MACHINE_NOT_OWNED
+    );
+    let s = status(w);
+    let message = &conditions::get(&s.conditions, api::OWNER_REMEDIATION_REQUESTED)
+        .unwrap()
+        .message;
+    assert!(message.contains(why), "{message}");
+    assert!(events(w).contains(&"RemediationFailed".to_string()));
+}
+
+#[test]
+fn a_machine_maas_shows_under_another_identity_is_never_power_cycled() {
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    set_owner_data(&w, &system_id, Some("capmaas/other/vm1/uid-x"));
+    remediation(&w, 3);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert_refused_as_not_owned(&w, "belongs to another MaasMachine");
+    assert_eq!(w.maas.host(&system_id).power_state, PowerState::On);
+}
+
+#[test]
+fn a_maas_machine_without_its_own_identity_is_never_power_cycled() {
+    let w = World::new(2);
+    deployed_worker(&w);
+    // An annotation naming another object (copied or forged) is no identity.
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"][ANNOTATION] = json!("capmaas/victim/vm1/uid-v");
+    });
+    remediation(&w, 1);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert_refused_as_not_owned(&w, "no valid capmaas identity");
+    assert!(w.maas.calls().is_empty(), "not even read");
+}
+
+#[test]
+fn owner_data_lost_but_listed_under_the_identity_is_power_cycled() {
+    // A crash between allocate (agent_name) and set_owner_data: the
+    // agent_name list settles it, as for the MaasMachine reconciler.
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    set_owner_data(&w, &system_id, None);
+    remediation(&w, 1);
+    run_power_cycle(&w, &system_id, 1);
+    assert_eq!(power_calls(&w).len(), 2, "{:?}", w.maas.calls());
+}
+
+#[test]
+fn the_machine_changing_hands_during_a_power_cycle_is_not_powered_on() {
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    remediation(&w, 1);
+    reconcile(&w).unwrap();
+    assert_eq!(reason(&w, api::POWER_CYCLED), api::POWER_OFF_REQUESTED);
+    // Released and allocated to someone else behind our back.
+    set_owner_data(&w, &system_id, Some("capmaas/other/vm1/uid-x"));
+    w.maas.clear_calls();
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert_refused_as_not_owned(&w, "belongs to another MaasMachine");
+}
+
+#[test]
+fn the_power_cycle_uses_the_clusters_own_maas() {
+    let w = World::new(0);
+    let tenant = Arc::new(FakeMaas::with_machines(1));
+    w.clients
+        .tenants
+        .lock()
+        .unwrap()
+        .insert((NS.into(), "tenant-maas".into()), tenant.clone());
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"})
+    });
+    w.machine(NS, "c1", "m1", false);
+    crate::controllers::machine::reconcile(&w.ctx, NS, "m1").unwrap();
+    tenant.finish_deployments();
+    crate::controllers::machine::reconcile(&w.ctx, NS, "m1").unwrap();
+    let system_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    tenant.clear_calls();
+    remediation(&w, 1);
+    reconcile(&w).unwrap();
+    assert_eq!(tenant.host(&system_id).power_state, PowerState::Off);
+    assert!(tenant.calls().iter().any(|c| c.starts_with("power_off")));
+    assert!(
+        w.maas.calls().is_empty(),
+        "the controller-wide MAAS untouched"
+    );
+
+    // Credentials gone: retried, nothing written, the step kept.
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "missing"})
+    });
+    tenant.clear_calls();
+    assert!(matches!(reconcile(&w), Err(Error::Credentials(_))));
+    assert!(tenant.calls().is_empty());
+    assert_eq!(reason(&w, api::POWER_CYCLED), api::POWER_OFF_REQUESTED);
+    assert!(events(&w).contains(&api::CREDENTIALS_UNAVAILABLE.to_string()));
 }
