@@ -199,8 +199,10 @@ impl MaasApi for Maas {
         self.client.release(system_id, req).map(|_| ())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
-        self.client.power_on(system_id).map(|_| ())
+    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.client
+            .power_on_with_comment(system_id, Some(comment))
+            .map(|_| ())
     }
 
     fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
