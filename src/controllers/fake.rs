@@ -875,6 +875,19 @@ impl World {
         }));
     }
 
+    /// Like [`World::cluster`], with its own MAAS: a fake with `machines`
+    /// Ready machines behind the identity Secret `tenant-maas` its
+    /// MaasCluster's `spec.identityRef` names.
+    pub fn cluster_with_own_maas(&self, ns: &str, name: &str, machines: usize) -> Arc<FakeMaas> {
+        let maas = Arc::new(FakeMaas::with_machines(machines));
+        lock(&self.clients.tenants).insert((ns.into(), "tenant-maas".into()), maas.clone());
+        self.cluster(ns, name);
+        self.edit(Kind::MaasCluster.as_str(), ns, name, |v| {
+            v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"})
+        });
+        maas
+    }
+
     /// A Machine + MaasMachine pair with a bootstrap Secret.
     pub fn machine(&self, ns: &str, cluster: &str, name: &str, control_plane: bool) {
         let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});

@@ -1,6 +1,5 @@
 //! MaasRemediation reconcile steps against the in-memory fakes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -10,7 +9,7 @@ use crate::api::maas_machine as mm_api;
 use crate::api::maas_remediation::{self as api, History};
 use crate::api::{MaasRemediation, MaasRemediationStatus};
 use crate::controllers::fake::{
-    FakeMaas, World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE, MAAS_REMEDIATION,
+    World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE, MAAS_REMEDIATION,
 };
 use crate::controllers::identity::{ANNOTATION, OWNER_DATA_KEY};
 use crate::controllers::Error;
@@ -609,16 +608,7 @@ fn the_machine_changing_hands_during_a_power_cycle_is_not_powered_on() {
 #[test]
 fn the_power_cycle_uses_the_clusters_own_maas() {
     let w = World::new(0);
-    let tenant = Arc::new(FakeMaas::with_machines(1));
-    w.clients
-        .tenants
-        .lock()
-        .unwrap()
-        .insert((NS.into(), "tenant-maas".into()), tenant.clone());
-    w.cluster(NS, "c1");
-    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
-        v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"})
-    });
+    let tenant = w.cluster_with_own_maas(NS, "c1", 1);
     w.machine(NS, "c1", "m1", false);
     crate::controllers::machine::reconcile(&w.ctx, NS, "m1").unwrap();
     tenant.finish_deployments();
