@@ -11,7 +11,7 @@ use super::{dns, node, poll_interval, MachineReconciling, Owners};
 use crate::api::maas_machine::{self as mm_api, AddressSelector};
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
-use crate::controllers::Error;
+use crate::controllers::{remediation, Error};
 use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
 
@@ -26,6 +26,8 @@ pub(super) fn observe(
     record_host(r, host);
     let powered = host.power_state == PowerState::On;
     let provisioned = r.object.is_provisioned();
+    // A MaasRemediation powered it off on purpose and powers it on again.
+    let remediating = remediation::power_cycle_in_progress(r.ctx, &r.object);
 
     let mut next = match (&host.status, powered) {
         (MachineStatus::Deployed, true) => {
@@ -40,6 +42,15 @@ pub(super) fn observe(
             r.status.failure_reason = None;
             r.status.failure_message = None;
             Action::Done
+        }
+        (MachineStatus::Deployed, false) if remediating.is_some() => {
+            let message = remediating.unwrap_or_default();
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_POWERED_OFF,
+                message,
+            ));
+            Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deployed, false) => {
             r.maas()?.power_on(
