@@ -10,17 +10,17 @@
 //!
 //! - [`MaasCluster`], [`MaasMachine`], [`MaasMachineTemplate`]: field names
 //!   byte-identical to the Go provider.
+//! - [`MaasRemediation`]: Cluster API external remediation (CAPM3's
+//!   Metal3Remediation shape).
 //! - [`capi`]: the fields of Cluster API's `Cluster` and `Machine` we read.
 //! - [`conditions`]: metav1 conditions (`set`, `set_ready_summary`).
-//! - [`patch::merge_diff`]: the merge patch between what was read and what
-//!   should be; `None` means "write nothing".
 
 pub mod capi;
 pub mod conditions;
 pub mod maas_cluster;
 pub mod maas_machine;
+pub mod maas_remediation;
 pub mod meta;
-pub mod patch;
 
 pub use conditions::{Condition, Desired, Status};
 pub use maas_cluster::{
@@ -30,6 +30,7 @@ pub use maas_cluster::{
 pub use maas_machine::{
     MaasMachine, MaasMachineSpec, MaasMachineStatus, MaasMachineTemplate, MachineAddress,
 };
+pub use maas_remediation::{MaasRemediation, MaasRemediationStatus};
 pub use meta::{ObjectMeta, OwnerReference, StringMap};
 
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";

@@ -14,8 +14,10 @@ use serde_json::{json, Value};
 use super::caches::Caches;
 use super::ports::*;
 use crate::api::capi::{self, Cluster};
-use crate::api::{MaasCluster, MaasMachine};
-use crate::kube::resources::{MAAS_CLUSTERS, MAAS_MACHINES, NODES, SECRETS};
+use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
+use crate::kube::resources::{
+    MAAS_CLUSTERS, MAAS_MACHINES, MAAS_REMEDIATIONS, MACHINES, NODES, SECRETS,
+};
 use crate::kube::{self, Resource};
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
@@ -28,10 +30,14 @@ pub struct Kube {
     pub events: EventRecorder,
 }
 
+/// Who owns the fields capmaas sets by server-side apply.
+const FIELD_MANAGER: &str = "capmaas";
+
 fn resource(kind: Kind) -> &'static Resource {
     match kind {
         Kind::MaasCluster => &MAAS_CLUSTERS,
         Kind::MaasMachine => &MAAS_MACHINES,
+        Kind::MaasRemediation => &MAAS_REMEDIATIONS,
     }
 }
 
@@ -66,6 +72,12 @@ impl KubeApi for Kube {
             .get(&ObjectKey::new(namespace, name))
     }
 
+    fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>> {
+        self.caches
+            .maas_remediations
+            .get(&ObjectKey::new(namespace, name))
+    }
+
     fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>> {
         self.caches.maas_machines_of_cluster(namespace, cluster)
     }
@@ -81,7 +93,7 @@ impl KubeApi for Kube {
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
-        let Some(encoded) = secret["data"][key].as_str() else {
+        let Some(encoded) = secret_data(&secret, key) else {
             return Ok(None);
         };
         base64::engine::general_purpose::STANDARD
@@ -117,6 +129,23 @@ impl KubeApi for Kube {
             self.client
                 .patch_status_merge(resource(kind), Some(namespace), name, patch)?;
         Ok(resource_version(&updated))
+    }
+
+    fn apply_machine_condition(
+        &self,
+        namespace: &str,
+        name: &str,
+        condition: &Condition,
+    ) -> Result<(), kube::Error> {
+        let obj = json!({
+            "apiVersion": MACHINES.api_version(),
+            "kind": MACHINES.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"conditions": [condition]}
+        });
+        self.client
+            .apply_status(&MACHINES, Some(namespace), name, FIELD_MANAGER, &obj)
+            .map(|_| ())
     }
 
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
@@ -170,8 +199,16 @@ impl MaasApi for Maas {
         self.client.release(system_id, req).map(|_| ())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
-        self.client.power_on(system_id).map(|_| ())
+    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.client
+            .power_on_with_comment(system_id, Some(comment))
+            .map(|_| ())
+    }
+
+    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.client
+            .power_off_with_comment(system_id, Some(comment))
+            .map(|_| ())
     }
 
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
@@ -258,8 +295,7 @@ impl Workload {
         }
         let unusable =
             |why: String| kube::Error::Config(format!("Secret {namespace}/{secret_name}: {why}"));
-        let encoded = secret["data"]["value"]
-            .as_str()
+        let encoded = secret_data(&secret, "value")
             .ok_or_else(|| unusable("no key \"value\"".to_string()))?;
         let yaml = base64::engine::general_purpose::STANDARD
             .decode(encoded)
@@ -377,7 +413,10 @@ impl WorkloadApi for Workload {
         match client.get(&NODES, None, node_name) {
             Ok(node) => Ok(Some(NodeInfo {
                 name: node_name.to_string(),
-                provider_id: node["spec"]["providerID"].as_str().map(str::to_string),
+                provider_id: node
+                    .pointer("/spec/providerID")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -397,6 +436,11 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
     }
+}
+
+/// A Secret's `data[key]` (base64), if present.
+pub(super) fn secret_data<'s>(secret: &'s Value, key: &str) -> Option<&'s str> {
+    secret.get("data")?.get(key)?.as_str()
 }
 
 #[cfg(test)]

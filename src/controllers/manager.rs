@@ -3,11 +3,13 @@
 //! stops and joins every one of them before it returns.
 //!
 //! ```text
-//! Caches (4 typed stores) ◄── informers (Cluster, Machine, MaasCluster, MaasMachine)
-//!                                 └─► mappers ─► two work queues
-//! leader election ─► LeaderGate ─► worker pools (maascluster, maasmachine) ─► reconcilers
+//! Caches (5 typed stores) ◄── informers (Cluster, Machine, MaasCluster, MaasMachine,
+//!                                 │        MaasRemediation)
+//!                                 └─► mappers ─► three work queues
+//! leader election ─► LeaderGate ─► worker pools (maascluster, maasmachine,
+//!                                   maasremediation) ─► reconcilers
 //!                       └─► /readyz (serve reads the gate at each probe)
-//! api poller thread ─► maascluster queue     resync threads ─► both queues
+//! api poller thread ─► maascluster queue     resync threads ─► every queue
 //! ```
 //!
 //! Before any watch starts, the credentials are checked: the API server's
@@ -44,7 +46,7 @@ use super::caches::Caches;
 use super::credentials::Credentials;
 use super::mappers::{self, Keys};
 use super::ports::SystemClock;
-use super::{cluster, machine, Context, Options};
+use super::{cluster, machine, remediation, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
 use crate::kube::{self, resources};
 use crate::maas::{self, StartCheck};
@@ -65,6 +67,9 @@ const EVENTS_FLUSH: Duration = Duration::from_secs(2);
 const THREADS_STOP: Duration = PROBES_STOP.saturating_add(Duration::from_secs(2));
 /// Deadline of each request to a workload cluster's API server.
 const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// MaasRemediation workers: remediations are rare and each reconcile is one
+/// or two MAAS calls.
+const REMEDIATION_WORKERS: usize = 2;
 
 /// What the operator was told to do (from flags and the environment; see
 /// `main.rs` for the defaults).
@@ -114,7 +119,7 @@ pub fn run(config: &Config, kube: kube::Client, maas: maas::Client) -> Result<St
     let mut running = Running {
         shutdown: shutdown.clone(),
         health: health.clone(),
-        queues: vec![WorkQueue::new("maascluster"), WorkQueue::new("maasmachine")],
+        queues: Vec::new(),
         workers: Vec::new(),
         events: None,
         elector: None,
@@ -156,7 +161,9 @@ fn start_and_wait(
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
         .map_err(|e| format!("event recorder: {e}"))?;
     running.events = Some(events.clone());
-    let (cluster_queue, machine_queue) = (running.queues[0].clone(), running.queues[1].clone());
+    let cluster_queue = running.add_queue("maascluster");
+    let machine_queue = running.add_queue("maasmachine");
+    let remediation_queue = running.add_queue("maasremediation");
 
     // The stores first: informers fill them, mappers and reconcilers read
     // them, so every event can be mapped from the first one on.
@@ -167,6 +174,7 @@ fn start_and_wait(
         shutdown: &shutdown,
         maas_clusters: &cluster_queue,
         maas_machines: &machine_queue,
+        maas_remediations: &remediation_queue,
     };
     let informers = [
         watches.start(resources::CLUSTERS, &caches.clusters, {
@@ -182,6 +190,11 @@ fn start_and_wait(
             let caches = caches.clone();
             move |e| mappers::on_maas_machine(e, &caches)
         }),
+        watches.start(
+            resources::MAAS_REMEDIATIONS,
+            &caches.maas_remediations,
+            mappers::on_maas_remediation,
+        ),
     ];
     for informer in informers {
         running.informers.push(informer?);
@@ -240,11 +253,19 @@ fn start_and_wait(
         move |key: &ObjectKey| cluster::reconcile(&c, &key.namespace, &key.name),
         gate.clone(),
     ));
+    let c = ctx.clone();
     running.workers.extend(runtime::run_workers(
         "maasmachine",
         machine_queue.clone(),
         config.maasmachine_concurrency,
-        move |key: &ObjectKey| machine::reconcile(&ctx, &key.namespace, &key.name),
+        move |key: &ObjectKey| machine::reconcile(&c, &key.namespace, &key.name),
+        gate.clone(),
+    ));
+    running.workers.extend(runtime::run_workers(
+        "maasremediation",
+        remediation_queue.clone(),
+        REMEDIATION_WORKERS,
+        move |key: &ObjectKey| remediation::reconcile(&ctx, &key.namespace, &key.name),
         gate.clone(),
     ));
     for resync in [
@@ -257,6 +278,12 @@ fn start_and_wait(
         runtime::spawn_resync(
             caches.maas_machines.clone(),
             machine_queue,
+            config.sync_period,
+            shutdown.clone(),
+        ),
+        runtime::spawn_resync(
+            caches.maas_remediations.clone(),
+            remediation_queue,
             config.sync_period,
             shutdown.clone(),
         ),
@@ -362,13 +389,14 @@ fn check_maas_at_start(
     }
 }
 
-/// What every informer is started with: the mappers feed two queues.
+/// What every informer is started with: the mappers feed three queues.
 struct Watches<'a> {
     kube: &'a kube::Client,
     config: &'a Config,
     shutdown: &'a Shutdown,
     maas_clusters: &'a WorkQueue,
     maas_machines: &'a WorkQueue,
+    maas_remediations: &'a WorkQueue,
 }
 
 impl Watches<'_> {
@@ -386,6 +414,7 @@ impl Watches<'_> {
             informer = informer.label_selector(format!("{WATCH_FILTER_LABEL}={filter}"));
         }
         let (clusters, machines) = (self.maas_clusters.clone(), self.maas_machines.clone());
+        let remediations = self.maas_remediations.clone();
         let handler = move |event: &Event<T>| {
             let keys = map(event);
             for key in keys.maas_clusters {
@@ -393,6 +422,9 @@ impl Watches<'_> {
             }
             for key in keys.maas_machines {
                 machines.add(key);
+            }
+            for key in keys.maas_remediations {
+                remediations.add(key);
             }
         };
         let shutdown = self.shutdown.clone();
@@ -421,6 +453,13 @@ struct Running {
 }
 
 impl Running {
+    /// A new work queue, shut down with the others on stop.
+    fn add_queue(&mut self, name: &str) -> WorkQueue {
+        let queue = WorkQueue::new(name);
+        self.queues.push(queue.clone());
+        queue
+    }
+
     /// Stops and joins everything, in the order of the module docs.
     fn stop(self, drain: Duration) {
         self.health.set_stopping();
