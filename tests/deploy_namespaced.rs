@@ -14,6 +14,7 @@ mod support;
 
 use std::process::Command;
 
+use serde_json::Value;
 use support::service_account::{deploy_file, reconcile_as_service_account};
 use support::ControlPlane;
 
@@ -122,6 +123,42 @@ fn clusterctl_renders_the_namespaced_components() {
     assert_eq!(count("kind: ServiceAccount"), 1, "{text}");
 }
 
+/// The `rules` of the object of kind `kind` in `yaml`, as the API
+/// server's client-side parser reads them.
+fn rules(cp: &ControlPlane, yaml: &str, kind: &str) -> Value {
+    let out = cp.kubectl_stdin(
+        &["create", "--dry-run=client", "-o", "json", "-f", "-"],
+        yaml,
+    );
+    // One JSON document per object, concatenated.
+    let items: Vec<Value> = serde_json::Deserializer::from_str(&out)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect();
+    items
+        .into_iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == "capmaas-manager-role")
+        .unwrap_or_else(|| panic!("no {kind} capmaas-manager-role"))["rules"]
+        .clone()
+}
+
+/// The namespaced Role grants exactly what the cluster-wide ClusterRole
+/// does: a rule added to rbac.yaml and not there fails here, not as a 403
+/// in production.
+#[test]
+fn watched_namespace_role_has_the_cluster_roles_rules() {
+    let cp = support::control_plane();
+    let watched = deploy_file("rbac-watched-namespace.yaml")
+        .replace(VARIABLE, "prod")
+        .replace(PROVIDER_VARIABLE, "capmaas-system");
+    let cluster_wide = rules(cp, &deploy_file("rbac.yaml"), "ClusterRole");
+    assert!(
+        cluster_wide.as_array().is_some_and(|r| r.len() > 5),
+        "{cluster_wide}"
+    );
+    assert_eq!(rules(cp, &watched, "Role"), cluster_wide);
+}
+
 #[test]
 fn manager_reconciles_in_its_namespace_with_roles_only() {
     let cp = support::control_plane();
@@ -141,6 +178,7 @@ fn manager_reconciles_in_its_namespace_with_roles_only() {
         ("watch", "maasclusters"),
         ("patch", "maasmachines"),
         ("list", "machines"),
+        ("watch", "maasremediations"),
         ("get", "secrets"),
         ("create", "events"),
     ] {
