@@ -42,6 +42,7 @@ pub mod api_poller;
 pub mod caches;
 pub mod cluster;
 pub mod credentials;
+pub mod doctor;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
@@ -49,6 +50,7 @@ pub mod identity;
 pub mod machine;
 pub mod manager;
 pub mod mappers;
+pub mod matching;
 pub mod ports;
 mod reconciling;
 
