@@ -202,6 +202,10 @@ fn service_account_may_do_what_the_manager_does() {
         "patch maasclusters ns",
         "patch maasmachines/status ns",
         "patch maasclusters/status ns",
+        // Templates: watched; only their status (capacity, nodeInfo) written.
+        "list maasmachinetemplates *",
+        "watch maasmachinetemplates *",
+        "patch maasmachinetemplates/status ns",
         // Bootstrap data and workload kubeconfig, by name.
         "get secrets ns",
         // Events in any namespace, deduplicated by patching.
@@ -236,6 +240,7 @@ fn service_account_may_not_do_more() {
         "delete maasmachines ns",
         "delete maasclusters ns",
         "create maasmachinetemplates ns",
+        "patch maasmachinetemplates ns",
         // Every write is a patch.
         "update maasmachines ns",
         "update maasclusters/status ns",

@@ -206,6 +206,7 @@ macro_rules! cached_kinds {
 cached_kinds!(
     super::MaasCluster,
     super::MaasMachine,
+    super::MaasMachineTemplate,
     super::capi::Cluster,
     super::capi::Machine,
 );

@@ -82,10 +82,17 @@ pub fn smallest<'m>(
     out
 }
 
-/// MAAS's `amd64/generic` → `amd64` (Kubernetes' `kubernetes.io/arch`).
+/// MAAS's `amd64/generic` → `amd64` (Kubernetes' `kubernetes.io/arch`,
+/// Debian's names translated: `armhf` → `arm`, `ppc64el` → `ppc64le`);
+/// None for what Kubernetes has no name for.
 fn kubernetes_architecture(maas: &str) -> Option<String> {
-    let arch = maas.split('/').next().unwrap_or_default().trim();
-    (!arch.is_empty()).then(|| arch.to_string())
+    let arch = match maas.split('/').next().unwrap_or_default().trim() {
+        "armhf" => "arm",
+        "ppc64el" => "ppc64le",
+        known @ ("amd64" | "arm64" | "s390x" | "i386" | "riscv64") => known,
+        _ => return None,
+    };
+    Some(arch.to_string())
 }
 
 #[cfg(test)]
@@ -160,5 +167,10 @@ mod tests {
         let mixed = smallest(&s, machines.iter().chain([&arm])).unwrap();
         assert_eq!(mixed.architecture, None, "mixed architectures promise none");
         assert!(smallest(&spec(64, 1, "p", &[]), &machines).is_none());
+        assert_eq!(
+            kubernetes_architecture("ppc64el/generic").as_deref(),
+            Some("ppc64le")
+        );
+        assert_eq!(kubernetes_architecture("weird/x"), None);
     }
 }

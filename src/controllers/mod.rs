@@ -53,6 +53,7 @@ pub mod mappers;
 pub mod matching;
 pub mod ports;
 mod reconciling;
+pub mod template_capacity;
 
 use std::sync::Arc;
 
