@@ -6,7 +6,10 @@
 use crate::api::MaasMachineSpec;
 use crate::maas::{Machine, MachineStatus};
 
-/// Whether MAAS could hand out `machine` for `spec` (state aside).
+/// Whether MAAS could hand out `machine` for `spec` (state aside). MAAS's
+/// `storage` and `interfaces` constraints are not evaluated here (the
+/// machine list does not show disks and links in enough detail): such a
+/// template matches a superset, whose minimums never exceed the true ones.
 pub fn matches(spec: &MaasMachineSpec, machine: &Machine) -> bool {
     let at_least = |want: Option<i64>, have: f64| want.is_none_or(|w| w <= 0 || have >= w as f64);
     let pool_ok = spec
@@ -19,10 +22,30 @@ pub fn matches(spec: &MaasMachineSpec, machine: &Machine) -> bool {
         .as_deref()
         .filter(|z| !z.is_empty())
         .is_none_or(|z| machine.zone == z);
-    let tags_ok = spec.tags.iter().all(|t| machine.tag_names.contains(t));
+    let tags_ok = spec.tags.iter().all(|t| machine.tag_names.contains(t))
+        && !spec.not_tags.iter().any(|t| machine.tag_names.contains(t));
+    let not_in_zones_ok = !spec.not_in_zones.contains(&machine.zone);
+    // `amd64` matches every `amd64/<subarch>`, as MAAS's `arch` does.
+    let arch_ok = spec
+        .architecture
+        .as_deref()
+        .filter(|a| !a.is_empty())
+        .is_none_or(|a| {
+            machine.architecture == a
+                || (!a.contains('/') && machine.architecture.split('/').next() == Some(a))
+        });
+    let selector_ok = spec.machine_selector.as_ref().is_none_or(|s| {
+        s.system_id
+            .as_deref()
+            .is_none_or(|id| machine.system_id == id)
+            && s.hostname.as_deref().is_none_or(|h| machine.hostname == h)
+    });
     pool_ok
         && zone_ok
         && tags_ok
+        && not_in_zones_ok
+        && arch_ok
+        && selector_ok
         && at_least(spec.min_cpu, f64::from(machine.cpu_count))
         && at_least(spec.min_memory, machine.memory as f64)
         && at_least(spec.min_disk_size, machine.storage_gb())
@@ -141,6 +164,20 @@ mod tests {
             &MaasMachineSpec::default(),
             &machine(1, 1, 0.0, "", &[])
         ));
+        let excluding = MaasMachineSpec {
+            not_tags: vec!["gpu".into()],
+            not_in_zones: vec!["zone-b".into()],
+            architecture: Some("amd64".into()),
+            ..MaasMachineSpec::default()
+        };
+        assert!(matches(&excluding, &machine(1, 1, 0.0, "p", &["x"])));
+        assert!(!matches(&excluding, &machine(1, 1, 0.0, "p", &["gpu"])));
+        let mut in_b = machine(1, 1, 0.0, "p", &[]);
+        in_b.zone = "zone-b".into();
+        assert!(!matches(&excluding, &in_b));
+        let mut arm = machine(1, 1, 0.0, "p", &[]);
+        arm.architecture = "arm64/generic".into();
+        assert!(!matches(&excluding, &arm));
     }
 
     #[test]

@@ -49,7 +49,11 @@ pub fn desired_status(
     let mut capacity = BTreeMap::new();
     capacity.insert("cpu".to_string(), smallest.cpu.to_string());
     capacity.insert("memory".to_string(), format!("{}Mi", smallest.memory_mib));
-    if let Some(gb) = spec.min_disk_size.filter(|gb| *gb > 0) {
+    // MAAS's `storage` constraint, when given, replaces minDiskSize.
+    if let Some(gb) = spec
+        .min_disk_size
+        .filter(|gb| *gb > 0 && spec.storage.is_none())
+    {
         capacity.insert("ephemeral-storage".to_string(), format!("{gb}G"));
     }
     let operating_system = if spec.image.trim().starts_with("windows") {
