@@ -1,8 +1,9 @@
 //! Autoscaling from zero: capmaas writes MaasMachineTemplate
 //! `status.capacity` and `status.nodeInfo` from the smallest MAAS machine
 //! matching the template's constraints, accepted by the real API server's
-//! CRD schema, and refreshed when the template changes (simulator
-//! inventory: 6 workers with 16 or 32 CPUs, 4 control-plane machines with 8).
+//! CRD schema, and refreshed when the template changes and at an interval
+//! (simulator inventory: 6 workers with 16 or 32 CPUs, 4 control-plane
+//! machines with 8).
 
 mod support;
 
@@ -77,5 +78,29 @@ fn templates_state_the_smallest_matching_machine_and_follow_changes() {
         second["capacity"],
         json!({"cpu": "8", "memory": "32768Mi", "ephemeral-storage": "100G"})
     );
+    capmaas.assert_running();
+    drop(capmaas);
+
+    // And at an interval (--sync-period): a machine MAAS gains later, with
+    // no template change, is counted at the next refresh.
+    let mut capmaas = Capmaas::start(
+        &story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        dir.join("capmaas-2.log"),
+        &[format!("--namespace={ns}"), "--sync-period=3s".to_string()],
+    );
+    capmaas.wait_ready(60);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(status(cp, &ns, "nothing-matches")["capacity"].is_null());
+    sim.add_machine(
+        json!({"hostname": "gpu-1", "cpu_count": 12, "memory": 49152,
+                           "disks_gb": [500], "pool": "worker-pool", "tags": ["worker", "gpu"]}),
+    );
+    let gpu = support::eventually(30, "capacity from the new gpu machine", || {
+        let s = status(cp, &ns, "nothing-matches");
+        s["capacity"].is_object().then_some(s)
+    });
+    assert_eq!(gpu["capacity"], json!({"cpu": "12", "memory": "49152Mi"}));
     capmaas.assert_running();
 }
