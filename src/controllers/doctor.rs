@@ -392,7 +392,11 @@ fn object_name(kind: &str, meta: &ObjectMeta) -> String {
 fn some_of(names: &[String]) -> String {
     match names.len() {
         0..=2 => names.join(", "),
-        n => format!("{}, {} and {} more", names[0], names[1], n - 2),
+        n => format!(
+            "{} and {} more",
+            names.iter().take(2).cloned().collect::<Vec<_>>().join(", "),
+            n - 2
+        ),
     }
 }
 
@@ -768,7 +772,7 @@ impl Objects {
     fn list(kube: &kube::Client) -> Result<Objects, String> {
         let mut users: Vec<TemplateUse> = list::<Value>(kube, &resources::MACHINE_DEPLOYMENTS)?
             .iter()
-            .filter_map(|md| template_use(md, &md["spec"]["template"]["spec"]["infrastructureRef"]))
+            .filter_map(|md| template_use(md, md.pointer("/spec/template/spec/infrastructureRef")))
             .collect();
         // KubeadmControlPlane is optional (another control plane provider,
         // or its CRD not installed): absent means no use.
@@ -780,12 +784,10 @@ impl Objects {
         );
         match kcps {
             Ok((kcps, _)) => users.extend(kcps.iter().filter_map(|kcp| {
-                let template = &kcp["spec"]["machineTemplate"];
-                let reference = if template["spec"]["infrastructureRef"].is_object() {
-                    &template["spec"]["infrastructureRef"]
-                } else {
-                    &template["infrastructureRef"]
-                };
+                // v1beta2 nests the reference under spec, v1beta1 did not.
+                let reference = kcp
+                    .pointer("/spec/machineTemplate/spec/infrastructureRef")
+                    .or_else(|| kcp.pointer("/spec/machineTemplate/infrastructureRef"));
                 template_use(kcp, reference)
             })),
             Err(e) if e.is_not_found() => {}
@@ -800,14 +802,18 @@ impl Objects {
     }
 }
 
-fn template_use(owner: &Value, reference: &Value) -> Option<TemplateUse> {
-    if reference["kind"] != "MaasMachineTemplate" {
+fn template_use(owner: &Value, reference: Option<&Value>) -> Option<TemplateUse> {
+    let reference = reference?;
+    if reference.get("kind").and_then(Value::as_str) != Some("MaasMachineTemplate") {
         return None;
     }
     Some(TemplateUse {
-        namespace: owner["metadata"]["namespace"].as_str()?.to_string(),
-        template: reference["name"].as_str()?.to_string(),
-        replicas: owner["spec"]["replicas"].as_i64().unwrap_or(1),
+        namespace: owner.pointer("/metadata/namespace")?.as_str()?.to_string(),
+        template: reference.get("name")?.as_str()?.to_string(),
+        replicas: owner
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1),
     })
 }
 
@@ -850,12 +856,13 @@ mod tests {
     fn templates_are_used_by_deployments_and_both_kcp_shapes() {
         let md = serde_json::json!({"metadata": {"namespace": "ns"}, "spec": {"replicas": 3}});
         let r = serde_json::json!({"kind": "MaasMachineTemplate", "name": "t"});
-        let u = template_use(&md, &r).unwrap();
+        let u = template_use(&md, Some(&r)).unwrap();
         assert_eq!(
             (u.namespace.as_str(), u.template.as_str(), u.replicas),
             ("ns", "t", 3)
         );
         let other = serde_json::json!({"kind": "DockerMachineTemplate", "name": "t"});
-        assert!(template_use(&md, &other).is_none());
+        assert!(template_use(&md, Some(&other)).is_none());
+        assert!(template_use(&md, None).is_none());
     }
 }

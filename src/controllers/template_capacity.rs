@@ -27,9 +27,9 @@ use crossbeam_channel::{select, unbounded, Receiver};
 use serde_json::{json, Value};
 
 use super::matching;
-use crate::api::patch::merge_diff;
+
 use crate::api::{MaasMachineSpec, MaasMachineTemplate, MaasMachineTemplateStatus, NodeInfo};
-use crate::kube::{self, resources};
+use crate::kube::{self, merge_patch, resources};
 use crate::maas::{self, MachineFilter};
 use crate::runtime::{Event, Informer, InformerConfig, LeaderGate, ObjectKey, Shutdown, Store};
 
@@ -82,7 +82,7 @@ fn status_patch(
         .as_ref()
         .map(as_value)
         .unwrap_or_else(|| json!({}));
-    merge_diff(&current, &as_value(desired)).map(|diff| json!({ "status": diff }))
+    merge_patch::diff(&current, &as_value(desired)).map(|diff| json!({ "status": diff }))
 }
 
 /// Starts the template informer and the refresh thread; both stop on
