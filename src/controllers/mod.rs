@@ -45,6 +45,7 @@ pub mod api_poller;
 pub mod caches;
 pub mod cluster;
 pub mod credentials;
+pub mod doctor;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
@@ -52,9 +53,11 @@ pub mod identity;
 pub mod machine;
 pub mod manager;
 pub mod mappers;
+pub mod matching;
 pub mod ports;
 mod reconciling;
 pub mod remediation;
+pub mod template_capacity;
 
 use std::sync::Arc;
 
