@@ -162,9 +162,18 @@ pub fn run(
             report.lines.push(line);
             continue;
         }
+        // Only what capmaas never allocated itself: an object without an
+        // identity (the Go provider's), or one whose adoption is under way.
         let identity = match Identity::recorded(&m.metadata) {
             Recorded::Valid(identity) => identity,
-            Recorded::Missing | Recorded::Foreign(_) => match Identity::new_for(&m.metadata) {
+            Recorded::Foreign(other) => {
+                line.verdict = Verdict::Refused(format!(
+                    "its identity annotation names another object ({other:?})"
+                ));
+                report.lines.push(line);
+                continue;
+            }
+            Recorded::Missing => match Identity::new_for(&m.metadata) {
                 Some(identity) => identity,
                 None => {
                     line.verdict =
@@ -200,12 +209,16 @@ pub fn run(
         };
         line.hostname = host.hostname.clone();
         line.state = host.status_name.clone();
-        line.verdict = verdict(&host, &identity);
+        line.verdict = verdict(&host, &identity, identity::may_be_adopted(&m.metadata));
         let result = match line.verdict {
             Verdict::Adopt if apply => adopt(kube, maas.as_ref(), m, &host, &identity),
             // A run cut short after the owner data: the object still needs
             // its mark (and the controller its wake-up).
-            Verdict::AlreadyAdopted if apply && !m.metadata.annotations.contains_key(ADOPTED) => {
+            Verdict::AlreadyAdopted
+                if apply
+                    && m.metadata.annotations.get(ADOPTED).map(String::as_str)
+                        != Some(identity.as_str()) =>
+            {
                 mark_adopted(kube, m, &identity)
             }
             _ => Ok(()),
@@ -218,10 +231,17 @@ pub fn run(
     Ok(report)
 }
 
-/// Whether this machine may become this identity's.
-fn verdict(host: &maas::Machine, identity: &Identity) -> Verdict {
+/// Whether this machine may become this identity's (`adoptable`: the
+/// object is not one capmaas allocated for itself, see
+/// [`identity::may_be_adopted`]).
+fn verdict(host: &maas::Machine, identity: &Identity, adoptable: bool) -> Verdict {
     match identity::ownership(host, identity) {
         Ownership::Ours => Verdict::AlreadyAdopted,
+        Ownership::Unmarked if !adoptable => Verdict::Refused(
+            "capmaas allocated this object's machine itself, and MAAS shows it under none \
+             of its identities now (released and taken since): not its own any more"
+                .into(),
+        ),
         Ownership::Other(other) => Verdict::Refused(format!("the MAAS machine belongs to {other}")),
         Ownership::Unmarked if host.owner.is_none() => {
             Verdict::Refused("the MAAS machine is not allocated to anyone".into())
@@ -234,15 +254,15 @@ fn verdict(host: &maas::Machine, identity: &Identity) -> Verdict {
     }
 }
 
-/// Annotation on an adopted MaasMachine (value: the identity), written
-/// last: it records the adoption on the object and, being a change the
-/// controller watches, makes it look again at once at a machine it refused
-/// (nothing else would: the owner data changed in MAAS only).
-pub const ADOPTED: &str = "capmaas.infrastructure.cluster.x-k8s.io/adopted";
+const ADOPTED: &str = identity::ADOPTED_ANNOTATION;
 
-/// The identity annotation first, then the owner data, then the adopted
-/// mark: a run cut short anywhere leaves an object the controller still
-/// refuses or has not looked at again, and running again finishes it.
+/// The identity annotation with the adoption marked pending first, then
+/// the owner data, then the adoption marked done (the annotation's value
+/// becomes the identity: a change the controller watches, so it looks
+/// again at once at a machine it refused; nothing else would, the owner
+/// data changed in MAAS only). A run cut short anywhere leaves an object
+/// the controller still refuses (and never releases from under an
+/// adoption), and running again finishes it.
 fn adopt(
     kube: &kube::Client,
     maas: &dyn MaasApi,
@@ -252,7 +272,10 @@ fn adopt(
 ) -> Result<(), String> {
     if Identity::recorded(&m.metadata) != Recorded::Valid(identity.clone()) {
         let patch = json!({"metadata": {
-            "annotations": {identity::ANNOTATION: identity.as_str()},
+            "annotations": {
+                identity::ANNOTATION: identity.as_str(),
+                ADOPTED: identity::ADOPTION_PENDING,
+            },
             "resourceVersion": m.metadata.resource_version,
         }});
         kube.patch_merge(
@@ -385,22 +408,39 @@ mod tests {
         let id = identity();
         let deployed = MachineStatus::Deployed;
         assert_eq!(
-            verdict(&host(Some("capmaas"), deployed.clone(), None), &id),
+            verdict(&host(Some("capmaas"), deployed.clone(), None), &id, true),
             Verdict::Adopt
         );
         assert_eq!(
             verdict(
                 &host(Some("capmaas"), deployed.clone(), Some(id.as_str())),
-                &id
+                &id,
+                true
             ),
             Verdict::AlreadyAdopted
         );
-        let other = verdict(&host(Some("capmaas"), deployed, Some("capmaas/x/y/z")), &id);
+        let other = verdict(
+            &host(Some("capmaas"), deployed, Some("capmaas/x/y/z")),
+            &id,
+            true,
+        );
         assert!(matches!(other, Verdict::Refused(why) if why.contains("capmaas/x/y/z")));
-        let ready = verdict(&host(None, MachineStatus::Ready, None), &id);
+        let ready = verdict(&host(None, MachineStatus::Ready, None), &id, true);
         assert!(matches!(ready, Verdict::Refused(why) if why.contains("not allocated")));
-        let releasing = verdict(&host(Some("capmaas"), MachineStatus::Releasing, None), &id);
+        let releasing = verdict(
+            &host(Some("capmaas"), MachineStatus::Releasing, None),
+            &id,
+            true,
+        );
         assert!(matches!(releasing, Verdict::Refused(_)));
+        // capmaas's own object: its machine under no identity was released
+        // and taken since; adopting it would take someone else's machine.
+        let taken = verdict(
+            &host(Some("capmaas"), MachineStatus::Deployed, None),
+            &id,
+            false,
+        );
+        assert!(matches!(taken, Verdict::Refused(why) if why.contains("not its own")));
     }
 
     #[test]

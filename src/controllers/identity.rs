@@ -44,6 +44,23 @@ const PREFIX: &str = crate::maas::IDENTITY_PREFIX;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity(String);
 
+/// Annotation `capmaas adopt` writes on a MaasMachine it adopts: `pending`
+/// together with the identity, before the MAAS owner data; the identity
+/// once done (a change the controller watches, so it looks again at once).
+pub const ADOPTED_ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/adopted";
+pub const ADOPTION_PENDING: &str = "pending";
+
+/// Whether an allocated machine under no identity of ours may still become
+/// this object's through `capmaas adopt`: the object came from the Go
+/// provider (a systemID but never an identity of capmaas's, which capmaas
+/// always records before it allocates) or an adoption is under way. A
+/// capmaas-made object's machine that MAAS shows under no identity was
+/// released (the answer lost in a crash) and taken since: never ours again.
+pub fn may_be_adopted(meta: &ObjectMeta) -> bool {
+    matches!(Identity::recorded(meta), Recorded::Missing)
+        || meta.annotations.contains_key(ADOPTED_ANNOTATION)
+}
+
 /// What the object's annotation says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
@@ -118,6 +135,14 @@ pub fn ownership(machine: &maas::Machine, identity: &Identity) -> Ownership {
         Some(value) if !value.is_empty() => Ownership::Other(value.clone()),
         _ => Ownership::Unmarked,
     }
+}
+
+/// Whether MAAS shows the machine under any capmaas identity.
+pub fn marked(machine: &maas::Machine) -> bool {
+    machine
+        .owner_data
+        .get(OWNER_DATA_KEY)
+        .is_some_and(|v| !v.is_empty())
 }
 
 /// Why a recorded machine is not acted on, in words for a condition.

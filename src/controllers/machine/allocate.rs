@@ -131,6 +131,25 @@ fn recorded_machine(
     }
 }
 
+/// An object the Go provider allocated (a systemID, no capmaas identity):
+/// read, never acted on, until an administrator adopts it (`capmaas adopt`);
+/// the condition says whose the machine is.
+pub(super) fn refuse_unadopted(r: &mut MachineReconciling) -> Result<Action, Error> {
+    let Some(system_id) = r.object.system_id().map(str::to_string) else {
+        return Ok(Action::Done);
+    };
+    let step = match r.maas()?.machine(&system_id) {
+        Ok(host) => not_ours(r, &system_id, Some(&host)),
+        Err(e) if e.is_not_found() => gone_from_maas(r, &system_id),
+        Err(e) if e.is_forbidden() => not_ours(r, &system_id, None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(match step {
+        Step::Stop(action) => action,
+        Step::Continue(_) => Action::Done,
+    })
+}
+
 /// Our recorded machine no longer exists in MAAS. `spec.systemID` cannot
 /// change once set, so the MaasMachine cannot get another one: reported,
 /// for a MachineHealthCheck or a person to replace it.

@@ -8,7 +8,7 @@ use crate::api::conditions;
 use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{FakeMaas, World, MAAS_CLUSTER, MAAS_MACHINE};
-use crate::controllers::identity::{ANNOTATION, OWNER_DATA_KEY};
+use crate::controllers::identity::{Identity, ADOPTED_ANNOTATION, ANNOTATION, OWNER_DATA_KEY};
 use crate::controllers::Error;
 use crate::maas::{MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -260,14 +260,22 @@ fn a_go_provider_machine_is_refused_until_adopted() {
         mm_api::MACHINE_NOT_OWNED
     );
     assert!(message(&w, NS, "m1", mm_api::MACHINE_DEPLOYED).contains("capmaas adopt"));
-    let identity = w
-        .maas_machine(NS, "m1")
-        .metadata
-        .annotations
-        .get(ANNOTATION)
-        .cloned()
-        .unwrap();
-    // Adopted: the machine carries the object's identity.
+    let object = w.maas_machine(NS, "m1");
+    assert!(
+        !object.metadata.annotations.contains_key(ANNOTATION),
+        "no identity is made up for it: only an adoption gives one"
+    );
+    assert_eq!(writes(&w.maas), Vec::<String>::new(), "MAAS untouched");
+    // Adopted (what `capmaas adopt --apply` writes): the identity on the
+    // object, marked adopted, and in the machine's owner data.
+    let identity = Identity::new_for(&object.metadata)
+        .unwrap()
+        .as_str()
+        .to_string();
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"][ANNOTATION] = json!(identity);
+        v["metadata"]["annotations"][ADOPTED_ANNOTATION] = json!(identity);
+    });
     w.maas
         .machines
         .lock()

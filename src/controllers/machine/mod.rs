@@ -172,6 +172,9 @@ impl MachineReconciling<'_> {
             ));
             return Err(e.into());
         }
+        let Some(identity) = identity else {
+            return allocate::refuse_unadopted(self);
+        };
         if !cluster.infrastructure_provisioned() {
             self.set(Desired::false_(
                 mm_api::MACHINE_DEPLOYED,
@@ -203,12 +206,19 @@ impl MachineReconciling<'_> {
     /// persisted before any MAAS call that could use it. An annotation
     /// naming another object (copied, or written to claim someone else's
     /// machine) is replaced: the object never had a machine under it.
-    fn ensure_identity(&mut self) -> Result<Identity, Error> {
+    fn ensure_identity(&mut self) -> Result<Option<Identity>, Error> {
         let foreign = match Identity::recorded(&self.object.metadata) {
-            Recorded::Valid(identity) => return Ok(identity),
+            Recorded::Valid(identity) => return Ok(Some(identity)),
             Recorded::Missing => None,
             Recorded::Foreign(value) => Some(value),
         };
+        // A systemID without an identity: the Go provider allocated it
+        // (capmaas records the identity before it allocates). Only an
+        // administrator's `capmaas adopt` gives it one; until then it is
+        // never touched, and without an identity it stays recognisable.
+        if foreign.is_none() && self.object.system_id().is_some() {
+            return Ok(None);
+        }
         let Some(identity) = Identity::new_for(&self.object.metadata) else {
             let message = "the namespace and name are too long for a MAAS identity \
                            (at most 255 characters with the UID)";
@@ -238,7 +248,7 @@ impl MachineReconciling<'_> {
             identity::ANNOTATION.to_string(),
             identity.as_str().to_string(),
         );
-        Ok(identity)
+        Ok(Some(identity))
     }
 }
 

@@ -148,7 +148,11 @@ fn machines_to_release(
         // Released already (its answer lost in a crash), or never ours: no
         // owner means nothing to release and nobody to warn about.
         _ if host.owner.is_none() => {}
-        Some(Ownership::Unmarked) | None if host.status.is_allocated() => {
+        Some(Ownership::Unmarked) | None
+            if host.status.is_allocated()
+                && identity::may_be_adopted(&r.object.metadata)
+                && !identity::marked(&host) =>
+        {
             return Ok(ToRelease::AwaitingAdoption(identity::not_ours_message(
                 &recorded,
                 Some(&host),
