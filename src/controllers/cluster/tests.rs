@@ -398,7 +398,7 @@ fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
     w.delete(MAAS_CLUSTER, NS, "c1");
     assert_eq!(
         reconcile(&w).unwrap(),
-        Action::RequeueAfter(Duration::from_secs(10))
+        Action::RequeueAfter(Duration::from_secs(30))
     );
     assert_eq!(w.maas.dns_records().len(), 1, "kept while machines remain");
     let ready = conditions::get(w.maas_cluster(NS, "c1").conditions(), conditions::READY)

@@ -2,10 +2,11 @@
 //! bootstrap Secret, `op=deploy`.
 //!
 //! A failed deploy keeps the allocation (the providerID Cluster API may
-//! already have copied stays valid) and is retried with backoff.
+//! already have copied stays valid); a deploy MAAS refused is tried again
+//! from seconds growing to minutes (`retry.rs`).
 
 use super::allocate::require_image;
-use super::{MachineReconciling, Step};
+use super::{retry, MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
 use crate::api::Desired;
 use crate::controllers::identity::Identity;
@@ -25,6 +26,9 @@ pub(super) fn ensure_deploying(
     // is nobody's (and never reaches here: it carries no identity).
     if host.status != MachineStatus::Allocated {
         return Ok(Step::Continue(host));
+    }
+    if let Some(wait) = retry::waiting(r) {
+        return Ok(Step::Stop(wait));
     }
     require_image(r)?;
 
@@ -93,15 +97,14 @@ pub(super) fn ensure_deploying(
     }
 }
 
+/// MAAS refused to prepare or start the deployment: tried again later.
 fn deploy_failed(
     r: &mut MachineReconciling,
     message: String,
 ) -> Result<Step<maas::Machine>, Error> {
-    r.event(EventType::Warning, "MachineDeployFailed", &message);
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
-        mm_api::MACHINE_DEPLOY_FAILED,
-        message.clone(),
-    ));
-    Err(Error::Retry(format!("{}: {message}", r.key())))
+    Ok(Step::Stop(retry::refused(
+        r,
+        "MachineDeployFailed",
+        &message,
+    )))
 }

@@ -22,6 +22,7 @@ mod identity_tests;
 mod node;
 mod observe;
 mod release;
+mod retry;
 #[cfg(test)]
 mod tests;
 
@@ -153,7 +154,7 @@ impl MachineReconciling<'_> {
             return Ok(Action::Done);
         };
         self.ensure_finalizer()?;
-        let identity = self.ensure_identity()?;
+        let (identity, chosen_now) = self.ensure_identity()?;
         let identity_ref = owners
             .maas_cluster
             .as_ref()
@@ -165,6 +166,9 @@ impl MachineReconciling<'_> {
                 e.message(),
             ));
             return Err(e.into());
+        }
+        if chosen_now {
+            self.maas()?.chose_identity(identity.as_str());
         }
         if !cluster.infrastructure_provisioned() {
             self.set(Desired::false_(
@@ -194,12 +198,13 @@ impl MachineReconciling<'_> {
     }
 
     /// The object's identity (see `controllers::identity`), chosen and
-    /// persisted before any MAAS call that could use it. An annotation
-    /// naming another object (copied, or written to claim someone else's
-    /// machine) is replaced: the object never had a machine under it.
-    fn ensure_identity(&mut self) -> Result<Identity, Error> {
+    /// persisted before any MAAS call that could use it; true when chosen
+    /// by this call. An annotation naming another object (copied, or
+    /// written to claim someone else's machine) is replaced: the object
+    /// never had a machine under it.
+    fn ensure_identity(&mut self) -> Result<(Identity, bool), Error> {
         let foreign = match Identity::recorded(&self.object.metadata) {
-            Recorded::Valid(identity) => return Ok(identity),
+            Recorded::Valid(identity) => return Ok((identity, false)),
             Recorded::Missing => None,
             Recorded::Foreign(value) => Some(value),
         };
@@ -232,7 +237,7 @@ impl MachineReconciling<'_> {
             identity::ANNOTATION.to_string(),
             identity.as_str().to_string(),
         );
-        Ok(identity)
+        Ok((identity, true))
     }
 }
 
@@ -246,4 +251,23 @@ pub(crate) enum Step<T> {
 /// longer nothing changes: a quarter of the time spent so far, 5 s to 2 min.
 pub(crate) fn poll_interval(age_secs: u64) -> Duration {
     Duration::from_secs((age_secs / 4).clamp(5, 120))
+}
+
+/// While the MAAS watch lists the machine's MAAS, a change of the machine
+/// wakes its MaasMachine: this is only the safety net.
+pub(crate) const WATCHED_REQUEUE: Duration = Duration::from_secs(300);
+
+/// When to look at a machine MAAS is busy with again: at `polling` when
+/// nothing else will say it changed, else when the watch reports it (with
+/// [`WATCHED_REQUEUE`] as the safety net). A watch whose lists fail keeps
+/// its view and reports what changed meanwhile once a list succeeds again;
+/// the safety net covers a watch that stays broken (the reconcile then
+/// finds the view stale and polls).
+pub(crate) fn next_look(r: &MachineReconciling, polling: Duration) -> Action {
+    let watched = r.maas().is_ok_and(|maas| maas.is_watched());
+    Action::RequeueAfter(if watched {
+        polling.max(WATCHED_REQUEUE)
+    } else {
+        polling
+    })
 }
