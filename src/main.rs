@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use capmaas::controllers::adopt;
+use capmaas::controllers::credentials::Credentials;
 use capmaas::controllers::manager::{self, Stopped};
 use capmaas::controllers::Options;
 use capmaas::kube;
@@ -19,7 +21,8 @@ use capmaas::runtime::{self, LeaderConfig};
 const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical MAAS
 
 USAGE:
-    capmaas [FLAGS]
+    capmaas [FLAGS]          run the controllers
+    capmaas adopt [FLAGS]    adopt the Go provider's machines once (capmaas adopt --help)
 
 ENVIRONMENT:
     MAAS_ENDPOINT   MAAS URL, e.g. http://10.0.0.1:5240/MAAS (required)
@@ -451,6 +454,9 @@ fn maas_client(config: &Config) -> Result<maas::Client, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("adopt") {
+        return adopt_main(args.get(1..).unwrap_or_default());
+    }
     let config = match parse_args(&args) {
         Ok(Parsed::Help) => {
             print!("{USAGE}");
@@ -471,6 +477,148 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("capmaas: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const ADOPT_USAGE: &str = "capmaas adopt: give the Go provider's machines a capmaas identity, once
+
+USAGE:
+    capmaas adopt (--namespace NS)... | --all-namespaces  [--apply] [FLAGS]
+
+For every MaasMachine in the namespaces that records a MAAS machine
+(spec.systemID) allocated to the MAAS user of its cluster's credentials
+and carrying no capmaas identity, writes the object's identity into the
+machine's owner data (and the object's annotation). Without --apply it
+only prints what it would do. Refused, with the reason: several objects
+naming one machine, a machine under another identity, an unallocated
+machine, a machine this MAAS user cannot see. Safe to run again.
+
+ENVIRONMENT:
+    MAAS_ENDPOINT, MAAS_API_KEY   the controller-wide MAAS credentials, as for the
+                                  controller (clusters with spec.identityRef use theirs)
+
+FLAGS:
+    --namespace NS        look at this namespace (repeat for more)
+    --all-namespaces      look at every namespace
+    --apply               change MAAS and the objects (default: dry run)
+    --kubeconfig PATH     kubeconfig of the management cluster (default: $KUBECONFIG,
+                          else in-cluster)
+    --maas-ca-file PATH   verify MAAS with this CA bundle (PEM) instead of the public roots
+    -h, --help            print this help
+
+EXIT STATUS: 0 when every machine is adopted (or already was), 1 otherwise, 2 for bad flags.
+";
+
+/// `capmaas adopt`'s flags.
+#[derive(Debug, Default)]
+struct AdoptConfig {
+    namespaces: Vec<String>,
+    all_namespaces: bool,
+    apply: bool,
+    kubeconfig: Option<PathBuf>,
+    maas_ca_file: Option<PathBuf>,
+}
+
+fn parse_adopt_args(args: &[String]) -> Result<Option<AdoptConfig>, String> {
+    let mut config = AdoptConfig::default();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag, Some(value.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| format!("--{name} needs a value")),
+            }
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--apply" => config.apply = true,
+            "--all-namespaces" => config.all_namespaces = true,
+            "--namespace" => {
+                let ns = parse_name("namespace", &value("namespace")?, NameRule::Label)?
+                    .ok_or("--namespace needs a value")?;
+                config.namespaces.push(ns);
+            }
+            "--kubeconfig" => {
+                config.kubeconfig = Some(parse_path("kubeconfig", &value("kubeconfig")?)?)
+            }
+            "--maas-ca-file" => {
+                config.maas_ca_file = Some(parse_path("maas-ca-file", &value("maas-ca-file")?)?)
+            }
+            _ => {
+                return Err(format!(
+                    "adopt: unexpected argument {arg:?} (see capmaas adopt --help)"
+                ))
+            }
+        }
+    }
+    match (config.namespaces.is_empty(), config.all_namespaces) {
+        (true, false) => Err(
+            "adopt: name the namespaces (--namespace NS, repeatable) or --all-namespaces".into(),
+        ),
+        (false, true) => Err("adopt: --namespace and --all-namespaces exclude each other".into()),
+        _ => Ok(Some(config)),
+    }
+}
+
+/// `capmaas adopt`: prints the plan (and, with --apply, what was done).
+fn adopt_main(args: &[String]) -> ExitCode {
+    let config = match parse_adopt_args(args) {
+        Ok(Some(config)) => config,
+        Ok(None) => {
+            print!("{ADOPT_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("capmaas: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging_at("warn");
+    let run = || -> Result<adopt::Report, String> {
+        let controller = Config {
+            maas_ca_file: config.maas_ca_file.clone(),
+            ..Config::default()
+        };
+        let maas = maas_client(&controller)?;
+        for warning in maas.security_warnings() {
+            eprintln!("capmaas: warning: {warning}");
+        }
+        let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
+            .map_err(|e| format!("kubeconfig: {e}"))?;
+        let kube = kube::Client::new(kube_config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        let credentials = Credentials::new(
+            maas,
+            Default::default(),
+            kube.clone(),
+            maas_ca_pem(&controller)?,
+        );
+        let scope = if config.all_namespaces {
+            adopt::Scope::AllNamespaces
+        } else {
+            adopt::Scope::Namespaces(config.namespaces.clone())
+        };
+        adopt::run(&kube, &credentials, &scope, config.apply)
+    };
+    match run() {
+        Ok(report) => {
+            print!("{}", report.render(config.apply));
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("capmaas adopt: {e}");
             ExitCode::FAILURE
         }
     }
@@ -512,8 +660,14 @@ impl log::Log for CappedLogger {
 }
 
 fn init_logging() {
+    init_logging_at("info");
+}
+
+/// Logging with RUST_LOG, else `default`.
+fn init_logging_at(default: &str) {
     let logger =
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+            .build();
     let max_level = logger.filter();
     if log::set_boxed_logger(Box::new(CappedLogger(logger))).is_ok() {
         log::set_max_level(max_level);
@@ -582,6 +736,34 @@ fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manage
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adopt_needs_explicit_namespaces() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = parse_adopt_args(&args(&["--namespace", "a", "--namespace=b", "--apply"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.namespaces, vec!["a", "b"]);
+        assert!(c.apply && !c.all_namespaces);
+        let c = parse_adopt_args(&args(&["--all-namespaces"]))
+            .unwrap()
+            .unwrap();
+        assert!(c.all_namespaces && !c.apply, "a dry run unless asked");
+        assert!(parse_adopt_args(&args(&["--help"])).unwrap().is_none());
+        for (bad, needle) in [
+            (vec![], "--all-namespaces"),
+            (
+                vec!["--all-namespaces", "--namespace", "a"],
+                "exclude each other",
+            ),
+            (vec!["--namespace"], "needs a value"),
+            (vec!["--namespace", "Not_A_Namespace"], "--namespace"),
+            (vec!["--bogus"], "unexpected argument"),
+        ] {
+            let err = parse_adopt_args(&args(&bad)).unwrap_err();
+            assert!(err.contains(needle), "{bad:?}: {err}");
+        }
+    }
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

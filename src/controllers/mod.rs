@@ -40,6 +40,7 @@
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
+pub mod adopt;
 pub mod api_poller;
 pub mod caches;
 pub mod cluster;
