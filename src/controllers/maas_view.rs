@@ -16,9 +16,9 @@
 //!   read per minute for all machines, instead of one per machine.
 //! - **DNS records** ([`MaasApi::recent_dns_resources`]) as this process
 //!   last read or wrote them, for [`DNS_TTL`]: the MaasCluster reconciler
-//!   reads and writes the record, and its control-plane machines, woken
-//!   right after, check their `DNSAttached` against that instead of one GET
-//!   each. Every DNS write of the process goes through here, so the cache
+//!   reads the record once per [`DNS_TTL`] however often it runs, writes
+//!   it, and its control-plane machines, woken right after, check their
+//!   `DNSAttached` against that instead of one GET each. Every DNS write of the process goes through here, so the cache
 //!   never shows an address as detached while this process attached it.
 //!
 //! - **The allocation lookup** (`machines_by_agent_name`) for an identity
