@@ -161,11 +161,14 @@ fn generate_provider_renders_components_the_api_server_accepts() {
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "Role",
             "RoleBinding",
             "Secret",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     );
     for o in &objects {
@@ -242,29 +245,31 @@ fn generate_provider_renders_components_the_api_server_accepts() {
     );
 }
 
+/// `clusterctl generate cluster prod-cluster` in `ns` with the story's
+/// variables (3 control planes, 5 workers, v1.26.4), from `flavor`.
+fn generate_story_cluster(ctl: &Clusterctl, ns: &str, flavor: Option<&str>) -> String {
+    let mut args = vec!["generate", "cluster", "prod-cluster"];
+    args.extend(flavor.iter().flat_map(|f| ["--flavor", *f]));
+    let infrastructure = format!("maas:{VERSION}");
+    args.extend([
+        "--infrastructure",
+        &infrastructure,
+        "--target-namespace",
+        ns,
+        "--kubernetes-version",
+        "v1.26.4",
+        "--control-plane-machine-count=3",
+        "--worker-machine-count=5",
+    ]);
+    ctl.run(&args, &STORY_VARIABLES).unwrap()
+}
+
 #[test]
 fn generate_cluster_renders_the_story_cluster() {
     let ctl = clusterctl();
     let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-story");
-    let yaml = ctl
-        .run(
-            &[
-                "generate",
-                "cluster",
-                "prod-cluster",
-                "--infrastructure",
-                &format!("maas:{VERSION}"),
-                "--target-namespace",
-                &ns,
-                "--kubernetes-version",
-                "v1.26.4",
-                "--control-plane-machine-count=3",
-                "--worker-machine-count=5",
-            ],
-            &STORY_VARIABLES,
-        )
-        .unwrap();
+    let yaml = generate_story_cluster(ctl, &ns, None);
     let objects = dry_run(cp, &yaml);
     assert_eq!(
         kinds(&objects),
@@ -429,6 +434,135 @@ fn empty_pool_and_tag_mean_no_constraint() {
         assert!(spec.get("resourcePool").is_none(), "{name}: {spec}");
         assert_eq!(spec["tags"], serde_json::json!([]), "{name}");
     }
+}
+
+/// `--flavor topology`: clusterctl adds the ClusterClass file (no management
+/// cluster to find it in) to a Cluster with `spec.topology`, and the API
+/// server accepts all of it.
+#[test]
+fn generate_cluster_topology_flavor_renders_the_class_and_its_cluster() {
+    let ctl = clusterctl();
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("capmaas-topology");
+    let yaml = generate_story_cluster(ctl, &ns, Some("topology"));
+    let objects = dry_run(cp, &yaml);
+    assert_eq!(
+        kinds(&objects),
+        [
+            "Cluster",
+            "ClusterClass",
+            "KubeadmConfigTemplate",
+            "KubeadmControlPlaneTemplate",
+            "MaasClusterTemplate",
+            "MaasMachineTemplate",
+            "MaasMachineTemplate",
+        ]
+    );
+    for o in &objects {
+        assert_eq!(o["metadata"]["namespace"], ns.as_str(), "{}", o["kind"]);
+    }
+
+    let cluster = find(&objects, "Cluster", "prod-cluster");
+    let topology = &cluster["spec"]["topology"];
+    assert_eq!(topology["classRef"]["name"], "maas-kubeadm");
+    assert_eq!(topology["version"], "v1.26.4");
+    assert_eq!(topology["controlPlane"]["replicas"], 3);
+    let md = &topology["workers"]["machineDeployments"][0];
+    assert_eq!(
+        (&md["class"], &md["name"], &md["replicas"]),
+        (&"default-worker".into(), &"md-0".into(), &5.into())
+    );
+    let values: std::collections::BTreeMap<String, Value> = topology["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap().to_string(), v["value"].clone()))
+        .collect();
+    let want = serde_json::json!({
+        "dnsDomain": "maas",
+        "controlPlaneImage": "custom/u-2204-0-k-1264-0",
+        "controlPlaneMinCPU": 4,
+        "controlPlaneMinMemory": 8192,
+        "controlPlaneResourcePool": "default",
+        "controlPlaneTags": ["control-plane"],
+        "workerImage": "ubuntu/jammy",
+        "workerMinCPU": 2,
+        "workerMinMemory": 4096,
+        "workerResourcePool": "workers",
+        "workerTags": ["worker"],
+    });
+    assert_eq!(serde_json::to_value(&values).unwrap(), want);
+
+    // The Cluster sets every variable the class declares but the per-cluster
+    // credentials (default "": the controller's), and the class's templates
+    // are the ones it ships.
+    let class = find(&objects, "ClusterClass", "maas-kubeadm");
+    let variables = class["spec"]["variables"].as_array().unwrap();
+    let declared: BTreeSet<String> = variables
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut set: BTreeSet<String> = values.keys().cloned().collect();
+    set.insert("identitySecretName".into());
+    assert_eq!(declared, set);
+    let identity = variables
+        .iter()
+        .find(|v| v["name"] == "identitySecretName")
+        .unwrap();
+    assert_eq!(identity["schema"]["openAPIV3Schema"]["default"], "");
+    let spec = &class["spec"];
+    for (reference, kind) in [
+        (
+            &spec["infrastructure"]["templateRef"],
+            "MaasClusterTemplate",
+        ),
+        (
+            &spec["controlPlane"]["templateRef"],
+            "KubeadmControlPlaneTemplate",
+        ),
+        (
+            &spec["controlPlane"]["machineInfrastructure"]["templateRef"],
+            "MaasMachineTemplate",
+        ),
+        (
+            &spec["workers"]["machineDeployments"][0]["infrastructure"]["templateRef"],
+            "MaasMachineTemplate",
+        ),
+        (
+            &spec["workers"]["machineDeployments"][0]["bootstrap"]["templateRef"],
+            "KubeadmConfigTemplate",
+        ),
+    ] {
+        assert_eq!(reference["kind"], kind);
+        find(&objects, kind, reference["name"].as_str().unwrap());
+    }
+}
+
+/// The topology flavor takes exactly the default flavor's variables, so one
+/// clusterctl.yaml serves both.
+#[test]
+fn topology_flavor_takes_the_default_flavors_variables() {
+    let ctl = clusterctl();
+    let infrastructure = format!("maas:{VERSION}");
+    let list = |flavor: Option<&str>| {
+        let mut args = vec![
+            "generate",
+            "cluster",
+            "c",
+            "--infrastructure",
+            &infrastructure,
+            "-n",
+            "default",
+            "--list-variables",
+        ];
+        args.extend(flavor.iter().flat_map(|f| ["--flavor", *f]));
+        let out = ctl.run(&args, &[]).unwrap();
+        (
+            section(&out, "Required Variables:"),
+            section(&out, "Optional Variables:"),
+        )
+    };
+    assert_eq!(list(Some("topology")), list(None));
 }
 
 /// The indented `- NAME` lines under `header` in clusterctl's output.

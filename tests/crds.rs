@@ -1,7 +1,9 @@
 //! The CRDs in crds/ on a real kube-apiserver: they install, accept what the Go
 //! provider's users write, reject what its webhooks rejected (here through CEL
-//! rules), and keep every status field the controllers write (a field missing
-//! from the schema would be pruned silently).
+//! rules and, for MaasMachineTemplate, an admission policy that lets Cluster
+//! API's topology dry runs through), and keep every status field the
+//! controllers write (a field missing from the schema would be pruned
+//! silently).
 
 mod support;
 
@@ -10,8 +12,9 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use support::ControlPlane;
 
-const CRDS: [&str; 3] = [
+const CRDS: [&str; 4] = [
     "maasclusters.infrastructure.cluster.x-k8s.io",
+    "maasclustertemplates.infrastructure.cluster.x-k8s.io",
     "maasmachines.infrastructure.cluster.x-k8s.io",
     "maasmachinetemplates.infrastructure.cluster.x-k8s.io",
 ];
@@ -27,8 +30,33 @@ fn plane() -> &'static ControlPlane {
         let names: Vec<String> = CRDS.iter().map(|c| format!("crd/{c}")).collect();
         args.extend(names.iter().map(String::as_str));
         cp.kubectl(&args);
+        wait_for_template_policy(cp);
     });
     cp
+}
+
+const TEMPLATE_POLICY: &str = "capmaas-maasmachinetemplate-immutability";
+
+fn maas_machine_template(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachineTemplate\n\
+         metadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      image: {image}\n      minCPU: 2\n      minMemory: 4096\n"
+    )
+}
+
+/// The API server loads admission policies asynchronously: until then an
+/// update the policy forbids goes through. Waits until one is refused.
+fn wait_for_template_policy(cp: &ControlPlane) {
+    let ns = cp.new_namespace("crd-policy-probe");
+    apply(cp, &ns, &maas_machine_template("probe", "ubuntu/jammy")).unwrap();
+    support::eventually(60, "the MaasMachineTemplate policy in effect", || {
+        cp.try_kubectl(
+            &["apply", "-n", &ns, "--dry-run=server", "-f", "-"],
+            &maas_machine_template("probe", "ubuntu/noble"),
+        )
+        .err()
+        .filter(|e| e.contains(TEMPLATE_POLICY))
+    });
 }
 
 fn get_json(cp: &ControlPlane, args: &[&str]) -> Value {
@@ -94,9 +122,13 @@ fn crds_are_established_with_contract_label_categories_and_status_subresource() 
         let versions = spec["versions"].as_array().unwrap();
         assert_eq!(versions.len(), 1, "{name}: one version");
         assert_eq!(versions[0]["name"], "v1beta1");
+        assert_eq!(versions[0]["served"], true);
         assert_eq!(versions[0]["storage"], true);
-        assert!(
+        // MaasClusterTemplate has no status; the other three have the
+        // subresource (MaasMachineTemplate's kept from the Go CRD).
+        assert_eq!(
             versions[0]["subresources"]["status"].is_object(),
+            !name.starts_with("maasclustertemplates."),
             "{name}: status subresource"
         );
         let established = crd["status"]["conditions"]
@@ -543,6 +575,218 @@ fn printer_columns_show_cluster_state_system_id_provider_id_and_ready() {
         "{out}"
     );
     assert_eq!(lines[1][..3], ["prod", "prod", "prod-a1b2c3.maas"], "{out}");
+}
+
+/// The `openAPIV3Schema` of the CRD file `crds/infrastructure.cluster.x-k8s.io_<plural>.yaml`.
+fn schema_on_disk(plural: &str) -> Value {
+    let path = support::repo_root().join(format!(
+        "crds/infrastructure.cluster.x-k8s.io_{plural}.yaml"
+    ));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let crd: Value = serde_saphyr::from_str(&text).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// `v` without the `keys` members, at every depth.
+fn without(v: &Value, keys: &[&str]) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !keys.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), without(v, keys)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(|i| without(i, keys)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A ClusterClass's MaasCluster is exactly what a hand-written one may be:
+/// the template's `spec.template.spec` is MaasCluster's `spec`, with the same
+/// descriptions, defaults, validation and CEL. Edit both files together.
+#[test]
+fn cluster_template_spec_is_the_maas_cluster_spec() {
+    let cluster = schema_on_disk("maasclusters");
+    let template = schema_on_disk("maasclustertemplates");
+    assert_eq!(
+        template["properties"]["spec"]["properties"]["template"]["properties"]["spec"],
+        cluster["properties"]["spec"],
+        "crds/*_maasclustertemplates.yaml spec.template.spec differs from MaasCluster's spec"
+    );
+}
+
+/// MaasMachineTemplate's `spec.template.spec` has MaasMachine's fields with
+/// the same types, defaults and validation; only descriptions and CEL rules
+/// differ (the template's messages say "template", and systemID/providerID
+/// are only guarded on the machine, where the controller writes them).
+#[test]
+fn machine_template_spec_has_the_maas_machine_fields() {
+    let machine = schema_on_disk("maasmachines");
+    let template = schema_on_disk("maasmachinetemplates");
+    let ignore = ["description", "x-kubernetes-validations"];
+    assert_eq!(
+        without(
+            &template["properties"]["spec"]["properties"]["template"]["properties"]["spec"],
+            &ignore
+        ),
+        without(&machine["properties"]["spec"], &ignore),
+    );
+}
+
+#[test]
+fn cluster_template_is_accepted_validated_and_its_dns_domain_immutable() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-cluster-template");
+    let template = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasClusterTemplate\n\
+             metadata:\n  name: {name}\nspec:\n  template:\n{spec}"
+        )
+    };
+    apply(
+        cp,
+        &ns,
+        &template(
+            "t",
+            "    metadata:\n      labels:\n        tier: prod\n      annotations:\n        note: x\n\
+             \x20   spec:\n      dnsDomain: maas\n      failureDomains: [az1, az2]\n      lxdConfig:\n        enabled: false\n",
+        ),
+    )
+    .unwrap();
+    let t = get_json(cp, &["-n", &ns, "maasclustertemplate", "t"]);
+    let tmpl = &t["spec"]["template"];
+    assert_eq!(tmpl["metadata"]["labels"]["tier"], "prod");
+    assert_eq!(tmpl["metadata"]["annotations"]["note"], "x");
+    assert_eq!(
+        tmpl["spec"]["failureDomains"],
+        serde_json::json!(["az1", "az2"])
+    );
+    assert_eq!(
+        tmpl["spec"]["lxdConfig"]["storageBackend"], "zfs",
+        "MaasCluster's defaults apply"
+    );
+    // `kubectl get` shows the domain; `kubectl get cluster-api` lists it.
+    let out = cp.kubectl(&["get", "-n", &ns, "maasclustertemplate", "t"]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DNSDOMAIN", "AGE"], "{out}");
+    assert!(out.lines().nth(1).unwrap().contains("maas"), "{out}");
+    let out = cp.kubectl(&["get", "cluster-api", "-n", &ns, "-o", "name"]);
+    assert!(
+        out.contains("maasclustertemplate.infrastructure.cluster.x-k8s.io/t"),
+        "{out}"
+    );
+
+    for (name, spec, field) in [
+        ("no-spec", "    metadata: {}\n", "spec.template.spec"),
+        (
+            "no-domain",
+            "    spec:\n      failureDomains: [a]\n",
+            "spec.template.spec.dnsDomain",
+        ),
+        (
+            "empty-domain",
+            "    spec:\n      dnsDomain: \"\"\n",
+            "spec.template.spec.dnsDomain",
+        ),
+        (
+            "bad-nic",
+            "    spec:\n      dnsDomain: maas\n      lxdConfig:\n        nicType: bridged\n",
+            "spec.template.spec.lxdConfig.nicType",
+        ),
+    ] {
+        let err = apply(cp, &ns, &template(name, spec)).unwrap_err();
+        assert!(err.contains(field), "{name}: {err}");
+    }
+    let err = merge_patch(
+        cp,
+        &ns,
+        "maasclustertemplate/t",
+        r#"{"spec":{"template":{"spec":{"dnsDomain":"other"}}}}"#,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("changing cluster DNS Domain not allowed"),
+        "{err}"
+    );
+}
+
+/// The contract's "InfraMachineTemplate: support for SSA dry run": Cluster
+/// API's topology controller server-side applies a changed template onto
+/// the current one as a dry run annotated `topology.cluster.x-k8s.io/
+/// dry-run`, to see whether it must rotate the template. That dry run goes
+/// through; the same change without the annotation, or for real, does not.
+#[test]
+fn template_immutability_lets_topology_dry_runs_through() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-topology-dry-run");
+    apply(cp, &ns, &maas_machine_template("t", "ubuntu/jammy")).unwrap();
+    // `spec` of a changed template, annotated or not.
+    let changed = |annotated: bool, spec: &str| {
+        let annotations = if annotated {
+            "  annotations:\n    topology.cluster.x-k8s.io/dry-run: \"\"\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasMachineTemplate\n\
+             metadata:\n  name: t\n{annotations}spec:\n  template:\n    spec:\n{spec}"
+        )
+    };
+    let ssa = |dry_run: bool, yaml: &str| {
+        let mut args = vec![
+            "apply",
+            "-n",
+            &ns,
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=capi-topology",
+            "-o",
+            "json",
+            "-f",
+            "-",
+        ];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        cp.try_kubectl(&args, yaml)
+    };
+
+    // The topology controller's dry run: answered with the changed object.
+    let all_changed = "      image: ubuntu/noble\n      minCPU: 8\n      minMemory: 16384\n";
+    let out = ssa(true, &changed(true, all_changed)).unwrap();
+    let answered: Value = serde_json::from_str(&out).unwrap();
+    let spec = &answered["spec"]["template"]["spec"];
+    assert_eq!(
+        (&spec["image"], &spec["minCPU"], &spec["minMemory"]),
+        (&"ubuntu/noble".into(), &8.into(), &16384.into())
+    );
+
+    // Anything else is refused with the Go provider's messages.
+    for (spec, message) in [
+        (
+            "      image: ubuntu/noble\n      minCPU: 2\n      minMemory: 4096\n",
+            "maas machine template image change is not allowed",
+        ),
+        (
+            "      image: ubuntu/jammy\n      minCPU: 8\n      minMemory: 4096\n",
+            "maas machine template min cpu count change is not allowed",
+        ),
+        (
+            "      image: ubuntu/jammy\n      minCPU: 2\n      minMemory: 16384\n",
+            "maas machine template min memory change is not allowed",
+        ),
+    ] {
+        for (dry_run, annotated) in [(true, false), (false, true), (false, false)] {
+            let err = ssa(dry_run, &changed(annotated, spec)).unwrap_err();
+            assert!(
+                err.contains(message),
+                "dry run {dry_run}, annotated {annotated}: {err}"
+            );
+        }
+    }
+    let stored = get_json(cp, &["-n", &ns, "maasmachinetemplate", "t"]);
+    assert_eq!(stored["spec"]["template"]["spec"]["image"], "ubuntu/jammy");
+    assert_eq!(stored["spec"]["template"]["spec"]["minCPU"], 2);
 }
 
 #[test]

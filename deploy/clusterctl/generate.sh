@@ -6,7 +6,8 @@
 #   generate.sh --write         rewrites deploy/clusterctl/infrastructure-components.yaml
 #   generate.sh --repo DIR VER  lays out a clusterctl local repository:
 #                               DIR/infrastructure-maas/VER/{infrastructure-components.yaml,
-#                               metadata.yaml,cluster-template.yaml}
+#                               metadata.yaml,cluster-template*.yaml (the flavors),
+#                               clusterclass-*.yaml (the ClusterClasses they use)}
 #
 # infrastructure-components.yaml = crds/*.yaml, then deploy/{namespace,
 # credentials,rbac,manager}.yaml, as separate YAML documents, verbatim
@@ -34,7 +35,7 @@ case ${1:-} in
     out="$dir/infrastructure-maas/$version"
     mkdir -p "$out"
     components >"$out/infrastructure-components.yaml"
-    cp "$here/metadata.yaml" "$here/cluster-template.yaml" "$out/"
+    cp "$here/metadata.yaml" "$here"/cluster-template*.yaml "$here"/clusterclass-*.yaml "$out/"
     echo "$out"
     ;;
   *)

@@ -43,6 +43,13 @@ pub const DNS_DETACH_PENDING: &str = "DNSDetachPending";
 /// Ours: the recorded MAAS machine is not this MaasMachine's (MAAS does not
 /// list it under the object's identity), so it is never touched.
 pub const MACHINE_NOT_OWNED: &str = "MachineNotOwned";
+/// Ours: `SwapDisabled` says whether MAAS's swap was set to 0 before deploy.
+pub const SWAP_DISABLED: &str = "SwapDisabled";
+/// MAAS refused the machine edit (restricted users may not): deployed
+/// with MAAS's swap setting.
+pub const SWAP_UPDATE_SKIPPED: &str = "SwapUpdateSkipped";
+/// Swap is left as MAAS has it, as configured.
+pub const SWAP_UPDATE_DISABLED: &str = "SwapUpdateDisabled";
 /// Ours: the MAAS credentials of the machine's cluster cannot be used.
 pub const CREDENTIALS_UNAVAILABLE: &str = super::maas_cluster::CREDENTIALS_UNAVAILABLE;
 pub const NODE_PROVIDER_ID_SET: &str = "NodeProviderIDSet";
@@ -104,6 +111,80 @@ pub struct MaasMachineSpec {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub deploy_in_memory: bool,
+    // Ours (the Go provider has none of these): more of MAAS's allocation
+    // constraints, passed through verbatim, and per-machine choices.
+    /// MAAS tags the machine must not carry (`not_tags`).
+    #[serde(rename = "notTags", default, skip_serializing_if = "Vec::is_empty")]
+    pub not_tags: Vec<String>,
+    /// `amd64`, `arm64/generic`, ... (`arch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// MAAS's storage constraint (`storage`, e.g. `root:100(ssd),data:500`);
+    /// replaces the root size minDiskSize asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+    /// MAAS's interfaces constraint (`interfaces`, e.g.
+    /// `eth0:subnet=10.0.0.0/24;eth1:fabric=storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interfaces: Option<String>,
+    /// Zones the machine must not be in (`not_in_zone`).
+    #[serde(rename = "notInZones", default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_zones: Vec<String>,
+    /// Allocate exactly this machine (by system ID or hostname), through the
+    /// normal allocation: MAAS gives it only if it is free and this MAAS
+    /// user may take it.
+    #[serde(
+        rename = "machineSelector",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub machine_selector: Option<MachineSelector>,
+    /// How to erase the disks on release: `None`, `Quick`, `Secure`, `Full`;
+    /// unset: the controller's `--release-erase` (Full or None).
+    #[serde(rename = "diskErase", default, skip_serializing_if = "Option::is_none")]
+    pub disk_erase: Option<String>,
+    /// Set MAAS's swap to 0 before deploying (an admin-only machine edit);
+    /// unset: the controller's `--no-swap-update` decides.
+    #[serde(
+        rename = "disableSwap",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disable_swap: Option<bool>,
+}
+
+/// One machine to allocate, named by MAAS system ID or hostname.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineSelector {
+    #[serde(rename = "systemID", default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// `spec.diskErase`: what MAAS does to the disks on release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskErase {
+    None,
+    /// Wipe the start and end of each disk (`quick_erase`).
+    Quick,
+    /// The drive's secure erase, else a full wipe (`secure_erase`).
+    Secure,
+    /// Overwrite every disk (`erase`).
+    Full,
+}
+
+impl DiskErase {
+    /// The value of `spec.diskErase` (the CRD allows only these).
+    pub fn parse(value: &str) -> Option<DiskErase> {
+        match value {
+            "None" => Some(DiskErase::None),
+            "Quick" => Some(DiskErase::Quick),
+            "Secure" => Some(DiskErase::Secure),
+            "Full" => Some(DiskErase::Full),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

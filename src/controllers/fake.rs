@@ -290,6 +290,7 @@ pub struct FakeMaas {
     pub faults: Mutex<Faults>,
     pub deploys: Mutex<Vec<(String, DeployRequest)>>,
     pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
+    pub allocations: Mutex<Vec<AllocateRequest>>,
     next_dns_id: Mutex<i64>,
     /// The MAAS user this fake's key authenticates as.
     pub user: String,
@@ -438,6 +439,7 @@ impl MaasApi for FakeMaas {
 
     fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
         self.call("allocate", "")?;
+        lock(&self.allocations).push(req.clone());
         let mut machines = lock(&self.machines);
         let candidate = machines.values_mut().find(|h| {
             h.status == MachineStatus::Ready

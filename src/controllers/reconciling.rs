@@ -12,11 +12,11 @@
 //!
 //! The whole status is computed in memory and written once, as a merge
 //! patch of the difference from what was read (`api::patch::merge_diff`):
-//! a reconcile that observed nothing new writes nothing. Finalizer patches
-//! carry the resourceVersion read, so a stale cache cannot overwrite someone
-//! else's finalizer list (the API server answers Conflict and the key is
-//! retried). Events are logged, sent to the API server (aggregated by the
-//! recorder) and counted on `/metrics`.
+//! a reconcile that observed nothing new writes nothing. Finalizer and
+//! status patches carry the resourceVersion read, so a stale cache cannot
+//! overwrite someone else's finalizer list or our own last status (the API
+//! server answers Conflict and the key is retried). Events are logged, sent
+//! to the API server (aggregated by the recorder) and counted on `/metrics`.
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -283,12 +283,17 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         let Some(diff) = merge_diff(&old, &to_value(&self.status)?) else {
             return Ok(());
         };
+        // Guarded by the resourceVersion read: a merge patch replaces the
+        // whole conditions list, so a reconcile that started from a stale
+        // cache (our own last write not seen yet) would drop a condition
+        // set once; the API server answers Conflict and the key is retried
+        // on the fresh object instead.
         let meta = self.object.meta();
         let version = self.ctx.kube.patch_status(
             K::KIND,
             &meta.namespace,
             &meta.name,
-            &json!({ "status": diff }),
+            &json!({ "metadata": {"resourceVersion": meta.resource_version}, "status": diff }),
         )?;
         self.object.meta_mut().resource_version = version;
         self.old_status = Some(self.status.clone());

@@ -717,8 +717,18 @@ pub struct AllocateRequest {
     /// The machine must have all of these.
     pub tags: Vec<String>,
     pub not_tags: Vec<String>,
-    /// Minimum size of the root (first) disk in GB, sent as `storage=root:<gb>`.
+    /// Minimum size of the root (first) disk in GB, sent as `storage=root:<gb>`
+    /// unless [`AllocateRequest::storage`] says more.
     pub min_disk_gb: Option<u64>,
+    /// MAAS's storage constraint, verbatim (`label:size(tag,...),...`, sizes
+    /// in GB); replaces `min_disk_gb`.
+    pub storage: Option<String>,
+    /// MAAS's interfaces constraint, verbatim (`label:key=value,...;...`).
+    pub interfaces: Option<String>,
+    /// Architectures, any of (`amd64`, `arm64/generic`).
+    pub arch: Vec<String>,
+    /// Zones the machine must not be in.
+    pub not_in_zone: Vec<String>,
     pub system_id: Option<String>,
     /// Hostname or FQDN.
     pub name: Option<String>,
@@ -740,7 +750,13 @@ impl AllocateRequest {
         f.extend(self.zone.iter().map(|v| ("zone", v.clone())));
         f.extend(self.tags.iter().map(|v| ("tags", v.clone())));
         f.extend(self.not_tags.iter().map(|v| ("not_tags", v.clone())));
-        f.extend(self.min_disk_gb.map(|gb| ("storage", format!("root:{gb}"))));
+        f.extend(self.not_in_zone.iter().map(|v| ("not_in_zone", v.clone())));
+        f.extend(self.arch.iter().map(|v| ("arch", v.clone())));
+        match &self.storage {
+            Some(storage) => f.push(("storage", storage.clone())),
+            None => f.extend(self.min_disk_gb.map(|gb| ("storage", format!("root:{gb}")))),
+        }
+        f.extend(self.interfaces.iter().map(|v| ("interfaces", v.clone())));
         f.extend(self.system_id.iter().map(|v| ("system_id", v.clone())));
         f.extend(self.name.iter().map(|v| ("name", v.clone())));
         f.extend(self.agent_name.iter().map(|v| ("agent_name", v.clone())));
@@ -1056,6 +1072,33 @@ mod tests {
                 ("tags", "b".into()),
                 ("storage", "root:50".into())
             ]
+        );
+    }
+
+    #[test]
+    fn allocate_form_passes_constraints_through() {
+        let req = AllocateRequest {
+            not_tags: vec!["gpu".into()],
+            not_in_zone: vec!["z9".into()],
+            arch: vec!["arm64".into()],
+            min_disk_gb: Some(50),
+            storage: Some("root:100(ssd),data:500".into()),
+            interfaces: Some("eth0:subnet=10.0.0.0/24;eth1:fabric=storage".into()),
+            ..AllocateRequest::default()
+        };
+        assert_eq!(
+            req.form(),
+            vec![
+                ("not_tags", "gpu".to_owned()),
+                ("not_in_zone", "z9".into()),
+                ("arch", "arm64".into()),
+                ("storage", "root:100(ssd),data:500".into()),
+                (
+                    "interfaces",
+                    "eth0:subnet=10.0.0.0/24;eth1:fabric=storage".into()
+                ),
+            ],
+            "the storage constraint replaces minDiskSize's root size"
         );
     }
 }

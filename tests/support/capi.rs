@@ -152,6 +152,16 @@ impl Provider {
     }
 }
 
+/// The Cluster API feature gates a manager starts with; the default is
+/// v1.13's shipped defaults (MachinePool on, ClusterTopology off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// ClusterClass and managed topologies: the core's topology
+    /// controllers, and the ClusterClass template webhooks of the core, KCP
+    /// and CABPK (they refuse templates while it is off).
+    pub cluster_topology: bool,
+}
+
 /// How a webhook probe shows the webhooks are in effect.
 enum WebhookEffect {
     /// The JSON pointer comes back with this value.
@@ -230,6 +240,14 @@ impl CapiManager {
     }
 
     pub fn start_provider(cp: &'static ControlPlane, provider: Provider) -> CapiManager {
+        CapiManager::start_provider_with(cp, provider, FeatureGates::default())
+    }
+
+    pub fn start_provider_with(
+        cp: &'static ControlPlane,
+        provider: Provider,
+        gates: FeatureGates,
+    ) -> CapiManager {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let bin_dir = build();
         let version = std::fs::read_to_string(bin_dir.join("VERSION"))
@@ -259,9 +277,12 @@ impl CapiManager {
             // with TokenReview authorization.
             format!("--diagnostics-address={diagnostics_addr}"),
             "--insecure-diagnostics".into(),
-            // The shipped defaults of v1.13, written out so a bump that
-            // changes them shows up here.
-            "--feature-gates=MachinePool=true,ClusterTopology=false".into(),
+            // The shipped defaults of v1.13 unless `gates` says otherwise,
+            // written out so a bump that changes them shows up here.
+            format!(
+                "--feature-gates=MachinePool=true,ClusterTopology={}",
+                gates.cluster_topology
+            ),
             format!("--v={}", verbosity()),
         ];
         let process = Guarded::spawn(

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use capmaas::kube::{self, ListParams, Resource};
 use serde_json::{json, Value};
 
-use super::capi::{self, CapiManager, Provider};
+use super::capi::{self, CapiManager, FeatureGates, Provider};
 use super::maas_sim::{story_inventory, MaasSim};
 use super::netns::Network;
 use super::story::{aligned, kube_client, maas_line, tail, Capmaas};
@@ -104,6 +104,18 @@ pub fn inventory() -> Value {
         );
     }
     inventory["machines"] = Value::Array(machines);
+    // The image of the version the upgrade tests move to, as the Go
+    // provider's image-generation names it.
+    inventory["boot_resources"]
+        .as_array_mut()
+        .expect("story inventory boot_resources")
+        .push(json!({
+            "name": "u-2204-0-k-1273-0",
+            "type": "Uploaded",
+            "architecture": "amd64/generic",
+            "title": "Ubuntu 22.04 + Kubernetes 1.27.3",
+            "base_image": "ubuntu/jammy",
+        }));
     inventory["_comment"] = json!("the KCP lab (tests/support/kcp_lab.rs)");
     inventory
 }
@@ -130,6 +142,9 @@ pub struct LabOptions {
     pub namespace: Option<String>,
     pub deploy_seconds: f64,
     pub release_seconds: f64,
+    /// Cluster API's ClusterTopology feature gate on all three managers
+    /// (ClusterClass; off by default, as shipped).
+    pub cluster_topology: bool,
 }
 
 impl LabOptions {
@@ -139,6 +154,7 @@ impl LabOptions {
             namespace: None,
             deploy_seconds: 3.0,
             release_seconds: 1.0,
+            cluster_topology: false,
         }
     }
 }
@@ -178,9 +194,12 @@ impl KcpLab {
             cp.server,
             cp.dir.display()
         ));
-        let capi = CapiManager::start_provider(cp, Provider::Core);
-        let kcp = CapiManager::start_provider(cp, Provider::KubeadmControlPlane);
-        let cabpk = CapiManager::start_provider(cp, Provider::KubeadmBootstrap);
+        let gates = FeatureGates {
+            cluster_topology: options.cluster_topology,
+        };
+        let capi = CapiManager::start_provider_with(cp, Provider::Core, gates);
+        let kcp = CapiManager::start_provider_with(cp, Provider::KubeadmControlPlane, gates);
+        let cabpk = CapiManager::start_provider_with(cp, Provider::KubeadmBootstrap, gates);
         step(&format!(
             "Cluster API {} managers up: core, KCP, CABPK (logs {}, {}, {})",
             capi.version,
@@ -250,6 +269,19 @@ impl KcpLab {
     /// deploy/clusterctl/clusterctl.yaml as shipped, from a local provider
     /// repository laid out by generate.sh, into the lab's namespace.
     pub fn render_template(&self, control_planes: usize, workers: usize) -> String {
+        self.render_flavor(None, control_planes, workers, &[])
+    }
+
+    /// As [`KcpLab::render_template`], with `--flavor FLAVOR` when given and
+    /// `vars` overriding clusterctl.yaml's variables (clusterctl prefers the
+    /// environment).
+    pub fn render_flavor(
+        &self,
+        flavor: Option<&str>,
+        control_planes: usize,
+        workers: usize,
+        vars: &[(&str, &str)],
+    ) -> String {
         let home = self.dir.join("clusterctl-home");
         let status = Command::new(super::repo_root().join("deploy/clusterctl/generate.sh"))
             .args([
@@ -280,10 +312,12 @@ impl KcpLab {
                 "--config",
             ])
             .arg(super::repo_root().join("deploy/clusterctl/clusterctl.yaml"))
+            .args(flavor.iter().flat_map(|f| ["--flavor", *f]))
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join("xdg"))
             .env("GOPROXY", "off")
             .env_remove("KUBECONFIG")
+            .envs(vars.iter().copied())
             .output()
             .expect("running clusterctl");
         assert!(

@@ -261,6 +261,19 @@ fn allocate_request(
             .min_disk_size
             .and_then(|n| u64::try_from(n).ok())
             .filter(|n| *n > 0),
+        not_tags: spec.not_tags.clone(),
+        not_in_zone: spec.not_in_zones.clone(),
+        arch: non_empty(&spec.architecture).into_iter().collect(),
+        storage: non_empty(&spec.storage),
+        interfaces: non_empty(&spec.interfaces),
+        system_id: spec
+            .machine_selector
+            .as_ref()
+            .and_then(|s| non_empty(&s.system_id)),
+        name: spec
+            .machine_selector
+            .as_ref()
+            .and_then(|s| non_empty(&s.hostname)),
         agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!(
             "capmaas: cluster {cluster}, MaasMachine {}/{}",
@@ -268,6 +281,10 @@ fn allocate_request(
         )),
         ..AllocateRequest::default()
     }
+}
+
+fn non_empty(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.trim().is_empty())
 }
 
 /// Persists `spec.providerID`, `spec.systemID`, `spec.failureDomain` right

@@ -13,6 +13,7 @@ use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, DeployRequest, MachineStatus};
+use crate::runtime::Action;
 
 /// Starts a deployment if the machine waits for one; otherwise passes the
 /// machine through unchanged.
@@ -58,14 +59,8 @@ pub(super) fn ensure_deploying(
     };
 
     let system_id = host.system_id.clone();
-    if !r.ctx.options.no_swap_update && host.swap_size != Some(0) {
-        if let Err(e) = r.maas()?.disable_swap(&system_id) {
-            let message = format!(
-                "setting swap_size=0 on {system_id}: {} (a non-admin MAAS key needs --no-swap-update)",
-                e.message()
-            );
-            return deploy_failed(r, message);
-        }
+    if let Some(wait) = disable_swap(r, &host)? {
+        return Ok(Step::Stop(wait));
     }
 
     let request = DeployRequest {
@@ -94,6 +89,61 @@ pub(super) fn ensure_deploying(
             ),
         ),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Kubernetes wants swap off: MAAS's `swap_size=0` before deploying,
+/// unless the machine (`spec.disableSwap: false`) or the controller
+/// (`--no-swap-update`) says not to. MAAS lets only administrators edit a
+/// machine: a restricted user's 403 is reported on `SwapDisabled` and the
+/// deployment goes on (the bootstrap data turns swap off anyway in the
+/// usual templates) instead of failing. `Some`: MAAS refused the edit
+/// otherwise; the deployment waits for the next try.
+fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Option<Action>, Error> {
+    let wanted = r
+        .object
+        .spec
+        .disable_swap
+        .unwrap_or(!r.ctx.options.no_swap_update);
+    if !wanted {
+        r.set(Desired::false_(
+            mm_api::SWAP_DISABLED,
+            mm_api::SWAP_UPDATE_DISABLED,
+            "swap left as MAAS has it (spec.disableSwap: false or --no-swap-update)",
+        ));
+        return Ok(None);
+    }
+    if host.swap_size == Some(0) {
+        r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
+        return Ok(None);
+    }
+    match r.maas()?.disable_swap(&host.system_id) {
+        Ok(()) => {
+            r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
+            Ok(None)
+        }
+        Err(e) if e.is_forbidden() => {
+            let message = format!(
+                "MAAS refused to set swap_size=0 on {} ({}): only MAAS administrators may edit \
+                 machines; deploying with MAAS's swap setting (spec.disableSwap: false skips the edit)",
+                host.system_id,
+                e.message()
+            );
+            if r.condition_reason(mm_api::SWAP_DISABLED) != Some(mm_api::SWAP_UPDATE_SKIPPED) {
+                r.event(EventType::Warning, mm_api::SWAP_UPDATE_SKIPPED, &message);
+            }
+            r.set(Desired::false_(
+                mm_api::SWAP_DISABLED,
+                mm_api::SWAP_UPDATE_SKIPPED,
+                message,
+            ));
+            Ok(None)
+        }
+        Err(e) if e.is_transient() => Err(e.into()),
+        Err(e) => {
+            let message = format!("setting swap_size=0 on {}: {}", host.system_id, e.message());
+            Ok(Some(retry::refused(r, "MachineDeployFailed", &message)))
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::{dns, MachineReconciling, Owners};
-use crate::api::maas_machine as mm_api;
+use crate::api::maas_machine::{self as mm_api, DiskErase};
 use crate::api::{conditions, Desired};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
 use crate::controllers::ports::EventType;
@@ -164,8 +164,15 @@ fn machines_to_release(
 }
 
 fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
+    let erase = match r.object.spec.disk_erase.as_deref().map(DiskErase::parse) {
+        Some(Some(erase)) => erase,
+        Some(None) | None if r.ctx.options.release_erase => DiskErase::Full,
+        _ => DiskErase::None,
+    };
     let request = ReleaseRequest {
-        erase: r.ctx.options.release_erase,
+        erase: erase != DiskErase::None,
+        quick_erase: erase == DiskErase::Quick,
+        secure_erase: erase == DiskErase::Secure,
         comment: Some(format!("capmaas: {} deleted", r.key())),
         ..ReleaseRequest::default()
     };

@@ -1027,6 +1027,133 @@ fn the_image_is_looked_up_once_per_reconcile() {
     assert_eq!(lookups, 1, "{:?}", w.maas.calls());
 }
 
+#[test]
+fn maas_constraints_and_a_pinned_machine_reach_the_allocation() {
+    let w = World::new(2);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["notTags"] = json!(["gpu"]);
+        v["spec"]["notInZones"] = json!(["az9"]);
+        v["spec"]["architecture"] = json!("amd64/generic");
+        v["spec"]["storage"] = json!("root:100(ssd)");
+        v["spec"]["interfaces"] = json!("eth0:subnet=10.0.0.0/24");
+        v["spec"]["minDiskSize"] = json!(50);
+        v["spec"]["machineSelector"] = json!({"hostname": "host-1"});
+    });
+    reconcile(&w, "m1").unwrap();
+    let allocations = w.maas.allocations.lock().unwrap().clone();
+    let req = &allocations[0];
+    assert_eq!(req.not_tags, vec!["gpu"]);
+    assert_eq!(req.not_in_zone, vec!["az9"]);
+    assert_eq!(req.arch, vec!["amd64/generic"]);
+    assert_eq!(req.storage.as_deref(), Some("root:100(ssd)"));
+    assert_eq!(req.interfaces.as_deref(), Some("eth0:subnet=10.0.0.0/24"));
+    assert_eq!(req.name.as_deref(), Some("host-1"));
+    assert_eq!(req.system_id, None);
+    assert_eq!(
+        req.agent_name.as_deref(),
+        Some("capmaas/ns/m1/uid-mm-m1"),
+        "pinned, yet allocated under its identity like any other"
+    );
+}
+
+#[test]
+fn disk_erase_per_machine_overrides_the_controller_flag() {
+    for (value, erase, quick, secure) in [
+        (Some("Quick"), true, true, false),
+        (Some("Secure"), true, false, true),
+        (Some("Full"), true, false, false),
+        (Some("None"), false, false, false),
+        (None, true, false, false),
+    ] {
+        let w = World::with_options(
+            1,
+            Options {
+                release_erase: true,
+                ..Options::default()
+            },
+        );
+        w.cluster(NS, "c1");
+        w.machine(NS, "c1", "m1", false);
+        if let Some(value) = value {
+            w.edit(MAAS_MACHINE, NS, "m1", |v| {
+                v["spec"]["diskErase"] = json!(value)
+            });
+        }
+        reconcile(&w, "m1").unwrap();
+        w.delete(MAAS_MACHINE, NS, "m1");
+        reconcile(&w, "m1").unwrap();
+        let releases = w.maas.releases.lock().unwrap().clone();
+        let req = &releases[0].1;
+        assert_eq!(
+            (req.erase, req.quick_erase, req.secure_erase),
+            (erase, quick, secure),
+            "{value:?}"
+        );
+    }
+}
+
+#[test]
+fn a_restricted_maas_user_deploys_without_the_swap_edit() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.fail_once("disable_swap", 403, "");
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(w.maas.deploys.lock().unwrap().len(), 1, "deployed anyway");
+    assert_eq!(
+        reason(&w, "m1", mm_api::SWAP_DISABLED),
+        mm_api::SWAP_UPDATE_SKIPPED
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&mm_api::SWAP_UPDATE_SKIPPED.to_string()));
+
+    // Asked per machine: no edit at all.
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["disableSwap"] = json!(false)
+    });
+    reconcile(&w, "m1").unwrap();
+    assert!(!w.maas.calls().iter().any(|c| c.starts_with("disable_swap")));
+    assert_eq!(
+        reason(&w, "m1", mm_api::SWAP_DISABLED),
+        mm_api::SWAP_UPDATE_DISABLED
+    );
+    assert_eq!(w.maas.deploys.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn a_stale_cache_never_drops_a_condition_set_once() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.fail_once("disable_swap", 403, "");
+    let before = w.kube.get(MAAS_MACHINE, NS, "m1").unwrap();
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", mm_api::SWAP_DISABLED),
+        mm_api::SWAP_UPDATE_SKIPPED
+    );
+    // The next reconcile reads the object as it was before our writes: its
+    // status write is refused (Conflict) instead of replacing the
+    // conditions with a list that lacks SwapDisabled.
+    w.kube
+        .stale
+        .lock()
+        .unwrap()
+        .insert((MAAS_MACHINE, NS.into(), "m1".into()), before);
+    let _ = reconcile(&w, "m1");
+    assert_eq!(
+        reason(&w, "m1", mm_api::SWAP_DISABLED),
+        mm_api::SWAP_UPDATE_SKIPPED
+    );
+}
+
 // Issue 11: the reconciler with the MAAS watch's view of the fake.
 
 /// `m1` deployed and running, with the watch listing its MAAS.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::events;
+use super::network::parse_interfaces_constraint;
 use super::{
     fail, field_error, split_list, truthy, BootResourceRec, Failure, Machine, Outcome, Scheduled,
     Step, User, World,
@@ -160,6 +161,11 @@ impl World {
             },
             None => Vec::new(),
         };
+        let interfaces = match one("interfaces").map(|v| parse_interfaces_constraint(&v)) {
+            Some(Ok(wanted)) => wanted,
+            Some(Err(message)) => return field_error("interfaces", message),
+            None => Vec::new(),
+        };
         let name = one("name");
         let system_id = one("system_id");
 
@@ -188,6 +194,7 @@ impl World {
                     })
                     && system_id.as_ref().is_none_or(|s| s == &m.system_id)
                     && storage_fits(&storage, &m.disks_gb)
+                    && self.interfaces_match(&m.interfaces, &interfaces)
             })
             .collect();
         candidates.sort_by(|&a, &b| {

@@ -536,6 +536,116 @@ pub fn vlan_json(v: &Vlan) -> Value {
     })
 }
 
+/// One label of MAAS's `interfaces` allocation constraint:
+/// `label:key=value[,key=value...]` (`parse_labeled_constraint_map`).
+pub type InterfaceWanted = (String, Vec<(String, String)>);
+
+/// Parses `eth0:subnet=10.0.0.0/24;eth1:fabric=storage,mode=static` with
+/// MAAS's own error texts.
+pub fn parse_interfaces_constraint(value: &str) -> Result<Vec<InterfaceWanted>, String> {
+    if value.len() <= 1 {
+        return Ok(Vec::new());
+    }
+    let mut labels: Vec<InterfaceWanted> = Vec::new();
+    for constraint in value.split(';') {
+        let Some((label, pairs)) = constraint.split_once(':') else {
+            return Err(format!(
+                "Malformed constraint: '{constraint}' (required format: \
+                 '<label>:<key>=<value>[,<key2>=<value2>[,...]]')"
+            ));
+        };
+        let valid_label = label
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+            && label
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_label {
+            return Err(format!(
+                "Invalid label name: '{label}' (Must begin with an alphanumeric character, \
+                 and include only alphanumeric characters, dashes, and underscores.)"
+            ));
+        }
+        if labels.iter().any(|(l, _)| l == label) {
+            return Err(format!(
+                "Constraint label defined more than once: '{label}'"
+            ));
+        }
+        let mut wanted = Vec::new();
+        for kvp in pairs.split(',') {
+            let Some((key, val)) = kvp.split_once('=') else {
+                return Err(format!("Malformed key/value pair in constraint: '{kvp}'"));
+            };
+            wanted.push((key.to_owned(), val.to_owned()));
+        }
+        labels.push((label.to_owned(), wanted));
+    }
+    Ok(labels)
+}
+
+impl World {
+    /// Every label matched by a distinct interface of `interfaces`. Keys
+    /// modelled: `subnet`/`not_subnet` (subnet specifiers), `fabric`/
+    /// `not_fabric`, `vid`/`not_vid`, `space`/`not_space`, `mode`, `name`,
+    /// `id`; any other key matches nothing (the simulator does not model it).
+    pub fn interfaces_match(&self, interfaces: &[Interface], wanted: &[InterfaceWanted]) -> bool {
+        fn assign(
+            world: &World,
+            ifaces: &[Interface],
+            wanted: &[InterfaceWanted],
+            used: &mut Vec<usize>,
+        ) -> bool {
+            let Some(((_, pairs), rest)) = wanted.split_first() else {
+                return true;
+            };
+            for (i, iface) in ifaces.iter().enumerate() {
+                if used.contains(&i) || !pairs.iter().all(|(k, v)| world.interface_has(iface, k, v))
+                {
+                    continue;
+                }
+                used.push(i);
+                if assign(world, ifaces, rest, used) {
+                    return true;
+                }
+                used.pop();
+            }
+            false
+        }
+        assign(self, interfaces, wanted, &mut Vec::new())
+    }
+
+    fn interface_has(&self, iface: &Interface, key: &str, value: &str) -> bool {
+        let subnets: Vec<&SubnetRec> = iface
+            .links
+            .iter()
+            .filter_map(|l| l.subnet_id.and_then(|id| self.subnet(id)))
+            .collect();
+        let vlan = subnets.first().map(|s| &s.vlan);
+        let on_subnet = || {
+            self.subnet_by_ref(value)
+                .is_some_and(|want| subnets.iter().any(|s| s.id == want.id))
+        };
+        match key {
+            "subnet" => on_subnet(),
+            "not_subnet" => !on_subnet(),
+            "fabric" => vlan.is_some_and(|v| v.fabric == value),
+            "not_fabric" => vlan.is_none_or(|v| v.fabric != value),
+            "vid" => vlan.is_some_and(|v| v.vid.to_string() == value),
+            "not_vid" => vlan.is_none_or(|v| v.vid.to_string() != value),
+            "space" => subnets.iter().any(|s| s.space == value),
+            "not_space" => !subnets.iter().any(|s| s.space == value),
+            "mode" => iface
+                .links
+                .iter()
+                .any(|l| l.mode.name().eq_ignore_ascii_case(value)),
+            "name" => iface.name == value,
+            "id" => iface.id.to_string() == value,
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,5 +673,39 @@ mod tests {
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn interfaces_constraint_parses_like_maas() {
+        assert_eq!(
+            parse_interfaces_constraint("eth0:subnet=10.0.0.0/24;eth1:fabric=storage,mode=static"),
+            Ok(vec![
+                (
+                    "eth0".to_owned(),
+                    vec![("subnet".to_owned(), "10.0.0.0/24".to_owned())]
+                ),
+                (
+                    "eth1".to_owned(),
+                    vec![
+                        ("fabric".to_owned(), "storage".to_owned()),
+                        ("mode".to_owned(), "static".to_owned())
+                    ]
+                ),
+            ])
+        );
+        assert!(parse_interfaces_constraint("eth0")
+            .unwrap_err()
+            .starts_with("Malformed constraint: 'eth0'"));
+        assert_eq!(
+            parse_interfaces_constraint("a:x=1;a:y=2").unwrap_err(),
+            "Constraint label defined more than once: 'a'"
+        );
+        assert_eq!(
+            parse_interfaces_constraint("a:x").unwrap_err(),
+            "Malformed key/value pair in constraint: 'x'"
+        );
+        assert!(parse_interfaces_constraint("-a:x=1")
+            .unwrap_err()
+            .starts_with("Invalid label name: '-a'"));
     }
 }

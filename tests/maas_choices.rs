@@ -1,0 +1,312 @@
+//! The MAAS choices a MaasMachine spec passes through (issue 15), end to
+//! end on the real kube-apiserver, `maas-sim` and the `capmaas` binary, with
+//! the cluster's MAAS credentials those of a restricted (non-admin) MAAS user
+//! given by `MaasCluster.spec.identityRef`:
+//!
+//! - allocation constraints reach MAAS and decide the machine: `interfaces`
+//!   (a second NIC on a storage subnet), `architecture` with `notInZones`,
+//!   `storage`, `notTags`; `machineSelector` pins one machine by hostname;
+//! - `deployInMemory` deploys with MAAS's `ephemeral_deploy`;
+//! - MAAS refuses the swap edit to a non-admin (403): the machine still
+//!   deploys and says so on `SwapDisabled` (reason `SwapUpdateSkipped`) and
+//!   in a Warning event; `disableSwap: false` skips the edit;
+//! - `diskErase` picks MAAS's erase mode on release, per machine.
+//!
+//! MAAS reserves DNS edits for administrators, so this cluster's API record
+//! is refused (LoadBalancerReady stays False); workers do not need it.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::maas_sim::MaasSim;
+use support::objects;
+use support::story::Capmaas;
+use support::ControlPlane;
+
+const CLUSTER: &str = "choices";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const IMAGE: &str = "ubuntu/jammy";
+
+/// The story inventory plus a storage subnet that only worker-6 is on, and
+/// worker-4 made an arm64 machine (with an arm64 jammy to deploy).
+fn inventory() -> Value {
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["boot_resources"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "ubuntu/jammy", "type": "Synced", "architecture": "arm64/ga-22.04"}));
+    inventory["subnets"] = json!([{"cidr": "10.20.0.0/24", "name": "storage",
+                                   "vlan": {"vid": 20, "fabric": "fabric-storage"}}]);
+    for machine in inventory["machines"].as_array_mut().unwrap() {
+        match machine["hostname"].as_str().unwrap() {
+            "worker-6" => {
+                machine["interfaces"] = json!([
+                    {"name": "eth0", "links": [{"ip_address": "10.11.130.56"}]},
+                    {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "10.20.0.56"}]},
+                ]);
+            }
+            "worker-4" => machine["architecture"] = json!("arm64/generic"),
+            _ => {}
+        }
+    }
+    inventory
+}
+
+struct Lab {
+    cp: &'static ControlPlane,
+    ns: String,
+    sim: MaasSim,
+    capmaas: Capmaas,
+}
+
+impl Lab {
+    fn apply(&self, obj: &Value) {
+        self.cp
+            .kubectl_stdin(&["apply", "-f", "-"], &obj.to_string());
+    }
+
+    fn get(&self, kind: &str, name: &str) -> Option<Value> {
+        let out = self
+            .cp
+            .try_kubectl(&["get", kind, name, "-n", &self.ns, "-o", "json"], "")
+            .ok()?;
+        serde_json::from_str(&out).ok()
+    }
+
+    fn uid(&self, kind: &str, name: &str) -> String {
+        objects::string(&self.get(kind, name).unwrap()["metadata"]["uid"])
+    }
+
+    /// Cluster API's part for one worker: bootstrap Secret, Machine, and
+    /// the MaasMachine it owns.
+    fn add_worker(&self, name: &str, spec: Value) {
+        self.apply(&support::capi::bootstrap_secret(
+            &self.ns,
+            &support::story::bootstrap_secret_name(name),
+            CLUSTER,
+        ));
+        self.apply(&objects::machine(&self.ns, CLUSTER, name, false));
+        let machine_uid = self.uid("machines.cluster.x-k8s.io", name);
+        self.apply(&objects::owned_maas_machine(
+            &self.ns,
+            CLUSTER,
+            name,
+            false,
+            &machine_uid,
+            spec,
+        ));
+    }
+
+    fn remove_worker(&self, name: &str) {
+        for kind in ["maasmachines", "machines.cluster.x-k8s.io"] {
+            support::story::delete_no_wait(self.cp, &self.ns, kind, name);
+        }
+    }
+
+    /// The MaasMachine once it is allocated and MAAS shows its machine
+    /// Deployed: (MaasMachine, MAAS machine state).
+    fn deployed(&mut self, name: &str) -> (Value, Value) {
+        let (sim, capmaas) = (&self.sim, &mut self.capmaas);
+        let ns = self.ns.clone();
+        let cp = self.cp;
+        support::eventually(90, &format!("{name} deployed in MAAS"), || {
+            capmaas.assert_running();
+            let out = cp
+                .try_kubectl(&["get", "maasmachines", name, "-n", &ns, "-o", "json"], "")
+                .ok()?;
+            let mm: Value = serde_json::from_str(&out).ok()?;
+            let system_id = mm["spec"]["systemID"].as_str()?;
+            let state = sim.machine_state(system_id);
+            (state["status_name"] == "Deployed").then_some((mm, state))
+        })
+    }
+}
+
+fn start() -> Lab {
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("choices");
+    let sim = MaasSim::start(Some(&inventory()));
+    sim.set_timings(1.0, 0.5);
+    let capmaas = Capmaas::start(
+        &support::story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join(format!("capmaas-{ns}.log")),
+        &[format!("--namespace={ns}")],
+    );
+    let lab = Lab {
+        cp,
+        ns,
+        sim,
+        capmaas,
+    };
+    // The cluster's MAAS user is the inventory's restricted `operator`.
+    lab.apply(&json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "operator-maas", "namespace": lab.ns},
+        "stringData": {"MAAS_ENDPOINT": lab.sim.url, "MAAS_API_KEY": lab.sim.key_of("operator")},
+    }));
+    lab.apply(&json!({
+        "apiVersion": CAPI, "kind": "Cluster",
+        "metadata": {"name": CLUSTER, "namespace": lab.ns},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": CLUSTER}},
+    }));
+    let cluster_uid = lab.uid("clusters.cluster.x-k8s.io", CLUSTER);
+    lab.apply(&json!({
+        "apiVersion": INFRA, "kind": "MaasCluster",
+        "metadata": {"name": CLUSTER, "namespace": lab.ns, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
+                     "ownerReferences": [{"apiVersion": CAPI, "kind": "Cluster", "name": CLUSTER, "uid": cluster_uid,
+                                          "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"dnsDomain": "k8s.maas", "identityRef": {"kind": "Secret", "name": "operator-maas"}},
+    }));
+    lab.apply(&support::capi::kubeconfig_secret(cp, &lab.ns, CLUSTER));
+    lab.cp.kubectl(&[
+        "patch",
+        "clusters.cluster.x-k8s.io",
+        CLUSTER,
+        "-n",
+        &lab.ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"initialization":{"infrastructureProvisioned":true}}}"#,
+    ]);
+    lab
+}
+
+fn worker(extra: Value) -> Value {
+    let mut spec =
+        json!({"image": IMAGE, "minCPU": 8, "minMemory": 16384, "resourcePool": "worker-pool"});
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+#[test]
+fn maas_choices_reach_maas_for_a_restricted_user() {
+    let mut lab = start();
+
+    // The interfaces constraint alone makes MAAS pick worker-6, the most
+    // expensive match, over the cheaper worker-2 in the same zone.
+    lab.add_worker(
+        "picky",
+        worker(json!({
+            "interfaces": "eth0:subnet=lab;eth1:subnet=storage",
+            "notInZones": ["zone-a"],
+            "storage": "root:200,data:900",
+            "notTags": ["gpu"],
+            "deployInMemory": true,
+            "diskErase": "Quick",
+        })),
+    );
+    // Architecture with notInZones: the only arm64 machine, worker-4.
+    lab.add_worker(
+        "arm",
+        worker(json!({"architecture": "arm64", "notInZones": ["zone-a"], "disableSwap": false})),
+    );
+    // An administrator's pin: worker-5, never the cheapest.
+    lab.add_worker(
+        "pinned",
+        worker(json!({"machineSelector": {"hostname": "worker-5"}})),
+    );
+
+    let (picky, picky_maas) = lab.deployed("picky");
+    assert_eq!(picky_maas["hostname"], "worker-6", "{picky_maas}");
+    assert_eq!(picky_maas["owner"], "operator");
+    assert_eq!(
+        picky_maas["ephemeral_deploy"], true,
+        "deployInMemory deploys with ephemeral_deploy: {picky_maas}"
+    );
+    let (_, arm_maas) = lab.deployed("arm");
+    assert_eq!(arm_maas["hostname"], "worker-4", "{arm_maas}");
+    let (_, pinned_maas) = lab.deployed("pinned");
+    assert_eq!(pinned_maas["hostname"], "worker-5", "{pinned_maas}");
+
+    // MAAS refused the swap edit to the restricted user: deployed anyway,
+    // and the MaasMachine says why.
+    eprintln!(
+        "PICKY {}",
+        lab.get("maasmachines", "picky").unwrap()["status"]
+    );
+    let swap = support::eventually(30, "picky's SwapDisabled condition", || {
+        objects::condition(&lab.get("maasmachines", "picky")?, "SwapDisabled").cloned()
+    });
+    assert_eq!(swap["status"], "False", "{swap}");
+    assert_eq!(swap["reason"], "SwapUpdateSkipped", "{swap}");
+    assert!(
+        swap["message"]
+            .as_str()
+            .unwrap()
+            .contains("only MAAS administrators"),
+        "{swap}"
+    );
+    assert_ne!(picky_maas["swap_size"], 0, "{picky_maas}");
+    let events = lab.cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &lab.ns,
+        "--field-selector",
+        "involvedObject.name=picky,reason=SwapUpdateSkipped",
+        "-o",
+        "json",
+    ]);
+    let events: Value = serde_json::from_str(&events).unwrap();
+    assert_eq!(
+        events["items"].as_array().unwrap().len(),
+        1,
+        "one Warning event, not one per reconcile: {events}"
+    );
+    let arm_swap = objects::condition(&lab.get("maasmachines", "arm").unwrap(), "SwapDisabled")
+        .cloned()
+        .unwrap();
+    assert_eq!(arm_swap["reason"], "SwapUpdateDisabled", "{arm_swap}");
+    assert_ne!(
+        objects::condition(&picky, "MachineDeployed").map(|c| c["reason"].clone()),
+        Some(json!("DeploymentFailed")),
+        "a refused swap edit does not fail the deployment"
+    );
+
+    // Release: picky's own erase mode; arm without diskErase follows the
+    // controller (no --release-erase: no erase).
+    let picky_id = objects::string(&picky["spec"]["systemID"]);
+    let arm_id = objects::string(&arm_maas["system_id"]);
+    lab.remove_worker("picky");
+    lab.remove_worker("arm");
+    for (name, system_id) in [("picky", &picky_id), ("arm", &arm_id)] {
+        support::eventually(60, &format!("{name} released and gone"), || {
+            lab.capmaas.assert_running();
+            let state = lab.sim.machine_state(system_id);
+            (state["owner"].is_null() && lab.get("maasmachines", name).is_none()).then_some(())
+        });
+    }
+    let picky_release = &lab.sim.machine_state(&picky_id)["last_release"];
+    assert_eq!(
+        (
+            &picky_release["erase"],
+            &picky_release["quick_erase"],
+            &picky_release["secure_erase"],
+            &picky_release["user"]
+        ),
+        (
+            &json!(true),
+            &json!(true),
+            &json!(false),
+            &json!("operator")
+        ),
+        "{picky_release}"
+    );
+    let arm_release = &lab.sim.machine_state(&arm_id)["last_release"];
+    assert_eq!(arm_release["erase"], false, "{arm_release}");
+    assert_eq!(arm_release["quick_erase"], false, "{arm_release}");
+
+    lab.remove_worker("pinned");
+    let pinned_id = objects::string(&pinned_maas["system_id"]);
+    support::eventually(60, "pinned released", || {
+        lab.sim.machine_state(&pinned_id)["owner"]
+            .is_null()
+            .then_some(())
+    });
+}
