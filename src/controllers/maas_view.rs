@@ -13,7 +13,8 @@
 //!   the reconcile reads MAAS instead. That keeps a stale view from causing
 //!   a second deploy or power-on.
 //! - **Boot resources** from a shared cache of [`BOOT_RESOURCES_TTL`]: one
-//!   read per minute for all machines, instead of one per machine.
+//!   read per minute for all machines, instead of one per machine (workers
+//!   asking at the same moment share that read).
 //! - **DNS records** ([`MaasApi::recent_dns_resources`]) as this process
 //!   last read or wrote them, for [`DNS_TTL`]: the MaasCluster reconciler
 //!   reads the record once per [`DNS_TTL`] however often it runs, writes
@@ -106,6 +107,9 @@ pub struct MaasView {
     /// Set once the MAAS user is known (and a watch runs).
     view: OnceLock<Box<dyn WatchView>>,
     boot_resources: Mutex<Option<(Instant, Vec<BootResource>)>>,
+    /// Held while the boot resources are read: workers that need them at
+    /// the same moment wait for that one read instead of each sending one.
+    boot_resources_read: Mutex<()>,
     /// By FQDN: the records as last read or written, and when.
     dns: Mutex<HashMap<String, (Instant, Vec<DnsResource>)>>,
     /// By system_id: when this process last started a write to it.
@@ -124,6 +128,7 @@ impl MaasView {
             api,
             view: OnceLock::new(),
             boot_resources: Mutex::new(None),
+            boot_resources_read: Mutex::new(()),
             dns: Mutex::new(HashMap::new()),
             writes: Mutex::new(HashMap::new()),
             new_identities: Mutex::new(HashSet::new()),
@@ -158,6 +163,12 @@ impl MaasView {
             view.record(&machine);
         }
         Ok(machine)
+    }
+
+    fn recent_boot_resources(&self) -> Option<Vec<BootResource>> {
+        let cached = lock(&self.boot_resources);
+        let (at, resources) = cached.as_ref()?;
+        (at.elapsed() < BOOT_RESOURCES_TTL).then(|| resources.clone())
     }
 
     fn remember_dns(&self, fqdn: &str, records: Vec<DnsResource>) {
@@ -228,10 +239,12 @@ impl MaasApi for MaasView {
     }
 
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
-        if let Some((at, resources)) = lock(&self.boot_resources).as_ref() {
-            if at.elapsed() < BOOT_RESOURCES_TTL {
-                return Ok(resources.clone());
-            }
+        if let Some(resources) = self.recent_boot_resources() {
+            return Ok(resources);
+        }
+        let _one_read = lock(&self.boot_resources_read);
+        if let Some(resources) = self.recent_boot_resources() {
+            return Ok(resources);
         }
         let resources = self.api.boot_resources()?;
         *lock(&self.boot_resources) = Some((Instant::now(), resources.clone()));

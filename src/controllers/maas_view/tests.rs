@@ -38,12 +38,24 @@ fn boot_resources_are_read_once_for_every_machine() {
         assert_eq!(api.boot_resources().unwrap().len(), 2);
     }
     assert_eq!(count(&maas, "boot_resources"), 1);
+    // Workers asking at the same moment share one read.
+    let shared = Arc::new(MaasView::new(maas.clone()));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let shared = shared.clone();
+            std::thread::spawn(move || shared.boot_resources().unwrap().len())
+        })
+        .collect();
+    for worker in workers {
+        assert_eq!(worker.join().unwrap(), 2);
+    }
+    assert_eq!(count(&maas, "boot_resources"), 2);
     // A failed read is not remembered.
     let fresh = MaasView::new(maas.clone());
     maas.fail_once("boot_resources", 503, "busy");
     assert!(fresh.boot_resources().is_err());
     assert!(fresh.boot_resources().is_ok());
-    assert_eq!(count(&maas, "boot_resources"), 3);
+    assert_eq!(count(&maas, "boot_resources"), 4);
 }
 
 #[test]
@@ -76,7 +88,7 @@ fn dns_records_are_answered_as_last_read_or_written() {
     api.delete_dns_resource(record.id).unwrap();
     assert!(api.recent_dns_resources(fqdn).unwrap().is_empty());
     assert_eq!(count(&maas, "dns_resources"), 2);
-    // The cluster's own reads always ask MAAS.
+    // `dns_resources` always asks MAAS (a record's deletion reads so).
     api.dns_resources(fqdn).unwrap();
     assert_eq!(count(&maas, "dns_resources"), 3);
 }

@@ -1308,3 +1308,24 @@ fn out_of_band_broken_is_a_condition_and_an_event() {
         .event_reasons()
         .contains(&"MachineUnhandledState".to_string()));
 }
+
+#[test]
+fn a_refused_swap_edit_waits_for_the_next_try_before_deploying() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas
+        .fail_once("disable_swap", 400, "{\"swap_size\": [\"bad\"]}");
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(10))
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty(), "not deployed");
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(c.reason, mm_api::MACHINE_DEPLOY_FAILED);
+    assert!(c.message.contains("swap_size=0"), "{}", c.message);
+    assert!(c.message.contains("next try at"), "{}", c.message);
+    w.clock.advance(10);
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(w.maas.deploys.lock().unwrap().len(), 1);
+}
