@@ -20,6 +20,16 @@
 //! and the MAAS client). The MAAS simulator the tests run against is not
 //! part of the product: it is its own package, `tests/maas-sim`.
 
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 pub mod api;
 pub mod backoff;
 pub mod controllers;

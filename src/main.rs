@@ -5,6 +5,16 @@
 //! leadership. Exit status: 0 after a clean stop, 1 after lost leadership
 //! or a failed start, 2 for bad flags.
 
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -120,10 +130,9 @@ enum Parsed {
 
 fn parse_args(args: &[String]) -> Result<Parsed, String> {
     let mut config = Config::default();
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i].as_str();
-        i += 1;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let arg = arg.as_str();
         if arg == "-h" || arg == "--help" {
             return Ok(Parsed::Help);
         }
@@ -145,9 +154,8 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
                 Some(value) => value,
                 None => {
                     let value = args
-                        .get(i)
+                        .next()
                         .ok_or_else(|| format!("--{name} needs a value"))?;
-                    i += 1;
                     value.clone()
                 }
             }

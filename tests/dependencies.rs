@@ -73,3 +73,35 @@ fn every_direct_dependency_has_a_vendor_note() {
         );
     }
 }
+
+/// Issue 12 item 8: the zeros stay zero. No `unsafe` in any target (a
+/// Cargo lint), and the product's crates deny unwrap/expect/panic/indexing
+/// outside tests, enforced by the CI's `cargo clippy -D warnings`.
+#[test]
+fn panic_free_lints_stay_on() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let read = |path: &str| std::fs::read_to_string(format!("{root}/{path}")).unwrap();
+    for manifest in ["Cargo.toml", "tests/maas-sim/Cargo.toml"] {
+        assert!(
+            read(manifest).contains("[lints.rust]\nunsafe_code = \"forbid\""),
+            "{manifest} forbids unsafe code"
+        );
+    }
+    for crate_root in ["src/lib.rs", "src/main.rs"] {
+        let text = read(crate_root);
+        let attribute = text
+            .split("#![cfg_attr(")
+            .nth(1)
+            .and_then(|rest| rest.split(")]").next())
+            .unwrap_or_else(|| panic!("{crate_root} has no cfg_attr lint block"));
+        assert!(attribute.contains("not(test)"), "{crate_root}: {attribute}");
+        for lint in [
+            "clippy::unwrap_used",
+            "clippy::expect_used",
+            "clippy::panic",
+            "clippy::indexing_slicing",
+        ] {
+            assert!(attribute.contains(lint), "{crate_root} denies {lint}");
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! creationTimestamp, ...), which is what keeps the informer caches small.
 //! Dropping the rest is safe because no object is ever written back whole:
 //! every write is a merge patch of named fields, or of the difference
-//! between two values of the same type (see `api::patch`), so a field left
+//! between two values of the same type (see `kube::merge_patch`), so a field left
 //! out here is never sent, hence never removed on the server.
 
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub struct StringMap(Vec<(String, String)>);
 impl StringMap {
     pub fn get(&self, key: &str) -> Option<&String> {
         let at = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
-        Some(&self.0[at].1)
+        self.0.get(at).map(|(_, v)| v)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -62,7 +62,10 @@ impl StringMap {
     /// Sets `key`; returns the value it replaced.
     pub fn insert(&mut self, key: String, value: String) -> Option<String> {
         match self.0.binary_search_by(|(k, _)| k.as_str().cmp(&key)) {
-            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
+            Ok(at) => self
+                .0
+                .get_mut(at)
+                .map(|(_, old)| std::mem::replace(old, value)),
             Err(at) => {
                 self.0.insert(at, (key, value));
                 None

@@ -12,15 +12,12 @@
 //!   byte-identical to the Go provider.
 //! - [`capi`]: the fields of Cluster API's `Cluster` and `Machine` we read.
 //! - [`conditions`]: metav1 conditions (`set`, `set_ready_summary`).
-//! - [`patch::merge_diff`]: the merge patch between what was read and what
-//!   should be; `None` means "write nothing".
 
 pub mod capi;
 pub mod conditions;
 pub mod maas_cluster;
 pub mod maas_machine;
 pub mod meta;
-pub mod patch;
 
 pub use conditions::{Condition, Desired, Status};
 pub use maas_cluster::{

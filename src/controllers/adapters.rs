@@ -81,7 +81,7 @@ impl KubeApi for Kube {
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
-        let Some(encoded) = secret["data"][key].as_str() else {
+        let Some(encoded) = secret_data(&secret, key) else {
             return Ok(None);
         };
         base64::engine::general_purpose::STANDARD
@@ -258,8 +258,7 @@ impl Workload {
         }
         let unusable =
             |why: String| kube::Error::Config(format!("Secret {namespace}/{secret_name}: {why}"));
-        let encoded = secret["data"]["value"]
-            .as_str()
+        let encoded = secret_data(&secret, "value")
             .ok_or_else(|| unusable("no key \"value\"".to_string()))?;
         let yaml = base64::engine::general_purpose::STANDARD
             .decode(encoded)
@@ -377,7 +376,10 @@ impl WorkloadApi for Workload {
         match client.get(&NODES, None, node_name) {
             Ok(node) => Ok(Some(NodeInfo {
                 name: node_name.to_string(),
-                provider_id: node["spec"]["providerID"].as_str().map(str::to_string),
+                provider_id: node
+                    .pointer("/spec/providerID")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -397,6 +399,11 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
     }
+}
+
+/// A Secret's `data[key]` (base64), if present.
+pub(super) fn secret_data<'s>(secret: &'s Value, key: &str) -> Option<&'s str> {
+    secret.get("data")?.get(key)?.as_str()
 }
 
 #[cfg(test)]

@@ -283,7 +283,7 @@ fn client_config(
 ) -> Result<maas::ClientConfig, CredentialsError> {
     let invalid = |why: String| CredentialsError::Invalid(format!("{what}: {why}"));
     let value = |key: &str| -> Result<Option<Vec<u8>>, CredentialsError> {
-        let Some(encoded) = secret["data"][key].as_str() else {
+        let Some(encoded) = super::adapters::secret_data(secret, key) else {
             return Ok(None);
         };
         base64::engine::general_purpose::STANDARD

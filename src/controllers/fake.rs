@@ -32,26 +32,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap()
 }
 
-/// RFC 7386 merge patch.
-pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            let t = target.as_object_mut().unwrap();
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    apply_merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Write {
     pub kind: Kind,
@@ -184,7 +164,7 @@ impl FakeKube {
             }
             patch
         };
-        apply_merge_patch(obj, &patch);
+        crate::kube::merge_patch::apply(obj, &patch);
         let rv = self.bump();
         obj["metadata"]["resourceVersion"] = json!(rv);
         // The API server deletes an object whose deletion is pending once its

@@ -120,7 +120,7 @@ pub fn run(config: &Config, kube: kube::Client, maas: maas::Client) -> Result<St
     let mut running = Running {
         shutdown: shutdown.clone(),
         health: health.clone(),
-        queues: vec![WorkQueue::new("maascluster"), WorkQueue::new("maasmachine")],
+        queues: Vec::new(),
         workers: Vec::new(),
         events: None,
         elector: None,
@@ -164,7 +164,8 @@ fn start_and_wait(
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
         .map_err(|e| format!("event recorder: {e}"))?;
     running.events = Some(events.clone());
-    let (cluster_queue, machine_queue) = (running.queues[0].clone(), running.queues[1].clone());
+    let cluster_queue = running.add_queue("maascluster");
+    let machine_queue = running.add_queue("maasmachine");
 
     // The stores first: informers fill them, mappers and reconcilers read
     // them, so every event can be mapped from the first one on.
@@ -456,6 +457,13 @@ struct Running {
 }
 
 impl Running {
+    /// A new work queue, shut down with the others on stop.
+    fn add_queue(&mut self, name: &str) -> WorkQueue {
+        let queue = WorkQueue::new(name);
+        self.queues.push(queue.clone());
+        queue
+    }
+
     /// Stops and joins everything, in the order of the module docs.
     fn stop(self, drain: Duration) {
         self.health.set_stopping();

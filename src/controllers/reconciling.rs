@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The whole status is computed in memory and written once, as a merge
-//! patch of the difference from what was read (`api::patch::merge_diff`):
+//! patch of the difference from what was read (`kube::merge_patch::diff`):
 //! a reconcile that observed nothing new writes nothing. Finalizer and
 //! status patches carry the resourceVersion read, so a stale cache cannot
 //! overwrite someone else's finalizer list or our own last status (the API
@@ -28,9 +28,8 @@ use super::ports::{EventTarget, EventType, Kind, MaasApi};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Condition, Desired};
-use crate::api::patch::merge_diff;
 use crate::api::{IdentityRef, ObjectMeta};
-use crate::kube;
+use crate::kube::{self, merge_patch};
 use crate::runtime::Action;
 
 /// One of our kinds, as the scaffold needs it.
@@ -280,7 +279,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
             Some(old) => to_value(old)?,
             None => Value::Null,
         };
-        let Some(diff) = merge_diff(&old, &to_value(&self.status)?) else {
+        let Some(diff) = merge_patch::diff(&old, &to_value(&self.status)?) else {
             return Ok(());
         };
         // Guarded by the resourceVersion read: a merge patch replaces the

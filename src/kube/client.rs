@@ -276,8 +276,9 @@ impl Client {
         );
         match answer {
             Ok(review) => Ok(Some(
-                review["status"]["userInfo"]["username"]
-                    .as_str()
+                review
+                    .pointer("/status/userInfo/username")
+                    .and_then(Value::as_str)
                     .unwrap_or("(no user name)")
                     .to_string(),
             )),

@@ -305,7 +305,7 @@ pub(crate) fn classify(
 /// a proxy's error page, never a whole document.
 fn text_excerpt(body: &[u8]) -> String {
     const MAX: usize = 200;
-    let text = String::from_utf8_lossy(&body[..body.len().min(MAX)]);
+    let text = String::from_utf8_lossy(body.get(..MAX).unwrap_or(body));
     text.trim().to_string()
 }
 

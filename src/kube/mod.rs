@@ -102,6 +102,7 @@ mod client;
 mod config;
 mod error;
 mod limit;
+pub mod merge_patch;
 pub mod meta;
 pub mod resources;
 pub mod time;

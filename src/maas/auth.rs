@@ -62,10 +62,15 @@ impl ApiKey {
                 )));
             }
         }
+        let [consumer_key, token_key, token_secret] = parts.as_slice() else {
+            return Err(InvalidApiKey(
+                "expected <consumer key>:<token key>:<token secret>".to_string(),
+            ));
+        };
         Ok(ApiKey {
-            consumer_key: parts[0].to_owned(),
-            token_key: parts[1].to_owned(),
-            token_secret: parts[2].to_owned(),
+            consumer_key: (*consumer_key).to_owned(),
+            token_key: (*token_key).to_owned(),
+            token_secret: (*token_secret).to_owned(),
         })
     }
 

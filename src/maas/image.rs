@@ -113,16 +113,22 @@ const MAX_COMPARED_CHARS: usize = 128;
 fn levenshtein(a: &str, b: &str) -> usize {
     let a: String = a.chars().take(MAX_COMPARED_CHARS).collect();
     let b: Vec<char> = b.chars().take(MAX_COMPARED_CHARS).collect();
+    // One row of the distance table at a time: `prev` for a's previous
+    // character, built left to right into `cur`.
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
+        let mut cur = Vec::with_capacity(b.len() + 1);
+        cur.push(i + 1);
         for (j, cb) in b.iter().enumerate() {
             let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+            let substitute = prev.get(j).map_or(usize::MAX, |d| d + cost);
+            let delete = prev.get(j + 1).map_or(usize::MAX, |d| d + 1);
+            let insert = cur.last().map_or(usize::MAX, |d| d + 1);
+            cur.push(substitute.min(delete).min(insert));
         }
         prev = cur;
     }
-    prev[b.len()]
+    prev.last().copied().unwrap_or(0)
 }
 
 #[cfg(test)]

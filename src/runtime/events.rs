@@ -156,20 +156,26 @@ impl Occurrence {
         let object_name = kube::meta::name(obj)?.to_string();
         let object_namespace = kube::meta::namespace(obj).unwrap_or("");
         let uid = kube::meta::uid(obj).unwrap_or("");
-        let mut involved = json!({
-            "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
-            "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
-            "name": object_name,
-        });
+        let mut involved = serde_json::Map::new();
+        involved.insert(
+            "apiVersion".into(),
+            obj.get("apiVersion").cloned().unwrap_or(Value::Null),
+        );
+        involved.insert(
+            "kind".into(),
+            obj.get("kind").cloned().unwrap_or(Value::Null),
+        );
+        involved.insert("name".into(), json!(object_name));
         if !object_namespace.is_empty() {
-            involved["namespace"] = json!(object_namespace);
+            involved.insert("namespace".into(), json!(object_namespace));
         }
         if !uid.is_empty() {
-            involved["uid"] = json!(uid);
+            involved.insert("uid".into(), json!(uid));
         }
         if let Some(rv) = kube::meta::resource_version(obj) {
-            involved["resourceVersion"] = json!(rv);
+            involved.insert("resourceVersion".into(), json!(rv));
         }
+        let involved = Value::Object(involved);
         Some(Occurrence {
             involved,
             // Events about cluster-scoped objects live in `default`.
@@ -196,6 +202,7 @@ impl Occurrence {
 type SeriesKey = (String, &'static str, String, String);
 
 /// The Event object a series of repeats is written to.
+#[derive(Clone)]
 struct Series {
     namespace: String,
     name: String,
@@ -313,8 +320,8 @@ impl Writer {
         series.name = event_name(&occ.object_name, occ.at);
         series.count = 1;
         series.first_timestamp = timestamp.to_string();
-        let series = &self.series[key];
-        self.create(occ, series, timestamp)
+        let series = series.clone();
+        self.create(occ, &series, timestamp)
     }
 
     fn create(

@@ -38,7 +38,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Value};
 
 use crate::backoff::{random_between, random_u64};
-use crate::kube::{self, resources::LEASES, Client};
+use crate::kube::{self, merge_patch as patch, resources::LEASES, Client};
 use crate::metrics;
 
 /// Where this process stands in the election.
@@ -337,10 +337,20 @@ struct LeaseRecord {
 impl LeaseRecord {
     fn of(lease: &Value) -> LeaseRecord {
         let spec = lease.get("spec").cloned().unwrap_or(Value::Null);
+        let field = |name: &str| spec.get(name);
         LeaseRecord {
-            holder: spec["holderIdentity"].as_str().unwrap_or("").to_string(),
-            duration: Duration::from_secs(spec["leaseDurationSeconds"].as_u64().unwrap_or(0)),
-            transitions: spec["leaseTransitions"].as_i64().unwrap_or(0),
+            holder: field("holderIdentity")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            duration: Duration::from_secs(
+                field("leaseDurationSeconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            ),
+            transitions: field("leaseTransitions")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
             raw: spec,
         }
     }
@@ -453,8 +463,10 @@ impl Elector {
         let now = kube::time::micro_time(SystemTime::now());
         if leading {
             if let Some(mut lease) = self.lease.clone() {
-                lease["spec"]["renewTime"] = json!(now);
-                lease["spec"]["leaseDurationSeconds"] = json!(self.lease_seconds());
+                patch::apply(
+                    &mut lease,
+                    &json!({"spec": {"renewTime": now, "leaseDurationSeconds": self.lease_seconds()}}),
+                );
                 match self.client.replace(&LEASES, ns, &self.config.name, &lease) {
                     Ok(written) => {
                         self.remember(written);
@@ -507,16 +519,19 @@ impl Elector {
         }
 
         let mut taken = lease;
-        let spec = &mut taken["spec"];
-        if !spec.is_object() {
-            *spec = json!({});
-        }
-        spec["holderIdentity"] = json!(self.config.identity);
-        spec["leaseDurationSeconds"] = json!(self.lease_seconds());
-        spec["renewTime"] = json!(now);
+        patch::apply(
+            &mut taken,
+            &json!({"spec": {
+                "holderIdentity": self.config.identity,
+                "leaseDurationSeconds": self.lease_seconds(),
+                "renewTime": now,
+            }}),
+        );
         if !ours {
-            spec["acquireTime"] = json!(now);
-            spec["leaseTransitions"] = json!(record.transitions + 1);
+            patch::apply(
+                &mut taken,
+                &json!({"spec": {"acquireTime": now, "leaseTransitions": record.transitions + 1}}),
+            );
         }
         // The GET's resourceVersion makes this a compare-and-swap.
         match self.client.replace(&LEASES, ns, &self.config.name, &taken) {
@@ -535,10 +550,15 @@ impl Elector {
             return;
         };
         let now = kube::time::micro_time(SystemTime::now());
-        lease["spec"]["holderIdentity"] = json!("");
-        lease["spec"]["leaseDurationSeconds"] = json!(1);
-        lease["spec"]["renewTime"] = json!(now);
-        lease["spec"]["acquireTime"] = json!(now);
+        patch::apply(
+            &mut lease,
+            &json!({"spec": {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "renewTime": now,
+                "acquireTime": now,
+            }}),
+        );
         let ns = Some(self.config.namespace.as_str());
         match self.client.replace(&LEASES, ns, &self.config.name, &lease) {
             Ok(_) => log::info!("leader election: released Lease {}", self.config.name),

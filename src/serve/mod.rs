@@ -295,7 +295,8 @@ fn serve(listener: TcpListener, routes: &Routes) {
         if progress {
             quiet_rounds = 0;
         } else {
-            thread::sleep(POLL_PAUSES[quiet_rounds.min(POLL_PAUSES.len() - 1)]);
+            let pause = POLL_PAUSES.get(quiet_rounds).or(POLL_PAUSES.last());
+            thread::sleep(pause.copied().unwrap_or(Duration::from_millis(50)));
             quiet_rounds += 1;
         }
     }
@@ -359,14 +360,16 @@ fn step(conn: &mut Conn, routes: &Routes, now: Instant) -> Step {
             match (&conn.stream).read(&mut chunk) {
                 Ok(0) => Step::Done,
                 Ok(n) => {
-                    buf.extend_from_slice(&chunk[..n]);
+                    buf.extend_from_slice(chunk.get(..n).unwrap_or(&chunk));
                     let response = match head_status(buf) {
                         HeadStatus::Incomplete => return Step::Progress,
                         HeadStatus::TooLarge => Response::text(431, "request header too large\n"),
-                        HeadStatus::Complete(end) => match parse_request_line(&buf[..end]) {
-                            Some((method, path)) => route(method, path, routes),
-                            None => Response::text(400, "bad request\n"),
-                        },
+                        HeadStatus::Complete(end) => {
+                            match parse_request_line(buf.get(..end).unwrap_or(buf)) {
+                                Some((method, path)) => route(method, path, routes),
+                                None => Response::text(400, "bad request\n"),
+                            }
+                        }
                     };
                     conn.state = State::Write {
                         bytes: response.to_bytes(),
@@ -391,7 +394,7 @@ fn step(conn: &mut Conn, routes: &Routes, now: Instant) -> Step {
             bytes,
             sent,
             deadline,
-        } => match (&conn.stream).write(&bytes[*sent..]) {
+        } => match (&conn.stream).write(bytes.get(*sent..).unwrap_or_default()) {
             Ok(n) => {
                 *sent += n;
                 if *sent == bytes.len() {
@@ -457,7 +460,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// `(method, path without query)` from `METHOD SP target SP HTTP/1.x`.
 fn parse_request_line(head: &[u8]) -> Option<(&str, &str)> {
     let line_end = find(head, b"\r\n").unwrap_or(head.len());
-    let line = std::str::from_utf8(&head[..line_end]).ok()?;
+    let line = std::str::from_utf8(head.get(..line_end)?).ok()?;
     let mut parts = line.split(' ');
     let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() || !version.starts_with("HTTP/1.") || !target.starts_with('/') {

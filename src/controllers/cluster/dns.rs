@@ -126,7 +126,8 @@ fn random_suffix() -> Result<String, Error> {
         .map_err(|e| Error::Retry(format!("no randomness for the DNS name: {e}")))?;
     Ok(bytes
         .iter()
-        .map(|b| SUFFIX_ALPHABET[*b as usize % SUFFIX_ALPHABET.len()] as char)
+        .filter_map(|b| SUFFIX_ALPHABET.get(usize::from(*b) % SUFFIX_ALPHABET.len()))
+        .map(|c| char::from(*c))
         .collect())
 }
 

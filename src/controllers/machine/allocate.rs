@@ -299,13 +299,11 @@ fn record_allocation(r: &mut MachineReconciling, host: &maas::Machine) -> Result
     {
         return Ok(());
     }
-    let mut patch = json!({
-        "spec": {"providerID": provider_id, "systemID": host.system_id},
-    });
-    if let Some(zone) = &zone {
-        patch["spec"]["failureDomain"] = json!(zone);
+    let mut spec = json!({"providerID": provider_id, "systemID": host.system_id});
+    if let (Some(zone), serde_json::Value::Object(fields)) = (&zone, &mut spec) {
+        fields.insert("failureDomain".into(), json!(zone));
     }
-    r.patch(&patch)?;
+    r.patch(&json!({ "spec": spec }))?;
     r.object.spec.provider_id = Some(provider_id);
     r.object.spec.system_id = Some(host.system_id.clone());
     if zone.is_some() {

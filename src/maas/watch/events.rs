@@ -117,7 +117,12 @@ impl EventLog {
         ids.sort();
         let mut cursor = self.cursor;
         for chunk in ids.chunks(ID_CHUNK) {
-            let mut after = chunk.iter().map(|id| floors[*id]).min().unwrap_or(0);
+            let mut after = chunk
+                .iter()
+                .filter_map(|id| floors.get(*id))
+                .min()
+                .copied()
+                .unwrap_or(0);
             for _ in 0..MAX_PAGES {
                 let mut page = reader.events(&EventQuery {
                     system_ids: chunk.iter().map(|id| (*id).clone()).collect(),
@@ -170,7 +175,12 @@ impl EventLog {
         let mut ids: Vec<String> = self.unbounded.iter().cloned().collect();
         ids.sort();
         for chunk in ids.chunks(BOUNDARY_CHUNK) {
-            let after = chunk.iter().map(|id| self.floors[id]).min().unwrap_or(0);
+            let after = chunk
+                .iter()
+                .filter_map(|id| self.floors.get(id))
+                .min()
+                .copied()
+                .unwrap_or(0);
             let page = reader.events(&EventQuery {
                 system_ids: chunk.to_vec(),
                 after: Some(after),

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 /// The merge patch that turns `old` into `new`, or `None` if they are equal.
 /// Objects are diffed key by key (a removed key becomes `null`); anything else
 /// (arrays included) is replaced whole.
-pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+pub fn diff(old: &Value, new: &Value) -> Option<Value> {
     if old == new {
         return None;
     }
@@ -20,7 +20,7 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
                         patch.insert(key.clone(), Value::Null);
                     }
                     Some(new_value) => {
-                        if let Some(p) = merge_diff(old_value, new_value) {
+                        if let Some(p) = diff(old_value, new_value) {
                             patch.insert(key.clone(), p);
                         }
                     }
@@ -37,17 +37,55 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     }
 }
 
+/// Applies a merge patch to `target` as the API server would: objects are
+/// merged key by key (`null` removes), anything else replaces. Never
+/// panics, whatever `target` holds (a field that is not an object becomes
+/// one), unlike assigning through `value["a"]["b"]`.
+pub fn apply(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(object) = target {
+        for (key, value) in fields {
+            if value.is_null() {
+                object.remove(key);
+            } else {
+                apply(object.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn equal_values_need_no_patch() {
-        assert_eq!(
-            merge_diff(&json!({"a": [1, 2]}), &json!({"a": [1, 2]})),
-            None
+    fn apply_merges_and_replaces_what_is_not_an_object() {
+        let mut lease = json!({"spec": "not an object", "metadata": {"name": "l", "x": 1}});
+        apply(
+            &mut lease,
+            &json!({"spec": {"renewTime": "t"}, "metadata": {"x": null}}),
         );
+        assert_eq!(
+            lease,
+            json!({"spec": {"renewTime": "t"}, "metadata": {"name": "l"}})
+        );
+        let old = json!({"a": {"b": 1, "c": [1]}, "d": 2});
+        let new = json!({"a": {"c": [2]}, "e": "x"});
+        let mut patched = old.clone();
+        apply(&mut patched, &diff(&old, &new).unwrap());
+        assert_eq!(patched, new, "apply(diff(old, new)) == new");
+    }
+
+    #[test]
+    fn equal_values_need_no_patch() {
+        assert_eq!(diff(&json!({"a": [1, 2]}), &json!({"a": [1, 2]})), None);
     }
 
     #[test]
@@ -56,7 +94,7 @@ mod tests {
             json!({"ready": true, "failureReason": "x", "nested": {"a": 1, "b": 2}, "list": [1]});
         let new = json!({"ready": true, "nested": {"a": 1, "b": 3}, "list": [1, 2], "added": "y"});
         assert_eq!(
-            merge_diff(&old, &new),
+            diff(&old, &new),
             Some(json!({"failureReason": null, "nested": {"b": 3}, "list": [1, 2], "added": "y"}))
         );
     }
