@@ -162,6 +162,8 @@ fn generate_provider_renders_components_the_api_server_accepts() {
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "Role",
             "RoleBinding",

@@ -12,11 +12,13 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use support::ControlPlane;
 
-const CRDS: [&str; 4] = [
+const CRDS: [&str; 6] = [
     "maasclusters.infrastructure.cluster.x-k8s.io",
     "maasclustertemplates.infrastructure.cluster.x-k8s.io",
     "maasmachines.infrastructure.cluster.x-k8s.io",
     "maasmachinetemplates.infrastructure.cluster.x-k8s.io",
+    "maasremediations.infrastructure.cluster.x-k8s.io",
+    "maasremediationtemplates.infrastructure.cluster.x-k8s.io",
 ];
 
 /// The control plane with our CRDs installed and Established.
@@ -575,6 +577,155 @@ fn printer_columns_show_cluster_state_system_id_provider_id_and_ready() {
         "{out}"
     );
     assert_eq!(lines[1][..3], ["prod", "prod", "prod-a1b2c3.maas"], "{out}");
+}
+
+fn remediation_template(name: &str, strategy: &str) -> String {
+    format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasRemediationTemplate\n\
+         metadata:\n  name: {name}\nspec:\n  template:\n    spec:\n{strategy}"
+    )
+}
+
+fn remediation(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasRemediation\n\
+         metadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+#[test]
+fn remediation_strategy_defaults_to_one_reboot_within_ten_minutes() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-remediation");
+    // What CAPM3's users write (its docs/remediation-controller.md), with
+    // our duration field, and an empty one.
+    let full =
+        "      strategy:\n        type: Reboot\n        retryLimit: 2\n        timeout: 5m30s\n";
+    apply(cp, &ns, &remediation_template("workers", full)).unwrap();
+    apply(cp, &ns, &remediation_template("empty", "      {}\n")).unwrap();
+    let t = get_json(cp, &["-n", &ns, "maasremediationtemplate", "workers"]);
+    assert_eq!(
+        t["spec"]["template"]["spec"]["strategy"],
+        serde_json::json!({"type": "Reboot", "retryLimit": 2, "timeout": "5m30s"})
+    );
+    let t = get_json(cp, &["-n", &ns, "maasremediationtemplate", "empty"]);
+    assert_eq!(
+        t["spec"]["template"]["spec"]["strategy"],
+        serde_json::json!({"type": "Reboot", "retryLimit": 1, "timeout": "10m"})
+    );
+    // A MaasRemediation as the MachineHealthCheck creates it: spec copied
+    // from the template (here: none at all).
+    apply(cp, &ns, &remediation("m1", "  {}\n")).unwrap();
+    let r = get_json(cp, &["-n", &ns, "maasremediation", "m1"]);
+    assert_eq!(
+        r["spec"]["strategy"],
+        serde_json::json!({"type": "Reboot", "retryLimit": 1, "timeout": "10m"})
+    );
+}
+
+#[test]
+fn remediation_strategy_is_validated() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-remediation-invalid");
+    let cases = [
+        (
+            "other-type",
+            "    type: Reprovision\n",
+            "spec.strategy.type",
+        ),
+        (
+            "zero-retries",
+            "    retryLimit: 0\n",
+            "spec.strategy.retryLimit",
+        ),
+        (
+            "bare-number",
+            "    timeout: \"600\"\n",
+            "spec.strategy.timeout",
+        ),
+        ("days", "    timeout: 1d\n", "spec.strategy.timeout"),
+        (
+            "too-short",
+            "    timeout: 500ms\n",
+            "timeout must be at least 1s",
+        ),
+    ];
+    for (name, strategy, field) in cases {
+        let spec = format!("  strategy:\n{strategy}");
+        let err = apply(cp, &ns, &remediation(name, &spec)).unwrap_err();
+        assert!(err.contains(field), "{name}: {err}");
+    }
+    for ok in ["90s", "1h30m", "1.5h", "1s"] {
+        let spec = format!("  strategy:\n    timeout: {ok}\n");
+        let name = format!("ok-{}", ok.replace('.', "-"));
+        apply(cp, &ns, &remediation(&name, &spec)).unwrap();
+    }
+}
+
+#[test]
+fn remediation_status_round_trips_and_shows_in_columns() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-remediation-status");
+    apply(
+        cp,
+        &ns,
+        &remediation("m1", "  strategy:\n    retryLimit: 3\n"),
+    )
+    .unwrap();
+    let status = r#"{"status":{
+        "phase": "Waiting",
+        "retryCount": 2,
+        "lastRemediated": "2026-01-01T00:00:00Z",
+        "conditions": [{"type": "PowerCycled", "status": "True", "reason": "PowerCycled", "message": "on again",
+                        "lastTransitionTime": "2026-01-01T00:00:30Z", "observedGeneration": 1}]}}"#;
+    status_patch(cp, &ns, "maasremediation/m1", status).unwrap();
+    let got = get_json(cp, &["-n", &ns, "maasremediation", "m1"])["status"].clone();
+    let want: Value = serde_json::from_str::<Value>(status).unwrap()["status"].clone();
+    assert_eq!(got, want, "nothing pruned, nothing added");
+    status_patch(
+        cp,
+        &ns,
+        "maasremediation/m1",
+        r#"{"status":{"phase":"Deleting machine"}}"#,
+    )
+    .unwrap();
+    let err = status_patch(
+        cp,
+        &ns,
+        "maasremediation/m1",
+        r#"{"status":{"phase":"Done"}}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains("status.phase"), "{err}");
+
+    let out = cp.kubectl(&["get", "-n", &ns, "maasremediation", "m1"]);
+    let lines: Vec<&str> = out.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PHASE",
+            "RETRY",
+            "COUNT",
+            "RETRY",
+            "LIMIT",
+            "LAST",
+            "REMEDIATED",
+            "STRATEGY",
+            "AGE"
+        ],
+        "{out}"
+    );
+    for value in [
+        "Deleting machine",
+        " 2 ",
+        " 3 ",
+        "2026-01-01T00:00:00Z",
+        "Reboot",
+    ] {
+        assert!(lines[1].contains(value), "{value:?} in {out}");
+    }
 }
 
 /// The `openAPIV3Schema` of the CRD file `crds/infrastructure.cluster.x-k8s.io_<plural>.yaml`.

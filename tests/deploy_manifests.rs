@@ -202,6 +202,13 @@ fn service_account_may_do_what_the_manager_does() {
         "patch maasclusters ns",
         "patch maasmachines/status ns",
         "patch maasclusters/status ns",
+        // Remediation: MaasRemediations cached and patched, the Machine's
+        // OwnerRemediated condition applied to its status.
+        "list maasremediations *",
+        "watch maasremediations *",
+        "patch maasremediations ns",
+        "patch maasremediations/status ns",
+        "patch machines/status ns",
         // Bootstrap data and workload kubeconfig, by name.
         "get secrets ns",
         // Events in any namespace, deduplicated by patching.
@@ -236,6 +243,11 @@ fn service_account_may_not_do_more() {
         "delete maasmachines ns",
         "delete maasclusters ns",
         "create maasmachinetemplates ns",
+        "create maasremediations ns",
+        "delete maasremediations ns",
+        // Remediation templates are the MachineHealthCheck's to read.
+        "list maasremediationtemplates *",
+        "get maasremediationtemplates ns",
         // Every write is a patch.
         "update maasmachines ns",
         "update maasclusters/status ns",
@@ -246,6 +258,7 @@ fn service_account_may_not_do_more() {
         "delete machines ns",
         "update clusters ns",
         "patch clusters/status ns",
+        "update machines/status ns",
         // Leases only in the manager's own namespace, never deleted, and
         // only its own Lease read or written (issue 12 item 9).
         "create leases ns",

@@ -81,18 +81,22 @@ impl Lab {
     /// Cluster API's part for one worker: bootstrap Secret, Machine, and
     /// the MaasMachine it owns.
     fn add_worker(&self, name: &str, spec: Value) {
+        self.add_machine(name, false, spec);
+    }
+
+    fn add_machine(&self, name: &str, control_plane: bool, spec: Value) {
         self.apply(&support::capi::bootstrap_secret(
             &self.ns,
             &support::story::bootstrap_secret_name(name),
             CLUSTER,
         ));
-        self.apply(&objects::machine(&self.ns, CLUSTER, name, false));
+        self.apply(&objects::machine(&self.ns, CLUSTER, name, control_plane));
         let machine_uid = self.uid("machines.cluster.x-k8s.io", name);
         self.apply(&objects::owned_maas_machine(
             &self.ns,
             CLUSTER,
             name,
-            false,
+            control_plane,
             &machine_uid,
             spec,
         ));
@@ -123,10 +127,13 @@ impl Lab {
     }
 }
 
-fn start() -> Lab {
+/// A namespace, a simulator with `inventory`, capmaas, and the cluster
+/// `choices` whose MAAS user is `user` (through `identityRef`), or the
+/// controller's admin credentials.
+fn start(inventory: &Value, user: Option<&str>) -> Lab {
     let cp = support::control_plane();
     let ns = cp.new_namespace("choices");
-    let sim = MaasSim::start(Some(&inventory()));
+    let sim = MaasSim::start_with_args(Some(inventory), &["--dns-listen", "127.0.0.1:0"]);
     sim.set_timings(1.0, 0.5);
     let capmaas = Capmaas::start(
         &support::story::capmaas_bin(),
@@ -141,12 +148,15 @@ fn start() -> Lab {
         sim,
         capmaas,
     };
-    // The cluster's MAAS user is the inventory's restricted `operator`.
-    lab.apply(&json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "operator-maas", "namespace": lab.ns},
-        "stringData": {"MAAS_ENDPOINT": lab.sim.url, "MAAS_API_KEY": lab.sim.key_of("operator")},
-    }));
+    let mut spec = json!({"dnsDomain": "k8s.maas"});
+    if let Some(user) = user {
+        lab.apply(&json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "tenant-maas", "namespace": lab.ns},
+            "stringData": {"MAAS_ENDPOINT": lab.sim.url, "MAAS_API_KEY": lab.sim.key_of(user)},
+        }));
+        spec["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"});
+    }
     lab.apply(&json!({
         "apiVersion": CAPI, "kind": "Cluster",
         "metadata": {"name": CLUSTER, "namespace": lab.ns},
@@ -158,7 +168,7 @@ fn start() -> Lab {
         "metadata": {"name": CLUSTER, "namespace": lab.ns, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
                      "ownerReferences": [{"apiVersion": CAPI, "kind": "Cluster", "name": CLUSTER, "uid": cluster_uid,
                                           "controller": true, "blockOwnerDeletion": true}]},
-        "spec": {"dnsDomain": "k8s.maas", "identityRef": {"kind": "Secret", "name": "operator-maas"}},
+        "spec": spec,
     }));
     lab.apply(&support::capi::kubeconfig_secret(cp, &lab.ns, CLUSTER));
     lab.cp.kubectl(&[
@@ -186,7 +196,8 @@ fn worker(extra: Value) -> Value {
 
 #[test]
 fn maas_choices_reach_maas_for_a_restricted_user() {
-    let mut lab = start();
+    // The cluster's MAAS user is the inventory's restricted `operator`.
+    let mut lab = start(&inventory(), Some("operator"));
 
     // The interfaces constraint alone makes MAAS pick worker-6, the most
     // expensive match, over the cheaper worker-2 in the same zone.
@@ -309,4 +320,84 @@ fn maas_choices_reach_maas_for_a_restricted_user() {
             .is_null()
             .then_some(())
     });
+}
+
+/// Control-plane machines with two NICs: eth0 on the PXE network `lab`
+/// (MAAS lists it first) and eth1 on `cluster`, the network the API should
+/// be reached on (the Go provider's #385 published the first PXE address).
+#[test]
+fn multi_nic_control_plane_publishes_the_selected_addresses() {
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["subnets"] = json!([{"cidr": "10.20.0.0/24", "name": "cluster",
+                                   "vlan": {"vid": 20, "fabric": "fabric-cluster"}}]);
+    let mut cluster_ips = std::collections::BTreeSet::new();
+    for (n, machine) in inventory["machines"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        if machine["pool"] == "cp-pool" {
+            let (pxe, cluster) = (
+                format!("10.11.130.{}", 60 + n),
+                format!("10.20.0.{}", 60 + n),
+            );
+            machine["interfaces"] = json!([
+                {"name": "eth0", "links": [{"ip_address": pxe}]},
+                {"name": "eth1", "links": [{"subnet": "cluster", "mode": "static", "ip_address": cluster}]},
+            ]);
+            machine.as_object_mut().unwrap().remove("ip_addresses");
+            cluster_ips.insert(cluster);
+        }
+    }
+    let mut lab = start(&inventory, None);
+    let dns = lab.sim.dns_addr().expect("--dns-listen");
+    let cp_spec = |selector: Value| {
+        json!({"image": IMAGE, "minCPU": 4, "minMemory": 8192, "resourcePool": "cp-pool",
+               "addressSelector": selector})
+    };
+    // By subnet CIDR, and by subnet name and interface together.
+    lab.add_machine("cp-a", true, cp_spec(json!({"subnet": "10.20.0.0/24"})));
+    lab.add_machine(
+        "cp-b",
+        true,
+        cp_spec(json!({"subnet": "cluster", "interface": "eth1"})),
+    );
+    lab.deployed("cp-a");
+    lab.deployed("cp-b");
+
+    let fqdn = support::eventually(60, "the API name", || {
+        let mc = lab.get("maasclusters", CLUSTER)?;
+        mc["status"]["network"]["dnsName"]
+            .as_str()
+            .map(str::to_string)
+    });
+    let resolved = support::eventually(60, "the API name resolving to both machines", || {
+        lab.capmaas.assert_running();
+        let answer = maas_sim::dns::lookup(dns, &fqdn, 1, false).ok()?;
+        let ips: std::collections::BTreeSet<String> = answer
+            .addresses
+            .iter()
+            .map(|(ip, _)| ip.to_string())
+            .collect();
+        (ips.len() == 2).then_some(ips)
+    });
+    assert!(
+        resolved.is_subset(&cluster_ips),
+        "only addresses on the cluster network: {resolved:?}"
+    );
+    for name in ["cp-a", "cp-b"] {
+        let mm = lab.get("maasmachines", name).unwrap();
+        let ips: Vec<&str> = mm["status"]["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["type"] == "InternalIP" || a["type"] == "ExternalIP")
+            .map(|a| a["address"].as_str().unwrap())
+            .collect();
+        assert!(
+            !ips.is_empty() && ips.iter().all(|ip| ip.starts_with("10.20.0.")),
+            "{name}: status.addresses lists only the selected network: {ips:?}"
+        );
+    }
 }

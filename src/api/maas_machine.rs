@@ -151,6 +151,25 @@ pub struct MaasMachineSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub disable_swap: Option<bool>,
+    /// Which of a multi-NIC machine's addresses are its own: they alone go
+    /// into the API server's DNS record (control plane) and
+    /// `status.addresses`. Unset: every address MAAS reports.
+    #[serde(
+        rename = "addressSelector",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub address_selector: Option<AddressSelector>,
+}
+
+/// Addresses by MAAS subnet (CIDR or name) and/or interface name; an
+/// address must match every field given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
 }
 
 /// One machine to allocate, named by MAAS system ID or hostname.

@@ -209,6 +209,7 @@ macro_rules! cached_kinds {
 cached_kinds!(
     super::MaasCluster,
     super::MaasMachine,
+    super::MaasRemediation,
     super::capi::Cluster,
     super::capi::Machine,
 );

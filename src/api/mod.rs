@@ -10,6 +10,8 @@
 //!
 //! - [`MaasCluster`], [`MaasMachine`], [`MaasMachineTemplate`]: field names
 //!   byte-identical to the Go provider.
+//! - [`MaasRemediation`]: Cluster API external remediation (CAPM3's
+//!   Metal3Remediation shape).
 //! - [`capi`]: the fields of Cluster API's `Cluster` and `Machine` we read.
 //! - [`conditions`]: metav1 conditions (`set`, `set_ready_summary`).
 
@@ -17,6 +19,7 @@ pub mod capi;
 pub mod conditions;
 pub mod maas_cluster;
 pub mod maas_machine;
+pub mod maas_remediation;
 pub mod meta;
 
 pub use conditions::{Condition, Desired, Status};
@@ -27,6 +30,7 @@ pub use maas_cluster::{
 pub use maas_machine::{
     MaasMachine, MaasMachineSpec, MaasMachineStatus, MaasMachineTemplate, MachineAddress,
 };
+pub use maas_remediation::{MaasRemediation, MaasRemediationStatus};
 pub use meta::{ObjectMeta, OwnerReference, StringMap};
 
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";

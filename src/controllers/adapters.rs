@@ -14,8 +14,10 @@ use serde_json::{json, Value};
 use super::caches::Caches;
 use super::ports::*;
 use crate::api::capi::{self, Cluster};
-use crate::api::{MaasCluster, MaasMachine};
-use crate::kube::resources::{MAAS_CLUSTERS, MAAS_MACHINES, NODES, SECRETS};
+use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
+use crate::kube::resources::{
+    MAAS_CLUSTERS, MAAS_MACHINES, MAAS_REMEDIATIONS, MACHINES, NODES, SECRETS,
+};
 use crate::kube::{self, Resource};
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
@@ -28,10 +30,14 @@ pub struct Kube {
     pub events: EventRecorder,
 }
 
+/// Who owns the fields capmaas sets by server-side apply.
+const FIELD_MANAGER: &str = "capmaas";
+
 fn resource(kind: Kind) -> &'static Resource {
     match kind {
         Kind::MaasCluster => &MAAS_CLUSTERS,
         Kind::MaasMachine => &MAAS_MACHINES,
+        Kind::MaasRemediation => &MAAS_REMEDIATIONS,
     }
 }
 
@@ -63,6 +69,12 @@ impl KubeApi for Kube {
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.caches
             .maas_machines
+            .get(&ObjectKey::new(namespace, name))
+    }
+
+    fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>> {
+        self.caches
+            .maas_remediations
             .get(&ObjectKey::new(namespace, name))
     }
 
@@ -119,6 +131,23 @@ impl KubeApi for Kube {
         Ok(resource_version(&updated))
     }
 
+    fn apply_machine_condition(
+        &self,
+        namespace: &str,
+        name: &str,
+        condition: &Condition,
+    ) -> Result<(), kube::Error> {
+        let obj = json!({
+            "apiVersion": MACHINES.api_version(),
+            "kind": MACHINES.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"conditions": [condition]}
+        });
+        self.client
+            .apply_status(&MACHINES, Some(namespace), name, FIELD_MANAGER, &obj)
+            .map(|_| ())
+    }
+
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
         let obj = json!({
             "apiVersion": crate::api::API_VERSION,
@@ -170,8 +199,16 @@ impl MaasApi for Maas {
         self.client.release(system_id, req).map(|_| ())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
-        self.client.power_on(system_id).map(|_| ())
+    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.client
+            .power_on_with_comment(system_id, Some(comment))
+            .map(|_| ())
+    }
+
+    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.client
+            .power_off_with_comment(system_id, Some(comment))
+            .map(|_| ())
     }
 
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {

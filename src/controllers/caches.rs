@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
-use crate::api::{MaasCluster, MaasMachine};
+use crate::api::{MaasCluster, MaasMachine, MaasRemediation};
 use crate::runtime::{ObjectKey, Shutdown, Store};
 
 #[derive(Clone, Default)]
@@ -16,10 +16,11 @@ pub struct Caches {
     pub machines: Store<Machine>,
     pub maas_clusters: Store<MaasCluster>,
     pub maas_machines: Store<MaasMachine>,
+    pub maas_remediations: Store<MaasRemediation>,
 }
 
 impl Caches {
-    /// Four empty stores, not yet synced.
+    /// Empty stores, not yet synced.
     pub fn new() -> Caches {
         Caches::default()
     }
@@ -27,11 +28,14 @@ impl Caches {
     /// Blocks until every store has been listed once; false if `shutdown`
     /// fired first.
     pub fn wait_until_synced(&self, shutdown: &Shutdown) -> bool {
-        let stores: [(&str, &dyn Fn(Duration) -> bool); 4] = [
+        let stores: [(&str, &dyn Fn(Duration) -> bool); 5] = [
             ("clusters", &|t| self.clusters.wait_until_synced(t)),
             ("machines", &|t| self.machines.wait_until_synced(t)),
             ("maasclusters", &|t| self.maas_clusters.wait_until_synced(t)),
             ("maasmachines", &|t| self.maas_machines.wait_until_synced(t)),
+            ("maasremediations", &|t| {
+                self.maas_remediations.wait_until_synced(t)
+            }),
         ];
         for (name, wait_until_synced) in stores {
             while !wait_until_synced(Duration::from_secs(1)) {

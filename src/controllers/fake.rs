@@ -19,7 +19,7 @@ use super::maas_view::{MaasView, WatchView};
 use super::ports::*;
 use super::{Context, Options};
 use crate::api::capi::{self, Cluster};
-use crate::api::{MaasCluster, MaasMachine};
+use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas;
 use crate::maas::watch::{ListedMachine, Lookup};
@@ -193,6 +193,9 @@ impl KubeApi for FakeKube {
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>> {
         self.read(Kind::MaasMachine.as_str(), namespace, name)
     }
+    fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>> {
+        self.read(Kind::MaasRemediation.as_str(), namespace, name)
+    }
     fn maas_clusters(&self) -> Vec<Arc<MaasCluster>> {
         lock(&self.objects)
             .iter()
@@ -242,6 +245,31 @@ impl KubeApi for FakeKube {
         patch: &Value,
     ) -> Result<String, kube::Error> {
         self.apply(kind, namespace, name, patch, true)
+    }
+    /// Server-side apply of one entry of a list-map keyed by type.
+    fn apply_machine_condition(
+        &self,
+        namespace: &str,
+        name: &str,
+        condition: &Condition,
+    ) -> Result<(), kube::Error> {
+        let key = (MACHINE, namespace.to_string(), name.to_string());
+        let mut objects = lock(&self.objects);
+        let Some(machine) = objects.get_mut(&key) else {
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH machines/{name}/status"),
+                message: format!("machines {name:?} not found"),
+            });
+        };
+        let entry = serde_json::to_value(condition).unwrap();
+        let mut conditions: Vec<Value> = machine["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != entry["type"]);
+        conditions.push(entry);
+        machine["status"]["conditions"] = Value::Array(conditions);
+        Ok(())
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
         lock(&self.events).push((target.name.clone(), type_, reason.into(), message.into()));
@@ -529,6 +557,16 @@ impl MaasApi for FakeMaas {
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("power_on"))?;
         host.power_state = PowerState::On;
+        Ok(())
+    }
+
+    fn power_off(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
+        self.call("power_off", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("power_off"))?;
+        host.power_state = PowerState::Off;
         Ok(())
     }
 
@@ -920,6 +958,19 @@ impl World {
         }));
     }
 
+    /// Like [`World::cluster`], with its own MAAS: a fake with `machines`
+    /// Ready machines behind the identity Secret `tenant-maas` its
+    /// MaasCluster's `spec.identityRef` names.
+    pub fn cluster_with_own_maas(&self, ns: &str, name: &str, machines: usize) -> Arc<FakeMaas> {
+        let maas = Arc::new(FakeMaas::with_machines(machines));
+        lock(&self.clients.tenants).insert((ns.into(), "tenant-maas".into()), maas.clone());
+        self.cluster(ns, name);
+        self.edit(Kind::MaasCluster.as_str(), ns, name, |v| {
+            v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"})
+        });
+        maas
+    }
+
     /// A Machine + MaasMachine pair with a bootstrap Secret.
     pub fn machine(&self, ns: &str, cluster: &str, name: &str, control_plane: bool) {
         let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
@@ -982,5 +1033,7 @@ impl World {
 }
 
 pub const MAAS_MACHINE: &str = "MaasMachine";
+pub const MAAS_REMEDIATION: &str = "MaasRemediation";
+pub const CAPI_MACHINE: &str = MACHINE;
 pub const MAAS_CLUSTER: &str = "MaasCluster";
 pub const CAPI_CLUSTER: &str = CLUSTER;

@@ -3,11 +3,13 @@
 //! stops and joins every one of them before it returns.
 //!
 //! ```text
-//! Caches (4 typed stores) ◄── informers (Cluster, Machine, MaasCluster, MaasMachine)
-//!                                 └─► mappers ─► two work queues
-//! leader election ─► LeaderGate ─► worker pools (maascluster, maasmachine) ─► reconcilers
+//! Caches (5 typed stores) ◄── informers (Cluster, Machine, MaasCluster, MaasMachine,
+//!                                 │        MaasRemediation)
+//!                                 └─► mappers ─► three work queues
+//! leader election ─► LeaderGate ─► worker pools (maascluster, maasmachine,
+//!                                   maasremediation) ─► reconcilers
 //!                       └─► /readyz (serve reads the gate at each probe)
-//! api poller thread ─► maascluster queue     resync threads ─► both queues
+//! api poller thread ─► maascluster queue     resync threads ─► every queue
 //! MAAS watch thread (maas_watch::Router) ─► maasmachine queue, Events; orphan report
 //! ```
 //!
@@ -47,7 +49,7 @@ use super::credentials::Credentials;
 use super::maas_watch::{self, Router};
 use super::mappers::{self, Keys};
 use super::ports::{KubeApi, SystemClock};
-use super::{cluster, machine, Context, Options};
+use super::{cluster, machine, remediation, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
 use crate::kube::{self, resources};
 use crate::maas::watch::{MaasWatch, WatchConfig};
@@ -69,6 +71,9 @@ const EVENTS_FLUSH: Duration = Duration::from_secs(2);
 const THREADS_STOP: Duration = PROBES_STOP.saturating_add(Duration::from_secs(2));
 /// Deadline of each request to a workload cluster's API server.
 const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// MaasRemediation workers: remediations are rare and each reconcile is one
+/// or two MAAS calls.
+const REMEDIATION_WORKERS: usize = 2;
 
 /// What the operator was told to do (from flags and the environment; see
 /// `main.rs` for the defaults).
@@ -166,6 +171,7 @@ fn start_and_wait(
     running.events = Some(events.clone());
     let cluster_queue = running.add_queue("maascluster");
     let machine_queue = running.add_queue("maasmachine");
+    let remediation_queue = running.add_queue("maasremediation");
 
     // The stores first: informers fill them, mappers and reconcilers read
     // them, so every event can be mapped from the first one on.
@@ -176,6 +182,7 @@ fn start_and_wait(
         shutdown: &shutdown,
         maas_clusters: &cluster_queue,
         maas_machines: &machine_queue,
+        maas_remediations: &remediation_queue,
     };
     let informers = [
         watches.start(resources::CLUSTERS, &caches.clusters, {
@@ -191,6 +198,11 @@ fn start_and_wait(
             let caches = caches.clone();
             move |e| mappers::on_maas_machine(e, &caches)
         }),
+        watches.start(
+            resources::MAAS_REMEDIATIONS,
+            &caches.maas_remediations,
+            mappers::on_maas_remediation,
+        ),
     ];
     for informer in informers {
         running.informers.push(informer?);
@@ -270,11 +282,19 @@ fn start_and_wait(
         move |key: &ObjectKey| cluster::reconcile(&c, &key.namespace, &key.name),
         gate.clone(),
     ));
+    let c = ctx.clone();
     running.workers.extend(runtime::run_workers(
         "maasmachine",
         machine_queue.clone(),
         config.maasmachine_concurrency,
-        move |key: &ObjectKey| machine::reconcile(&ctx, &key.namespace, &key.name),
+        move |key: &ObjectKey| machine::reconcile(&c, &key.namespace, &key.name),
+        gate.clone(),
+    ));
+    running.workers.extend(runtime::run_workers(
+        "maasremediation",
+        remediation_queue.clone(),
+        REMEDIATION_WORKERS,
+        move |key: &ObjectKey| remediation::reconcile(&ctx, &key.namespace, &key.name),
         gate.clone(),
     ));
     for resync in [
@@ -287,6 +307,12 @@ fn start_and_wait(
         runtime::spawn_resync(
             caches.maas_machines.clone(),
             machine_queue,
+            config.sync_period,
+            shutdown.clone(),
+        ),
+        runtime::spawn_resync(
+            caches.maas_remediations.clone(),
+            remediation_queue,
             config.sync_period,
             shutdown.clone(),
         ),
@@ -396,13 +422,14 @@ fn check_maas_at_start(
     }
 }
 
-/// What every informer is started with: the mappers feed two queues.
+/// What every informer is started with: the mappers feed three queues.
 struct Watches<'a> {
     kube: &'a kube::Client,
     config: &'a Config,
     shutdown: &'a Shutdown,
     maas_clusters: &'a WorkQueue,
     maas_machines: &'a WorkQueue,
+    maas_remediations: &'a WorkQueue,
 }
 
 impl Watches<'_> {
@@ -420,6 +447,7 @@ impl Watches<'_> {
             informer = informer.label_selector(format!("{WATCH_FILTER_LABEL}={filter}"));
         }
         let (clusters, machines) = (self.maas_clusters.clone(), self.maas_machines.clone());
+        let remediations = self.maas_remediations.clone();
         let handler = move |event: &Event<T>| {
             let keys = map(event);
             for key in keys.maas_clusters {
@@ -427,6 +455,9 @@ impl Watches<'_> {
             }
             for key in keys.maas_machines {
                 machines.add(key);
+            }
+            for key in keys.maas_remediations {
+                remediations.add(key);
             }
         };
         let shutdown = self.shutdown.clone();

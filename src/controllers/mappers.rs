@@ -15,7 +15,9 @@ use std::sync::Arc;
 use super::caches::Caches;
 use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
 use crate::api::maas_cluster::{self, Network};
-use crate::api::{maas_machine, Condition, MaasCluster, MaasMachine, MachineAddress, ObjectMeta};
+use crate::api::{
+    maas_machine, Condition, MaasCluster, MaasMachine, MaasRemediation, MachineAddress, ObjectMeta,
+};
 use crate::runtime::{Event, ObjectKey};
 
 /// What to enqueue for one event.
@@ -23,6 +25,7 @@ use crate::runtime::{Event, ObjectKey};
 pub struct Keys {
     pub maas_clusters: Vec<ObjectKey>,
     pub maas_machines: Vec<ObjectKey>,
+    pub maas_remediations: Vec<ObjectKey>,
 }
 
 /// Has anything but `status` (and bookkeeping) changed? Spec changes bump
@@ -199,6 +202,20 @@ pub fn on_machine(event: &Event<Machine>) -> Keys {
     keys
 }
 
+/// MaasRemediation: itself when created, deleted, or its spec or metadata
+/// changed (a deletion pending); our own status writes are not events.
+pub fn on_maas_remediation(event: &Event<MaasRemediation>) -> Keys {
+    let relevant = match event {
+        Event::Added(_) | Event::Deleted(_) => true,
+        Event::Modified { old, new } => spec_or_meta_changed(&old.metadata, &new.metadata),
+    };
+    let mut keys = Keys::default();
+    if relevant {
+        keys.maas_remediations.extend(event.object().metadata.key());
+    }
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use serde::de::DeserializeOwned;
@@ -270,6 +287,25 @@ mod tests {
             machine(2, "Provisioning"),
         ));
         assert_eq!(keys.maas_machines, vec![ObjectKey::new("ns", "mm1")]);
+    }
+
+    #[test]
+    fn a_remediation_is_queued_on_creation_and_deletion_not_on_its_status() {
+        let r = |rv: &str, deleting: bool, phase: &str| {
+            let mut v = json!({"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": rv, "generation": 1},
+                               "status": {"phase": phase}});
+            if deleting {
+                v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            v
+        };
+        let own = vec![ObjectKey::new("ns", "m1")];
+        let added = on_maas_remediation(&Event::Added(typed(r("1", false, ""))));
+        assert_eq!(added.maas_remediations, own);
+        let status_only = modified(r("1", false, ""), r("2", false, "Running"));
+        assert_eq!(on_maas_remediation(&status_only), Keys::default());
+        let deleting = modified(r("2", false, "Running"), r("3", true, "Running"));
+        assert_eq!(on_maas_remediation(&deleting).maas_remediations, own);
     }
 
     #[test]

@@ -13,8 +13,8 @@
 //! ```
 //!
 //! - [`manager`]: starts and stops everything (informers into [`caches`],
-//!   [`mappers`] onto two queues, workers, leader election, api poller).
-//! - `reconciling`: the scaffold both reconcilers share (conditions, events,
+//!   [`mappers`] onto three queues, workers, leader election, api poller).
+//! - `reconciling`: the scaffold the reconcilers share (conditions, events,
 //!   finalizer, guarded patches, the one status write at the end).
 //!
 //! Each reconcile reads its object from the caches, walks the steps of its
@@ -31,6 +31,9 @@
 //!   allocate (crash-safe, marked with `agent_name`) → check the image →
 //!   deploy → observe MAAS (power on, conditions, DNS attachment, Node
 //!   providerID). Delete: leave DNS, release, drop the finalizer.
+//! - MaasRemediation ([`remediation`], created by a MachineHealthCheck):
+//!   power-cycle the MAAS machine up to `retryLimit` times, then hand the
+//!   Machine back to its owner (`OwnerRemediated=False`) for replacement.
 //!
 //! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
 //! them to the real `kube`/`maas` clients and the caches; [`maas_view`]
@@ -56,6 +59,7 @@ pub mod manager;
 pub mod mappers;
 pub mod ports;
 mod reconciling;
+pub mod remediation;
 
 use std::sync::Arc;
 

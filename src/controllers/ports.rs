@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::credentials::CredentialsError;
 use crate::api::capi::{self, Cluster};
-use crate::api::{IdentityRef, MaasCluster, MaasMachine};
+use crate::api::{Condition, IdentityRef, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas::watch::Lookup;
 use crate::maas::{
@@ -43,6 +43,8 @@ pub trait MaasApi: Send + Sync {
     fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error>;
     fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error>;
     fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
+    /// Hard power-off; the machine stays Deployed (remediation's power cycle).
+    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
     fn zones(&self) -> Result<Vec<String>, maas::Error>;
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;
@@ -101,6 +103,7 @@ pub trait MaasClients: Send + Sync {
 pub enum Kind {
     MaasCluster,
     MaasMachine,
+    MaasRemediation,
 }
 
 impl Kind {
@@ -108,6 +111,7 @@ impl Kind {
         match self {
             Kind::MaasCluster => crate::api::maas_cluster::KIND,
             Kind::MaasMachine => crate::api::maas_machine::KIND,
+            Kind::MaasRemediation => crate::api::maas_remediation::KIND,
         }
     }
 }
@@ -135,6 +139,7 @@ pub trait KubeApi: Send + Sync {
     /// Every MaasCluster this controller watches.
     fn maas_clusters(&self) -> Vec<Arc<MaasCluster>>;
     fn maas_machine(&self, namespace: &str, name: &str) -> Option<Arc<MaasMachine>>;
+    fn maas_remediation(&self, namespace: &str, name: &str) -> Option<Arc<MaasRemediation>>;
     /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`,
     /// by name.
     fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>>;
@@ -166,6 +171,16 @@ pub trait KubeApi: Send + Sync {
         name: &str,
         patch: &Value,
     ) -> Result<String, kube::Error>;
+
+    /// Sets one condition in a Cluster API Machine's `status.conditions`
+    /// (server-side apply: that list is a map keyed by type, so the other
+    /// conditions stay as they are, and nothing is read first).
+    fn apply_machine_condition(
+        &self,
+        namespace: &str,
+        name: &str,
+        condition: &Condition,
+    ) -> Result<(), kube::Error>;
 
     /// Records a core/v1 Event; failures are logged, never returned.
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str);

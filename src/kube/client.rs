@@ -49,6 +49,8 @@ fn first_sighting(seen: &mut BTreeSet<String>, text: &str) -> bool {
 
 const JSON: &str = "application/json";
 const MERGE_PATCH: &str = "application/merge-patch+json";
+/// Server-side apply; JSON is YAML.
+const APPLY_PATCH: &str = "application/apply-patch+yaml";
 #[cfg(any(test, feature = "test-api"))]
 const JSON_PATCH: &str = "application/json-patch+json";
 
@@ -502,6 +504,32 @@ impl Client {
             path,
             Vec::new(),
             Some((MERGE_PATCH, to_bytes(patch)?)),
+        )
+    }
+
+    /// Server-side apply on the `status` subresource as `field_manager`,
+    /// taking over fields other managers set (`force`). `obj` carries
+    /// `apiVersion`, `kind`, `metadata.name` and only the fields to own: in
+    /// a list-type map (e.g. Cluster API's `status.conditions`, keyed by
+    /// type) only the entries sent are set, the others stay.
+    pub fn apply_status(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        field_manager: &str,
+        obj: &Value,
+    ) -> Result<Value, Error> {
+        let path = object_path(r, ns, name, Some("status"))?;
+        let query = vec![
+            ("fieldManager", field_manager.to_string()),
+            ("force", "true".to_string()),
+        ];
+        self.json(
+            Method::PATCH,
+            path,
+            query,
+            Some((APPLY_PATCH, to_bytes(obj)?)),
         )
     }
 
@@ -1118,7 +1146,7 @@ mod tests {
     #[test]
     fn writes_send_the_patch_content_types_and_bearer_token() {
         let ok = || (200, "", "{}".to_string());
-        let (url, server) = serve(vec![ok(), ok(), ok(), ok()]);
+        let (url, server) = serve(vec![ok(), ok(), ok(), ok(), ok()]);
         let client =
             Client::new(Config::new(&url, None).unwrap().with_bearer_token("tkn")).unwrap();
         let patch = serde_json::json!({});
@@ -1133,6 +1161,9 @@ mod tests {
             .unwrap();
         client
             .delete(&CONFIG_MAPS, Some("ns"), "x", Some(Propagation::Foreground))
+            .unwrap();
+        client
+            .apply_status(&CONFIG_MAPS, Some("ns"), "x", "capmaas", &patch)
             .unwrap();
         let heads = server.join().unwrap();
         let has = |i: usize, needle: &str| {
@@ -1152,6 +1183,11 @@ mod tests {
             3,
             "DELETE /api/v1/namespaces/ns/configmaps/x?propagationPolicy=Foreground HTTP/1.1"
         ));
+        assert!(has(
+            4,
+            "PATCH /api/v1/namespaces/ns/configmaps/x/status?fieldManager=capmaas&force=true HTTP/1.1"
+        ));
+        assert!(has(4, "content-type: application/apply-patch+yaml"));
     }
 
     #[test]

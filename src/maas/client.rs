@@ -530,13 +530,25 @@ impl Client {
         self.machine_op("power_on", system_id, form, Repeat::Safe)
     }
 
-    /// Powers a machine off. MAAS answers `null` for power types it cannot
-    /// stop (`manual`); we then read the machine back. Only the tests use
-    /// it (feature `test-api`).
-    #[cfg(any(test, feature = "test-api"))]
+    /// Powers a machine off (hard; a Deployed machine stays Deployed).
+    /// MAAS answers `null` for power types it cannot stop (`manual`); we
+    /// then read the machine back.
     pub fn power_off(&self, system_id: &str) -> Result<Machine, Error> {
+        self.power_off_with_comment(system_id, None)
+    }
+
+    /// [`Client::power_off`] with a comment MAAS records in the machine's
+    /// event log (who asked, and why).
+    pub fn power_off_with_comment(
+        &self,
+        system_id: &str,
+        comment: Option<&str>,
+    ) -> Result<Machine, Error> {
+        let form = comment
+            .map(|c| vec![("comment", c.to_owned())])
+            .unwrap_or_default();
         let answer: Option<Machine> =
-            self.machine_op("power_off", system_id, vec![], Repeat::Safe)?;
+            self.machine_op("power_off", system_id, form, Repeat::Safe)?;
         match answer {
             Some(machine) => Ok(machine),
             None => self.machine(system_id),

@@ -21,7 +21,8 @@
 //! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once
 //! client.release(system_id, &ReleaseRequest) -> Result<Machine, Error>
 //! client.power_on(system_id) -> Result<Machine, Error>
-//! client.power_off(system_id) -> Result<Machine, Error>                (feature test-api)
+//! client.power_off(system_id) -> Result<Machine, Error>
+//! client.power_off_with_comment(system_id, Some(comment)) -> Result<Machine, Error>
 //! client.power_on_with_comment(system_id, Some(comment)) -> Result<Machine, Error>
 //! client.query_power_state(system_id) -> Result<PowerState, Error>     (feature test-api)
 //! client.update_machine(system_id, &[("swap_size", "0")]) -> Result<Machine, Error>

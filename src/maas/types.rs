@@ -222,6 +222,15 @@ pub struct Interface {
     pub children: Vec<String>,
 }
 
+/// One address of a machine: on which interface, in which subnet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterfaceAddress {
+    pub interface: String,
+    pub ip: String,
+    pub subnet_cidr: String,
+    pub subnet_name: String,
+}
+
 /// A MAAS machine (the fields a Cluster API provider reads).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Machine {
@@ -254,6 +263,10 @@ pub struct Machine {
     pub owner_data: BTreeMap<String, String>,
     pub tag_names: Vec<String>,
     pub boot_interface: Option<Interface>,
+    /// Every address MAAS links to one of the machine's interfaces, with
+    /// the interface and subnet it is on (`interface_set[].links[]`): which
+    /// address is the machine's is a choice on multi-NIC machines.
+    pub addresses: Vec<InterfaceAddress>,
     /// The VM host's system_id for LXD/virsh guests.
     pub parent: Option<String>,
     pub locked: bool,
@@ -267,6 +280,31 @@ impl Default for MachineStatus {
 }
 
 /// The wire shape, lenient; converted into [`Machine`].
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawInterface {
+    #[serde(deserialize_with = "null_as_default")]
+    name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    links: Vec<RawLink>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawLink {
+    ip_address: Option<String>,
+    subnet: Option<RawSubnet>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawSubnet {
+    #[serde(deserialize_with = "null_as_default")]
+    name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    cidr: String,
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawMachine {
@@ -316,6 +354,8 @@ struct RawMachine {
     #[serde(deserialize_with = "null_as_default")]
     tag_names: Vec<String>,
     boot_interface: Option<Interface>,
+    #[serde(deserialize_with = "null_as_default")]
+    interface_set: Vec<RawInterface>,
     parent: Option<Value>,
     #[serde(deserialize_with = "null_as_default")]
     locked: bool,
@@ -373,6 +413,23 @@ impl<'de> Deserialize<'de> for Machine {
             owner_data,
             tag_names: raw.tag_names,
             boot_interface: raw.boot_interface,
+            addresses: raw
+                .interface_set
+                .into_iter()
+                .flat_map(|iface| {
+                    let interface = iface.name;
+                    iface.links.into_iter().filter_map(move |link| {
+                        let ip = link.ip_address.filter(|ip| !ip.is_empty())?;
+                        let subnet = link.subnet.unwrap_or_default();
+                        Some(InterfaceAddress {
+                            interface: interface.clone(),
+                            ip,
+                            subnet_cidr: subnet.cidr,
+                            subnet_name: subnet.name,
+                        })
+                    })
+                })
+                .collect(),
             parent,
             locked: raw.locked,
             description: raw.description,
@@ -1099,6 +1156,39 @@ mod tests {
                 ),
             ],
             "the storage constraint replaces minDiskSize's root size"
+        );
+    }
+
+    #[test]
+    fn machine_addresses_carry_their_interface_and_subnet() {
+        let machine: Machine = serde_json::from_value(serde_json::json!({
+            "system_id": "abc", "ip_addresses": ["10.11.130.5", "10.20.0.5"],
+            "interface_set": [
+                {"name": "eth0", "links": [{"mode": "auto", "ip_address": "10.11.130.5",
+                                            "subnet": {"name": "pxe", "cidr": "10.11.130.0/24"}}]},
+                {"name": "eth1", "links": [{"mode": "static", "ip_address": "10.20.0.5",
+                                            "subnet": {"name": "cluster", "cidr": "10.20.0.0/24"}},
+                                           {"mode": "link_up", "subnet": null}]},
+                {"name": "eth2", "links": null},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(
+            machine.addresses,
+            vec![
+                InterfaceAddress {
+                    interface: "eth0".into(),
+                    ip: "10.11.130.5".into(),
+                    subnet_cidr: "10.11.130.0/24".into(),
+                    subnet_name: "pxe".into(),
+                },
+                InterfaceAddress {
+                    interface: "eth1".into(),
+                    ip: "10.20.0.5".into(),
+                    subnet_cidr: "10.20.0.0/24".into(),
+                    subnet_name: "cluster".into(),
+                },
+            ]
         );
     }
 }

@@ -9,9 +9,14 @@
 //! ```ignore
 //! let sim = WorkloadSim::start(cp, &maas_sim, dir);
 //! sim.booted()?; // what is booted now, from its GET /state
+//! sim.set_node_ready("worker-3", "False", true); // a sick kubelet a reboot heals
 //! ```
+//!
+//! A Deployed machine that MAAS powers off (a power cycle) stops its
+//! kubelet: its Node goes Ready=Unknown until MAAS powers it on again.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -38,6 +43,9 @@ pub struct Booted {
     /// `IP:6443` of its API server (control-plane machines).
     #[serde(default)]
     pub api_server: String,
+    /// MAAS powered it off while Deployed: its kubelet is stopped.
+    #[serde(default)]
+    pub down: bool,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +105,34 @@ impl WorkloadSim {
 
     pub fn assert_running(&mut self) {
         self.process.assert_running();
+    }
+
+    /// Sets the Node's Ready condition now (`"False"`: a kubelet reporting
+    /// NotReady, `"Unknown"`: one that stopped posting, `"True"`: healthy
+    /// again). Unless `reboot_heals`, the Node comes back with the same
+    /// condition after MAAS power-cycles the machine; a release clears it.
+    pub fn set_node_ready(&self, hostname: &str, ready: &str, reboot_heals: bool) {
+        let body =
+            serde_json::json!({"hostname": hostname, "ready": ready, "rebootHeals": reboot_heals})
+                .to_string();
+        let mut stream = TcpStream::connect_timeout(&self.status_addr, Duration::from_secs(2))
+            .expect("connecting to workload-sim");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "POST /health HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.status_addr,
+            body.len()
+        )
+        .expect("writing to workload-sim");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(
+            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+            "POST /health {body}: {response}"
+        );
     }
 
     /// The machines booted now, by hostname.

@@ -2,8 +2,6 @@
 //! branch of "is this MAAS machine this object's?", on each path that acts
 //! on a machine (find, deploy, power, release), and per-cluster credentials.
 
-use std::sync::Arc;
-
 use serde_json::json;
 
 use crate::api::conditions;
@@ -287,16 +285,7 @@ fn a_go_provider_machine_is_refused_until_adopted() {
 #[test]
 fn each_cluster_uses_its_own_credentials() {
     let w = World::new(0);
-    let tenant = Arc::new(FakeMaas::with_machines(2));
-    w.clients
-        .tenants
-        .lock()
-        .unwrap()
-        .insert((NS.into(), "tenant-maas".into()), tenant.clone());
-    w.cluster(NS, "c1");
-    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
-        v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"})
-    });
+    let tenant = w.cluster_with_own_maas(NS, "c1", 2);
     w.machine(NS, "c1", "m1", false);
     reconcile(&w, NS, "m1").unwrap();
     assert_eq!(tenant.allocated().len(), 1, "from the tenant's MAAS");

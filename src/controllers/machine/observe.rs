@@ -10,10 +10,10 @@
 use std::time::Duration;
 
 use super::{dns, next_look, node, poll_interval, MachineReconciling, Owners};
-use crate::api::maas_machine as mm_api;
+use crate::api::maas_machine::{self as mm_api, AddressSelector};
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
-use crate::controllers::Error;
+use crate::controllers::{remediation, Error};
 use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
 
@@ -31,6 +31,8 @@ pub(super) fn observe(
     record_host(r, host);
     let powered = host.power_state == PowerState::On;
     let provisioned = r.object.is_provisioned();
+    // A MaasRemediation powered it off on purpose and powers it on again.
+    let remediating = remediation::power_cycle_in_progress(r.ctx, &r.object);
 
     let mut next = match (&host.status, powered) {
         (MachineStatus::Deployed, true) => {
@@ -45,6 +47,15 @@ pub(super) fn observe(
             r.status.failure_reason = None;
             r.status.failure_message = None;
             Action::Done
+        }
+        (MachineStatus::Deployed, false) if remediating.is_some() => {
+            let message = remediating.unwrap_or_default();
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                mm_api::MACHINE_POWERED_OFF,
+                message,
+            ));
+            Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deployed, false) => power_on(r, host)?,
         (MachineStatus::Deploying, powered) => {
@@ -134,7 +145,7 @@ pub(super) fn observe(
             MachineStatus::Deploying | MachineStatus::Deployed
         );
     if r.facts.is_control_plane {
-        let ips = host.ip_addresses.clone();
+        let ips = own_ips(r.object.spec.address_selector.as_ref(), host);
         if let Some(dns_next) =
             dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, running)?
         {
@@ -161,12 +172,41 @@ pub(super) fn record_host(r: &mut MachineReconciling, host: &maas::Machine) {
     r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
     r.status.machine_powered = host.power_state == PowerState::On;
     r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
-    r.status.addresses = addresses(host);
+    r.status.addresses = addresses(
+        host,
+        &own_ips(r.object.spec.address_selector.as_ref(), host),
+    );
 }
 
-/// Every IP as ExternalIP and InternalIP, the FQDN as ExternalDNS and
+/// The machine's own IPs: those `spec.addressSelector` picks (on a
+/// multi-NIC machine MAAS lists the PXE network's first, which is rarely
+/// the one the cluster should use), else every IP MAAS reports.
+pub(super) fn own_ips(selector: Option<&AddressSelector>, host: &maas::Machine) -> Vec<String> {
+    let Some(selector) = selector else {
+        return host.ip_addresses.clone();
+    };
+    let mut ips: Vec<String> = host
+        .addresses
+        .iter()
+        .filter(|a| {
+            selector
+                .subnet
+                .as_ref()
+                .is_none_or(|s| *s == a.subnet_cidr || *s == a.subnet_name)
+                && selector
+                    .interface
+                    .as_ref()
+                    .is_none_or(|i| *i == a.interface)
+        })
+        .map(|a| a.ip.clone())
+        .collect();
+    ips.dedup();
+    ips
+}
+
+/// Each own IP as ExternalIP and InternalIP, the FQDN as ExternalDNS and
 /// InternalDNS (as the Go provider reports them).
-fn addresses(host: &maas::Machine) -> Vec<MachineAddress> {
+fn addresses(host: &maas::Machine, ips: &[String]) -> Vec<MachineAddress> {
     let mut out = Vec::new();
     let entry = |type_: &str, address: &str| MachineAddress {
         type_: type_.into(),
@@ -176,7 +216,7 @@ fn addresses(host: &maas::Machine) -> Vec<MachineAddress> {
         out.push(entry("ExternalDNS", &host.fqdn));
         out.push(entry("InternalDNS", &host.fqdn));
     }
-    for ip in host.ip_addresses.iter().filter(|ip| !ip.is_empty()) {
+    for ip in ips.iter().filter(|ip| !ip.is_empty()) {
         out.push(entry("ExternalIP", ip));
         out.push(entry("InternalIP", ip));
     }

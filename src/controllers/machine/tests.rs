@@ -1329,3 +1329,44 @@ fn a_refused_swap_edit_waits_for_the_next_try_before_deploying() {
     reconcile(&w, "m1").unwrap();
     assert_eq!(w.maas.deploys.lock().unwrap().len(), 1);
 }
+
+#[test]
+fn the_address_selector_picks_the_machines_own_addresses() {
+    use crate::api::maas_machine::AddressSelector;
+    use crate::maas::InterfaceAddress;
+    let on = |interface: &str, ip: &str, cidr: &str, name: &str| InterfaceAddress {
+        interface: interface.into(),
+        ip: ip.into(),
+        subnet_cidr: cidr.into(),
+        subnet_name: name.into(),
+    };
+    let host = crate::maas::Machine {
+        ip_addresses: vec!["10.11.130.5".into(), "10.20.0.5".into(), "10.30.0.5".into()],
+        addresses: vec![
+            on("eth0", "10.11.130.5", "10.11.130.0/24", "pxe"),
+            on("eth1", "10.20.0.5", "10.20.0.0/24", "cluster"),
+            on("bond0", "10.30.0.5", "10.30.0.0/24", "storage"),
+        ],
+        ..crate::maas::Machine::default()
+    };
+    let select = |subnet: Option<&str>, interface: Option<&str>| {
+        let selector = AddressSelector {
+            subnet: subnet.map(str::to_string),
+            interface: interface.map(str::to_string),
+        };
+        super::observe::own_ips(Some(&selector), &host)
+    };
+    assert_eq!(
+        super::observe::own_ips(None, &host),
+        host.ip_addresses,
+        "no selector: every address, as MAAS lists them"
+    );
+    assert_eq!(select(Some("10.20.0.0/24"), None), ["10.20.0.5"]);
+    assert_eq!(select(Some("storage"), None), ["10.30.0.5"]);
+    assert_eq!(select(None, Some("eth0")), ["10.11.130.5"]);
+    assert_eq!(select(Some("cluster"), Some("eth1")), ["10.20.0.5"]);
+    assert!(
+        select(Some("cluster"), Some("eth0")).is_empty(),
+        "every field must match"
+    );
+}

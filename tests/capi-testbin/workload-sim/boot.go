@@ -34,6 +34,7 @@ type machine struct {
 	server   *workloadServer
 	api      *apiListener // control-plane machines only
 	bootedAt time.Time
+	down     bool // powered off by MAAS while Deployed; guarded by simulator.mu
 }
 
 func (m *machine) state() stateMachine {
@@ -50,6 +51,7 @@ func (m *machine) state() stateMachine {
 	if m.api != nil {
 		out.APIServer = m.api.address
 	}
+	out.Down = m.down
 	return out
 }
 
@@ -130,6 +132,8 @@ func (s *simulator) powerOff(ctx context.Context, m *machine) {
 	}
 	s.mu.Lock()
 	delete(s.booted, m.maas.SystemID)
+	// A new deployment is a fresh operating system: no fault survives it.
+	delete(s.faults, m.maas.SystemID)
 	s.mu.Unlock()
 	s.log.Info("machine powered off", "hostname", m.maas.Hostname, "ip", m.ip, "cluster", m.owner.clusterKey())
 }

@@ -22,6 +22,11 @@
 // apiListener.close for why open ones stay), and its Node and static pods
 // disappear from the workload cluster.
 //
+// A Deployed machine whose MAAS power_state turns "off" (a power cycle)
+// stops its kubelet (the Node goes Ready=Unknown, its API server refuses
+// connections) and starts it again when MAAS reports it on; see health.go
+// for the Node faults the tests inject with POST /health.
+//
 // The workload clusters are the in-memory ones of
 // sigs.k8s.io/cluster-api/test/infrastructure/inmemory: one resource group
 // per Cluster, served by that package's API server and etcd handlers (the
@@ -30,7 +35,8 @@
 // its own address only, while here each machine answers on its IP:6443 and
 // clients reach the cluster through its DNS name.
 //
-// GET /state on --status-addr lists the booted machines as JSON.
+// GET /state on --status-addr lists the booted machines as JSON; POST
+// /health sets a Node's Ready condition (health.go).
 package main
 
 import (
@@ -95,6 +101,7 @@ func main() {
 	fmt.Printf("GET http://%s/state lists the booted machines\n", listener.Addr())
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /state", sim.serveState)
+	mux.HandleFunc("POST /health", sim.serveHealth)
 	status := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = status.Serve(listener) }()
 
@@ -126,6 +133,8 @@ type simulator struct {
 	// Machines seen Deployed that could not boot yet, with the reason
 	// (logged once per reason).
 	waiting map[string]string
+	// Node faults set through POST /health, by MAAS system_id.
+	faults map[string]fault
 }
 
 func newSimulator(ctx context.Context, log logr.Logger, maasURL string, apiPort int) (*simulator, error) {
@@ -169,6 +178,7 @@ func newSimulator(ctx context.Context, log logr.Logger, maasURL string, apiPort 
 		booted:   map[string]*machine{},
 		clusters: map[string]*workloadServer{},
 		waiting:  map[string]string{},
+		faults:   map[string]fault{},
 	}, nil
 }
 
@@ -187,13 +197,19 @@ func (s *simulator) step(ctx context.Context) {
 		}
 	}
 	for id, m := range s.bootedMachines() {
-		if _, ok := deployed[id]; !ok {
+		mm, ok := deployed[id]
+		switch {
+		case !ok:
 			s.powerOff(ctx, m)
+		case mm.PowerState == "off" && !s.isDown(id):
+			s.stopKubelet(ctx, m)
+		case mm.PowerState == "on" && s.isDown(id):
+			s.startKubelet(ctx, m)
 		}
 	}
 	var toBoot []maasMachine
 	for id, m := range deployed {
-		if !s.isBooted(id) {
+		if !s.isBooted(id) && m.PowerState != "off" {
 			toBoot = append(toBoot, m)
 		}
 	}
@@ -262,6 +278,8 @@ type stateMachine struct {
 	ControlPlane bool      `json:"controlPlane"`
 	APIServer    string    `json:"apiServer,omitempty"`
 	BootedAt     time.Time `json:"bootedAt"`
+	// Powered off by MAAS while Deployed (a power cycle): kubelet stopped.
+	Down bool `json:"down,omitempty"`
 }
 
 func (s *simulator) serveState(w http.ResponseWriter, _ *http.Request) {

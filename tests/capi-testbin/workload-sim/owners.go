@@ -23,6 +23,7 @@ type maasMachine struct {
 	SystemID    string   `json:"system_id"`
 	Hostname    string   `json:"hostname"`
 	StatusName  string   `json:"status_name"`
+	PowerState  string   `json:"power_state"`
 	IPAddresses []string `json:"ip_addresses"`
 }
 
