@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use capmaas::controllers::adopt;
 use capmaas::controllers::credentials::Credentials;
+use capmaas::controllers::doctor;
 use capmaas::controllers::manager::{self, Stopped};
 use capmaas::controllers::Options;
 use capmaas::kube;
@@ -33,6 +34,7 @@ const USAGE: &str = "capmaas: Cluster API infrastructure provider for Canonical 
 USAGE:
     capmaas [FLAGS]          run the controllers
     capmaas adopt [FLAGS]    adopt the Go provider's machines once (capmaas adopt --help)
+    capmaas doctor [FLAGS]   check MAAS and the objects, report orphans (capmaas doctor --help)
 
 ENVIRONMENT:
     MAAS_ENDPOINT   MAAS URL, e.g. http://10.0.0.1:5240/MAAS (required)
@@ -465,6 +467,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("adopt") {
         return adopt_main(args.get(1..).unwrap_or_default());
     }
+    if args.first().map(String::as_str) == Some("doctor") {
+        return doctor_main(args.get(1..).unwrap_or_default());
+    }
     let config = match parse_args(&args) {
         Ok(Parsed::Help) => {
             print!("{USAGE}");
@@ -627,6 +632,137 @@ fn adopt_main(args: &[String]) -> ExitCode {
         }
         Err(e) => {
             eprintln!("capmaas adopt: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const DOCTOR_USAGE: &str =
+    "capmaas doctor: check what stands between the objects and working machines
+
+USAGE:
+    capmaas doctor [--release-orphans [--apply]] [FLAGS]
+
+One line per check, with the credentials the controller uses: MAAS reachable
+(TLS), API key valid, the MAAS user's rights and transport, every image,
+resource pool, tag and zone the MaasMachines and MaasMachineTemplates name,
+every MaasCluster's DNS domain, MAAS credentials of clusters with
+spec.identityRef, capacity (free machines matching each template against the
+replicas MachineDeployments and KubeadmControlPlanes ask of it), and orphans:
+machines MAAS lists under a capmaas identity that no MaasMachine claims.
+Reads every namespace; writes nothing unless --release-orphans --apply.
+
+ENVIRONMENT:
+    MAAS_ENDPOINT, MAAS_API_KEY   the controller-wide MAAS credentials, as for the controller
+
+FLAGS:
+    --release-orphans     show which orphans would be released (a dry run)
+    --apply               with --release-orphans: release them (each re-read first)
+    --kubeconfig PATH     kubeconfig of the management cluster (default: $KUBECONFIG,
+                          else in-cluster)
+    --maas-ca-file PATH   verify MAAS with this CA bundle (PEM) instead of the public roots
+    -h, --help            print this help
+
+EXIT STATUS: 0 when no check failed (warnings allowed), 1 otherwise, 2 for bad flags.
+";
+
+/// `capmaas doctor`'s flags.
+#[derive(Debug, Default)]
+struct DoctorConfig {
+    release_orphans: bool,
+    apply: bool,
+    kubeconfig: Option<PathBuf>,
+    maas_ca_file: Option<PathBuf>,
+}
+
+fn parse_doctor_args(args: &[String]) -> Result<Option<DoctorConfig>, String> {
+    let mut config = DoctorConfig::default();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag, Some(value.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| format!("--{name} needs a value")),
+            }
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--release-orphans" => config.release_orphans = true,
+            "--apply" => config.apply = true,
+            "--kubeconfig" => {
+                config.kubeconfig = Some(parse_path("kubeconfig", &value("kubeconfig")?)?)
+            }
+            "--maas-ca-file" => {
+                config.maas_ca_file = Some(parse_path("maas-ca-file", &value("maas-ca-file")?)?)
+            }
+            _ => {
+                return Err(format!(
+                    "doctor: unexpected argument {arg:?} (see capmaas doctor --help)"
+                ))
+            }
+        }
+    }
+    if config.apply && !config.release_orphans {
+        return Err("doctor: --apply goes with --release-orphans".into());
+    }
+    Ok(Some(config))
+}
+
+/// `capmaas doctor`: the report, and its verdict as the exit status.
+fn doctor_main(args: &[String]) -> ExitCode {
+    let config = match parse_doctor_args(args) {
+        Ok(Some(config)) => config,
+        Ok(None) => {
+            print!("{DOCTOR_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("capmaas: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging_at("error");
+    let release = match (config.release_orphans, config.apply) {
+        (false, _) => doctor::Release::No,
+        (true, false) => doctor::Release::Plan,
+        (true, true) => doctor::Release::Apply,
+    };
+    let run = || -> Result<doctor::Report, String> {
+        let controller = Config {
+            maas_ca_file: config.maas_ca_file.clone(),
+            ..Config::default()
+        };
+        // One try per call: a doctor reports an outage, it does not wait it out.
+        let maas = maas_client(&controller)?.with_max_retries(0);
+        let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
+            .map_err(|e| format!("kubeconfig: {e}"))?;
+        let kube = kube::Client::new(kube_config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        let credentials = Credentials::new(
+            maas.clone(),
+            Default::default(),
+            kube.clone(),
+            maas_ca_pem(&controller)?,
+        );
+        Ok(doctor::run(&kube, &maas, &credentials, release))
+    };
+    match run() {
+        Ok(report) => {
+            print!("{}", report.render(release));
+            if report.is_healthy() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("capmaas doctor: {e}");
             ExitCode::FAILURE
         }
     }

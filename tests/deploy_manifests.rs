@@ -209,6 +209,10 @@ fn service_account_may_do_what_the_manager_does() {
         "patch maasremediations ns",
         "patch maasremediations/status ns",
         "patch machines/status ns",
+        // Templates: watched; only their status (capacity, nodeInfo) written.
+        "list maasmachinetemplates *",
+        "watch maasmachinetemplates *",
+        "patch maasmachinetemplates/status ns",
         // Bootstrap data and workload kubeconfig, by name.
         "get secrets ns",
         // Events in any namespace, deduplicated by patching.
@@ -248,6 +252,7 @@ fn service_account_may_not_do_more() {
         // Remediation templates are the MachineHealthCheck's to read.
         "list maasremediationtemplates *",
         "get maasremediationtemplates ns",
+        "patch maasmachinetemplates ns",
         // Every write is a patch.
         "update maasmachines ns",
         "update maasclusters/status ns",

@@ -17,6 +17,11 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Present (with an empty value) on control-plane Machines and infra objects.
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// On an infrastructure object whose infrastructure someone else manages
+/// (Cluster API's `annotations.IsExternallyManaged`; the contract page says
+/// "label", the code and the labels-and-annotations reference say
+/// annotation). The provider leaves such an object alone.
+pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 
 pub const DEFAULT_API_SERVER_PORT: i64 = 6443;

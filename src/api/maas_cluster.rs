@@ -144,6 +144,14 @@ where
 }
 
 impl MaasCluster {
+    /// Carries `cluster.x-k8s.io/managed-by` (any value, as Cluster API
+    /// reads it): its infrastructure is someone else's, capmaas leaves it
+    /// alone (no finalizer, no DNS record, no status).
+    pub fn is_externally_managed(&self) -> bool {
+        self.metadata
+            .has_annotation(super::capi::MANAGED_BY_ANNOTATION)
+    }
+
     pub fn status(&self) -> MaasClusterStatus {
         self.status.clone().unwrap_or_default()
     }

@@ -302,6 +302,33 @@ pub struct MaasMachineTemplate {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: MaasMachineTemplateSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<MaasMachineTemplateStatus>,
+}
+
+/// What a machine built from the template has at least, for the
+/// cluster-autoscaler's scale from zero (Cluster API's optional
+/// `status.capacity` and `status.nodeInfo` of infrastructure templates).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaasMachineTemplateStatus {
+    /// Kubernetes quantities by resource name: `cpu`, `memory`,
+    /// `ephemeral-storage`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub capacity: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_info: Option<NodeInfo>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    /// `kubernetes.io/arch`: `amd64`, `arm64`, ...
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub architecture: String,
+    /// `kubernetes.io/os`: `linux` or `windows`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub operating_system: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

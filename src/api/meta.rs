@@ -210,6 +210,7 @@ cached_kinds!(
     super::MaasCluster,
     super::MaasMachine,
     super::MaasRemediation,
+    super::MaasMachineTemplate,
     super::capi::Cluster,
     super::capi::Machine,
 );

@@ -28,7 +28,8 @@ pub use maas_cluster::{
     MaasClusterStatus,
 };
 pub use maas_machine::{
-    MaasMachine, MaasMachineSpec, MaasMachineStatus, MaasMachineTemplate, MachineAddress,
+    MaasMachine, MaasMachineSpec, MaasMachineStatus, MaasMachineTemplate,
+    MaasMachineTemplateStatus, MachineAddress, NodeInfo,
 };
 pub use maas_remediation::{MaasRemediation, MaasRemediationStatus};
 pub use meta::{ObjectMeta, OwnerReference, StringMap};

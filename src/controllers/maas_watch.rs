@@ -173,7 +173,8 @@ pub fn spawn_orphan_report(
 /// Machines MAAS lists under a capmaas identity that no MaasMachine claims
 /// (a crash, a deleted namespace, a hand edit), and machines of our MAAS
 /// users with no identity that no MaasMachine records. Reported, never
-/// released: releasing them is a person's decision.
+/// released: `capmaas doctor --release-orphans` shows them and, with
+/// `--apply`, releases them; that is a person's decision.
 #[derive(Default)]
 pub struct OrphanReport {
     /// Per source: the unclaimed machines of the previous check. A machine
@@ -287,7 +288,8 @@ impl OrphanReport {
                 .collect();
             log::warn!(
                 "{} MAAS machine(s) of {source} carry a capmaas identity that no MaasMachine \
-                 claims: {}; left alone (release them in MAAS if nothing needs them)",
+                 claims: {}; left alone (`capmaas doctor --release-orphans` shows them, with \
+                 `--apply` releases them)",
                 orphans.len(),
                 listed.join(", ")
             );

@@ -11,6 +11,7 @@
 //!                       └─► /readyz (serve reads the gate at each probe)
 //! api poller thread ─► maascluster queue     resync threads ─► every queue
 //! MAAS watch thread (maas_watch::Router) ─► maasmachine queue, Events; orphan report
+//! template informer ─► template_capacity thread ─► MaasMachineTemplate status
 //! ```
 //!
 //! Before any watch starts, the credentials are checked: the API server's
@@ -49,7 +50,7 @@ use super::credentials::Credentials;
 use super::maas_watch::{self, Router};
 use super::mappers::{self, Keys};
 use super::ports::{KubeApi, SystemClock};
-use super::{cluster, machine, remediation, Context, Options};
+use super::{cluster, machine, remediation, template_capacity, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
 use crate::kube::{self, resources};
 use crate::maas::watch::{MaasWatch, WatchConfig};
@@ -234,6 +235,18 @@ fn start_and_wait(
     )
     .map_err(|e| format!("api poller: {e}"))?;
     running.threads.push(poller_thread);
+
+    // MaasMachineTemplate status.capacity/nodeInfo (autoscaling from zero).
+    let (templates, templates_thread) = template_capacity::spawn(
+        kube.clone(),
+        maas.clone(),
+        informer_config(config, resources::MAAS_MACHINE_TEMPLATES),
+        config.sync_period,
+        gate.clone(),
+        shutdown.clone(),
+    )?;
+    running.informers.push(templates);
+    running.threads.push(templates_thread);
 
     let kube_api: Arc<dyn KubeApi> = Arc::new(adapters::Kube {
         client: kube.clone(),
@@ -441,11 +454,7 @@ impl Watches<'_> {
         store: &Store<T>,
         map: impl Fn(&Event<T>) -> Keys + Send + 'static,
     ) -> Result<Informer, String> {
-        let mut informer = InformerConfig::new(resource).namespace(self.config.namespace.clone());
-        informer.page_size = LIST_PAGE_SIZE;
-        if let Some(filter) = &self.config.watch_filter {
-            informer = informer.label_selector(format!("{WATCH_FILTER_LABEL}={filter}"));
-        }
+        let informer = informer_config(self.config, resource);
         let (clusters, machines) = (self.maas_clusters.clone(), self.maas_machines.clone());
         let remediations = self.maas_remediations.clone();
         let handler = move |event: &Event<T>| {
@@ -470,6 +479,16 @@ impl Watches<'_> {
         )
         .map_err(|e| format!("{} informer: {e}", resource.plural))
     }
+}
+
+/// An informer of `resource` as configured: namespace, watch filter, pages.
+fn informer_config(config: &Config, resource: kube::Resource) -> InformerConfig {
+    let mut informer = InformerConfig::new(resource).namespace(config.namespace.clone());
+    informer.page_size = LIST_PAGE_SIZE;
+    if let Some(filter) = &config.watch_filter {
+        informer = informer.label_selector(format!("{WATCH_FILTER_LABEL}={filter}"));
+    }
+    informer
 }
 
 /// Everything [`run`] started, to stop in order.

@@ -48,6 +48,7 @@ pub mod api_poller;
 pub mod caches;
 pub mod cluster;
 pub mod credentials;
+pub mod doctor;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
@@ -57,9 +58,11 @@ pub mod maas_watch;
 pub mod machine;
 pub mod manager;
 pub mod mappers;
+pub mod matching;
 pub mod ports;
 mod reconciling;
 pub mod remediation;
+pub mod template_capacity;
 
 use std::sync::Arc;
 

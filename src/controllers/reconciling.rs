@@ -240,6 +240,14 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
     pub fn finish_deletion(&mut self) -> Result<Action, Error> {
         self.summarize = false;
         self.write_status()?;
+        self.let_go()
+    }
+
+    /// Leaves the object to others: our finalizer (if any) removed, nothing
+    /// else written, not even the status (an externally managed object's
+    /// status is its owner's).
+    pub fn let_go(&mut self) -> Result<Action, Error> {
+        self.done_with_object = true;
         if self.has_finalizer() {
             let finalizers = self
                 .object
@@ -251,8 +259,12 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
                 .collect();
             self.write_finalizers(finalizers)?;
         }
-        self.done_with_object = true;
         Ok(Action::Done)
+    }
+
+    /// Ends this reconcile's writes: `finish` writes no status.
+    pub fn write_nothing_more(&mut self) {
+        self.done_with_object = true;
     }
 
     /// Sets `Ready` (unless paused or done with the object) and writes the

@@ -102,6 +102,13 @@ pub const CLUSTERS: Resource = capi("clusters", "Cluster");
 pub const MACHINES: Resource = capi("machines", "Machine");
 pub const MACHINE_SETS: Resource = capi("machinesets", "MachineSet");
 pub const MACHINE_DEPLOYMENTS: Resource = capi("machinedeployments", "MachineDeployment");
+pub const KUBEADM_CONTROL_PLANES: Resource = Resource {
+    group: "controlplane.cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "kubeadmcontrolplanes",
+    kind: "KubeadmControlPlane",
+    namespaced: true,
+};
 pub const MAAS_CLUSTERS: Resource = infra("maasclusters", "MaasCluster");
 pub const MAAS_MACHINES: Resource = infra("maasmachines", "MaasMachine");
 pub const MAAS_MACHINE_TEMPLATES: Resource = infra("maasmachinetemplates", "MaasMachineTemplate");

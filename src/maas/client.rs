@@ -725,6 +725,10 @@ impl Client {
         self.list("resourcepools_list", "resourcepools/")
     }
 
+    pub fn tags(&self) -> Result<Vec<Tag>, Error> {
+        self.list("tags_list", "tags/")
+    }
+
     pub fn boot_resources(&self) -> Result<Vec<BootResource>, Error> {
         self.list("boot_resources_list", "boot-resources/")
     }

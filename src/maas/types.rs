@@ -444,6 +444,16 @@ impl Machine {
     }
 }
 
+/// A machine tag (`GET tags/`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Tag {
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub comment: String,
+}
+
 /// A zone (failure domain).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]

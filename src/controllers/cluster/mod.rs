@@ -2,7 +2,7 @@
 //! as a MAAS DNS record (round robin over the control-plane machines).
 //!
 //! ```text
-//! owner Cluster ─► paused? ─► deleting? ─► finalizer ─► MAAS credentials ─► failure domains
+//! externally managed? (left to its owner) ─► owner Cluster ─► paused? ─► deleting? ─► finalizer ─► MAAS credentials ─► failure domains
 //!   ─► DNS name (persisted first, used by no other MaasCluster) ─► DNS record
 //!   ─► controlPlaneEndpoint ─► provisioned
 //!   ─► DNS attachments (dns.rs) ─► workload API available? (api_poller)
@@ -81,6 +81,9 @@ pub(crate) type ClusterReconciling<'c> = Reconciling<'c, MaasCluster>;
 impl ClusterReconciling<'_> {
     /// The story of a MaasCluster.
     fn run(&mut self) -> Result<Action, Error> {
+        if self.object.is_externally_managed() {
+            return self.leave_to_owner();
+        }
         let owner_name = self
             .object
             .metadata
@@ -157,6 +160,36 @@ impl ClusterReconciling<'_> {
             }
         }
         self.api_server_available(&cluster);
+        Ok(Action::Done)
+    }
+
+    /// An externally managed MaasCluster (the Cluster API contract): its
+    /// owner provides the endpoint and writes the status; capmaas adds no
+    /// finalizer, creates no DNS record and writes nothing. One exception:
+    /// our finalizer, left from before the annotation was added, is taken
+    /// off a deleting object (MAAS untouched: the record, if any, is the
+    /// owner's now), so the deletion does not hang on a controller that
+    /// no longer manages it.
+    fn leave_to_owner(&mut self) -> Result<Action, Error> {
+        let (ns, name) = (
+            self.object.metadata.namespace.clone(),
+            self.object.metadata.name.clone(),
+        );
+        self.ctx.api_watch.forget(&ns, &name);
+        if self.object.metadata.is_being_deleted() && self.has_finalizer() {
+            log::info!(
+                "{}: externally managed ({}) and deleting: removing our finalizer, MAAS untouched",
+                self.key(),
+                capi::MANAGED_BY_ANNOTATION
+            );
+            return self.let_go();
+        }
+        log::debug!(
+            "{}: externally managed ({}): left to its owner",
+            self.key(),
+            capi::MANAGED_BY_ANNOTATION
+        );
+        self.write_nothing_more();
         Ok(Action::Done)
     }
 

@@ -653,3 +653,48 @@ fn credentials_ready_says_whether_the_clusters_maas_can_be_used() {
         .event_reasons()
         .contains(&mc_api::CREDENTIALS_UNAVAILABLE.to_string()));
 }
+
+#[test]
+fn an_externally_managed_cluster_is_left_to_its_owner() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["annotations"] = json!({"cluster.x-k8s.io/managed-by": "my-lb-operator"})
+    });
+    w.machine(NS, "c1", "cp1", true);
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+    assert!(w.maas.dns_records().is_empty());
+    let mc = w.maas_cluster(NS, "c1");
+    assert!(mc.metadata.finalizers.is_empty());
+    assert!(mc.status.is_none());
+    assert!(w.api_watch.watched.lock().unwrap().is_empty());
+}
+
+#[test]
+fn an_externally_managed_cluster_being_deleted_loses_only_our_finalizer() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    reconcile(&w).unwrap();
+    let records_before = w.maas.dns_records();
+    assert_eq!(records_before.len(), 1);
+    // The owner takes over, then deletes it.
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["annotations"] = json!({"cluster.x-k8s.io/managed-by": ""});
+        v["metadata"]["finalizers"] = json!([mc_api::FINALIZER, "owner.example/keep"]);
+    });
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    w.kube.clear_writes();
+    w.maas.clear_calls();
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+    assert_eq!(w.maas.dns_records(), records_before, "MAAS untouched");
+    let writes = w.kube.writes();
+    assert_eq!(writes.len(), 1, "only the finalizer: {writes:?}");
+    assert!(!writes[0].status);
+    assert_eq!(
+        w.maas_cluster(NS, "c1").metadata.finalizers,
+        vec!["owner.example/keep".to_string()]
+    );
+}

@@ -142,7 +142,13 @@ impl MachineReconciling<'_> {
     /// The story of a MaasMachine.
     fn run(&mut self) -> Result<Action, Error> {
         let owners = Owners::find(self.ctx, &self.object);
-        self.facts.is_control_plane = self.object.is_control_plane(owners.machine.as_deref());
+        // A control-plane machine joins the cluster's DNS record; an
+        // externally managed MaasCluster has none of ours to join.
+        self.facts.is_control_plane = self.object.is_control_plane(owners.machine.as_deref())
+            && !owners
+                .maas_cluster
+                .as_deref()
+                .is_some_and(MaasCluster::is_externally_managed);
         if self.paused(owners.cluster.as_deref()) {
             return Ok(Action::Done);
         }

@@ -1028,6 +1028,29 @@ fn the_image_is_looked_up_once_per_reconcile() {
 }
 
 #[test]
+fn a_control_plane_machine_of_an_externally_managed_cluster_needs_no_dns_record() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "cp1", true);
+    // The owner of the MaasCluster provides the endpoint; capmaas made no record.
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["annotations"] = json!({"cluster.x-k8s.io/managed-by": "my-lb"});
+        v["status"] = json!({"ready": true, "initialization": {"provisioned": true}});
+    });
+    reconcile(&w, "cp1").unwrap();
+    w.maas.finish_deployments();
+    assert_eq!(reconcile(&w, "cp1").unwrap(), Action::Done);
+    assert!(condition(&w, "cp1", mm_api::DNS_ATTACHED).is_none());
+    let ready = condition(&w, "cp1", conditions::READY).unwrap();
+    assert_eq!(ready.status, Status::True, "{ready:?}");
+    assert!(
+        !w.maas.calls().iter().any(|c| c.starts_with("dns")),
+        "{:?}",
+        w.maas.calls()
+    );
+}
+
+#[test]
 fn maas_constraints_and_a_pinned_machine_reach_the_allocation() {
     let w = World::new(2);
     w.cluster(NS, "c1");

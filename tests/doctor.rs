@@ -1,0 +1,219 @@
+//! `capmaas doctor` on the real API server and the MAAS simulator: a sound
+//! setup passes, then each check is made to fail in turn (a missing image,
+//! pool, tag, zone, DNS domain, too little capacity, a bad API key, an
+//! unreachable MAAS, TLS against a plain-http MAAS, a non-admin user), and
+//! orphans are reported, planned and released only with `--apply`.
+//!
+//! One test function: doctor reads every namespace, so the phases must not
+//! run in parallel against the same control plane.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use capmaas::maas::{AllocateRequest, IDENTITY_KEY};
+use serde_json::{json, Value};
+use support::maas_sim::MaasSim;
+use support::story;
+use support::ControlPlane;
+
+const ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/agent-name";
+
+fn doctor_with(cp: &ControlPlane, endpoint: &str, key: &str, args: &[&str]) -> (i32, String) {
+    let out: Output = Command::new(story::capmaas_bin())
+        .arg("doctor")
+        .args(args)
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .env("MAAS_ENDPOINT", endpoint)
+        .env("MAAS_API_KEY", key)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run capmaas doctor");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn doctor(cp: &ControlPlane, sim: &MaasSim, args: &[&str]) -> (i32, String) {
+    doctor_with(cp, &sim.url, &sim.api_key, args)
+}
+
+fn apply(cp: &ControlPlane, objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    cp.kubectl_stdin(&["apply", "-f", "-"], &list.to_string());
+}
+
+fn line<'a>(out: &'a str, start: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("no line starting {start:?} in:\n{out}"))
+}
+
+/// Allocates a free machine in the simulator under `identity`.
+fn allocated_under(sim: &MaasSim, hostname: &str, identity: &str) -> String {
+    let maas = sim.client();
+    let machine = maas
+        .allocate(&AllocateRequest {
+            name: Some(hostname.into()),
+            agent_name: Some(identity.into()),
+            ..AllocateRequest::default()
+        })
+        .expect("allocate");
+    maas.set_owner_data(&machine.system_id, &[(IDENTITY_KEY, Some(identity))])
+        .expect("owner data");
+    machine.system_id
+}
+
+#[test]
+fn doctor_passes_a_sound_setup_and_fails_each_broken_check() {
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("doctor");
+    let sim = MaasSim::start(None);
+
+    // A sound setup: the story's cluster, a control-plane machine, a
+    // template and a MachineDeployment of 2 (6 worker machines match).
+    let mut objects = vec![story::maas_cluster(&ns), story::cluster(&ns)];
+    objects.extend(story::control_plane_machine(&ns, "cp-0"));
+    objects.push(story::maas_machine_template(&ns));
+    objects.push(story::machine_deployment(&ns, 2));
+    apply(cp, &objects);
+    let (code, out) = doctor(cp, &sim, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        line(&out, "[ OK ] MAAS reachable:").contains("plain http"),
+        "{out}"
+    );
+    assert!(line(&out, "[ OK ] API key:").contains("\"admin\""), "{out}");
+    line(&out, "[ OK ] rights: MAAS administrator");
+    assert!(
+        line(&out, "[WARN] transport:").contains("plain http://"),
+        "{out}"
+    );
+    line(&out, &format!("[ OK ] image {}:", story::IMAGE));
+    line(&out, "[ OK ] resource pool worker-pool:");
+    line(&out, "[ OK ] resource pool cp-pool:");
+    line(&out, "[ OK ] tag worker:");
+    line(&out, "[ OK ] DNS domain k8s.maas:");
+    let capacity = line(
+        &out,
+        &format!("[ OK ] capacity of MaasMachineTemplate {ns}/"),
+    );
+    assert!(
+        capacity.contains("6 free machines match; 2 replicas asked"),
+        "{out}"
+    );
+    line(&out, "[ OK ] orphans:");
+    assert!(out.trim_end().ends_with("0 failed"), "{out}");
+
+    // Each reference broken in turn, and more replicas than machines.
+    let mut template = story::maas_machine_template(&ns);
+    template["metadata"]["name"] = json!("broken");
+    template["spec"]["template"]["spec"] = json!({
+        "image": "custom/u-2204-0-k-1264-1", "resourcePool": "no-such-pool",
+        "tags": ["worker", "no-such-tag"], "failureDomain": "no-such-zone",
+        "minCPU": 8, "minMemory": 16384,
+    });
+    let mut deployment = story::machine_deployment(&ns, 40);
+    deployment["metadata"]["name"] = json!("big");
+    deployment["spec"]["template"]["spec"]["infrastructureRef"]["name"] = json!("broken");
+    let mut other_cluster = story::maas_cluster(&ns);
+    other_cluster["metadata"]["name"] = json!("other");
+    other_cluster["spec"]["dnsDomain"] = json!("no-such.domain");
+    apply(cp, &[template, deployment, other_cluster]);
+    let (code, out) = doctor(cp, &sim, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line(&out, "[FAIL] image custom/u-2204-0-k-1264-1:")
+            .contains(&format!("did you mean {}", story::IMAGE)),
+        "{out}"
+    );
+    line(&out, "[FAIL] resource pool no-such-pool:");
+    line(&out, "[FAIL] tag no-such-tag:");
+    line(&out, "[FAIL] zone no-such-zone:");
+    line(&out, "[FAIL] DNS domain no-such.domain:");
+    assert!(
+        line(
+            &out,
+            &format!("[FAIL] capacity of MaasMachineTemplate {ns}/broken:")
+        )
+        .contains("short by 40"),
+        "{out}"
+    );
+    line(&out, "[ OK ] tag worker:");
+    for kind in [
+        "maasmachinetemplate/broken",
+        "machinedeployment/big",
+        "maascluster/other",
+    ] {
+        cp.kubectl(&["delete", kind, "-n", &ns, "--wait=false"]);
+    }
+
+    // Orphans: one machine under an identity nobody claims, one claimed.
+    let orphan_identity = format!("capmaas/{ns}/gone/uid-1");
+    let orphan = allocated_under(&sim, "worker-5", &orphan_identity);
+    let claimed_identity = format!("capmaas/{ns}/claimed/uid-2");
+    let claimed = allocated_under(&sim, "worker-6", &claimed_identity);
+    let mut claimed_object = story::control_plane_machine(&ns, "claimed")[0].clone();
+    claimed_object["metadata"]["annotations"] = json!({ANNOTATION: claimed_identity});
+    claimed_object["spec"]["systemID"] = json!(claimed);
+    apply(cp, &[claimed_object]);
+    let (code, out) = doctor(cp, &sim, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line(&out, "[FAIL] orphans:").contains("1 machines"),
+        "{out}"
+    );
+    assert!(line(&out, &orphan).contains(&orphan_identity), "{out}");
+    assert!(
+        !out.contains(&claimed),
+        "a claimed machine is no orphan: {out}"
+    );
+    assert!(out.contains("--release-orphans"), "{out}");
+
+    // The plan changes nothing.
+    let before = sim.state()["machines"].clone();
+    let (code, out) = doctor(cp, &sim, &["--release-orphans"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, &orphan).ends_with("would release"), "{out}");
+    assert!(out.contains("dry run: nothing was released"), "{out}");
+    assert_eq!(sim.state()["machines"], before, "dry run");
+
+    let (code, out) = doctor(cp, &sim, &["--release-orphans", "--apply"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(line(&out, &orphan).ends_with("released"), "{out}");
+    let released = sim.machine_state(&orphan);
+    assert_ne!(released["status_name"], "Allocated", "{released}");
+    assert_eq!(sim.machine_state(&claimed)["status_name"], "Allocated");
+    assert_eq!(
+        sim.machine_state(&claimed)["owner_data"][IDENTITY_KEY],
+        json!(claimed_identity)
+    );
+
+    // Credentials and reachability.
+    let (code, out) = doctor_with(cp, &sim.url, "aaaa:bbbb:cccc", &[]);
+    assert_eq!(code, 1, "{out}");
+    line(&out, "[ OK ] MAAS reachable:");
+    line(&out, "[FAIL] API key:");
+    let closed = format!("http://127.0.0.1:{}/MAAS", story::free_port());
+    let (code, out) = doctor_with(cp, &closed, &sim.api_key, &[]);
+    assert_eq!(code, 1, "{out}");
+    line(&out, "[FAIL] MAAS reachable:");
+    let tls = sim.url.replace("http://", "https://");
+    let (code, out) = doctor_with(cp, &tls, &sim.api_key, &[]);
+    assert_eq!(code, 1, "{out}");
+    line(&out, "[FAIL] MAAS reachable:");
+    if let Some(key) = sim.non_admin_key() {
+        let (_, out) = doctor_with(cp, &sim.url, &key, &[]);
+        assert!(
+            line(&out, "[WARN] rights:").contains("not a MAAS administrator"),
+            "{out}"
+        );
+    }
+
+    // Usage errors are exit code 2.
+    let (code, out) = doctor(cp, &sim, &["--apply"]);
+    assert_eq!(code, 2, "{out}");
+}
