@@ -5,53 +5,12 @@
 
 mod support;
 
-use std::process::{Command, Output};
-
-use capmaas::maas::{AllocateRequest, DeployRequest};
 use serde_json::{json, Value};
+use support::go_provider::{adopt, go_provider_machine, maas_machine};
 use support::maas_sim::MaasSim;
 use support::story;
 
 const ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/agent-name";
-
-fn adopt(cp: &support::ControlPlane, sim: &MaasSim, args: &[&str]) -> Output {
-    Command::new(story::capmaas_bin())
-        .arg("adopt")
-        .args(args)
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-        .env("MAAS_ENDPOINT", &sim.url)
-        .env("MAAS_API_KEY", &sim.api_key)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("run capmaas adopt")
-}
-
-/// Allocates and deploys a machine the Go provider's way: no agent_name,
-/// no owner data.
-fn go_provider_machine(sim: &MaasSim, hostname: &str) -> String {
-    let maas = sim.client();
-    let request = AllocateRequest {
-        name: Some(hostname.to_string()),
-        ..AllocateRequest::default()
-    };
-    let machine = maas.allocate(&request).expect("allocate");
-    let deploy = DeployRequest {
-        image: Some("ubuntu/jammy".into()),
-        ..DeployRequest::default()
-    };
-    maas.deploy(&machine.system_id, &deploy).expect("deploy");
-    machine.system_id
-}
-
-fn maas_machine(ns: &str, name: &str, system_id: &str) -> Value {
-    json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
-        "metadata": {"name": name, "namespace": ns,
-                     "labels": {"cluster.x-k8s.io/cluster-name": story::CLUSTER}},
-        "spec": {"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 1024,
-                 "systemID": system_id, "providerID": format!("maas:///zone-a/{system_id}")},
-    })
-}
 
 fn apply(cp: &support::ControlPlane, objects: &[Value]) {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});

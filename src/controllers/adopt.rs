@@ -201,10 +201,17 @@ pub fn run(
         line.hostname = host.hostname.clone();
         line.state = host.status_name.clone();
         line.verdict = verdict(&host, &identity);
-        if apply && line.verdict == Verdict::Adopt {
-            if let Err(why) = adopt(kube, maas.as_ref(), m, &host, &identity) {
-                line.verdict = Verdict::Failed(why);
+        let result = match line.verdict {
+            Verdict::Adopt if apply => adopt(kube, maas.as_ref(), m, &host, &identity),
+            // A run cut short after the owner data: the object still needs
+            // its mark (and the controller its wake-up).
+            Verdict::AlreadyAdopted if apply && !m.metadata.annotations.contains_key(ADOPTED) => {
+                mark_adopted(kube, m, &identity)
             }
+            _ => Ok(()),
+        };
+        if let Err(why) = result {
+            line.verdict = Verdict::Failed(why);
         }
         report.lines.push(line);
     }
@@ -227,9 +234,15 @@ fn verdict(host: &maas::Machine, identity: &Identity) -> Verdict {
     }
 }
 
-/// The annotation first, then the owner data: a run cut short in between
-/// leaves an object the controller still refuses, and running again
-/// finishes it.
+/// Annotation on an adopted MaasMachine (value: the identity), written
+/// last: it records the adoption on the object and, being a change the
+/// controller watches, makes it look again at once at a machine it refused
+/// (nothing else would: the owner data changed in MAAS only).
+pub const ADOPTED: &str = "capmaas.infrastructure.cluster.x-k8s.io/adopted";
+
+/// The identity annotation first, then the owner data, then the adopted
+/// mark: a run cut short anywhere leaves an object the controller still
+/// refuses or has not looked at again, and running again finishes it.
 fn adopt(
     kube: &kube::Client,
     maas: &dyn MaasApi,
@@ -263,7 +276,19 @@ fn adopt(
             };
             format!("writing the MAAS owner data: {e}{hint}")
         })?;
-    Ok(())
+    mark_adopted(kube, m, identity)
+}
+
+fn mark_adopted(kube: &kube::Client, m: &MaasMachine, identity: &Identity) -> Result<(), String> {
+    let patch = json!({"metadata": {"annotations": {ADOPTED: identity.as_str()}}});
+    kube.patch_merge(
+        &resources::MAAS_MACHINES,
+        Some(&m.metadata.namespace),
+        &m.metadata.name,
+        &patch,
+    )
+    .map(|_| ())
+    .map_err(|e| format!("adopted in MAAS, but marking the MaasMachine failed (run again): {e}"))
 }
 
 /// The MAAS of the MaasMachine's cluster, as the controller would use it.

@@ -1,5 +1,6 @@
 //! Test support: one real control plane (kube-apiserver + etcd built from Go
-//! modules, Cluster API CRDs installed) per test binary.
+//! modules, Cluster API CRDs installed) per test binary, and a second one for
+//! the tests that need two management clusters (`clusterctl move`).
 //!
 //! Tests isolate themselves by namespace (`new_namespace`). The processes are
 //! torn down when the test binary exits, however it exits: a watchdog process
@@ -15,6 +16,8 @@ use std::sync::{Mutex, OnceLock};
 
 pub mod api_probe;
 pub mod capi;
+pub mod clusterctl;
+pub mod go_provider;
 pub mod guard;
 pub mod kcp_lab;
 pub mod maas_sim;
@@ -22,6 +25,7 @@ pub mod maas_timeline;
 pub mod netns;
 pub mod nodes;
 pub mod objects;
+pub mod service_account;
 pub mod story;
 pub mod workload_sim;
 
@@ -56,6 +60,16 @@ pub fn fixtures_dir() -> Option<PathBuf> {
 pub fn control_plane() -> &'static ControlPlane {
     static PLANE: OnceLock<ControlPlane> = OnceLock::new();
     PLANE.get_or_init(|| ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}")))
+}
+
+/// A second control plane of this test binary (a `clusterctl move` target),
+/// independent of the first: its own etcd, API server, CA and directory,
+/// torn down by its own watchdog the same way.
+pub fn second_control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    PLANE.get_or_init(|| {
+        ControlPlane::start().unwrap_or_else(|e| panic!("second control plane: {e}"))
+    })
 }
 
 impl ControlPlane {

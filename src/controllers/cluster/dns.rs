@@ -19,7 +19,9 @@ use serde_json::json;
 
 use super::ClusterReconciling;
 use crate::api::capi::Cluster;
+use crate::api::conditions;
 use crate::api::maas_cluster as mc_api;
+use crate::api::maas_machine::{self as mm_api, MaasMachineStatus};
 use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
 use crate::controllers::ports::EventType;
@@ -173,6 +175,13 @@ pub(super) fn desired_ips(
         .map(Arc::as_ref)
         .filter(|m| is_control_plane(m))
         .collect();
+    // A control-plane machine with a MAAS machine recorded that the machine
+    // controller has not looked at yet (`clusterctl move` copies spec, not
+    // status) may well be serving: until each has been observed once, the
+    // record stays as it is rather than shrink to the ones seen so far.
+    if control_plane.iter().any(|m| is_unobserved(m)) {
+        return None;
+    }
     let mut ips: Vec<String> = control_plane
         .iter()
         .filter(|m| !m.metadata.is_being_deleted() && is_running(m))
@@ -192,6 +201,23 @@ pub(super) fn desired_ips(
         return None;
     }
     Some(ips)
+}
+
+/// Not being deleted, a MAAS machine recorded, and nothing known about it
+/// yet: no machine state, and not refused (a machine that is not ours or
+/// gone from MAAS has no state either, and must not freeze the record).
+/// Other MachineDeployed reasons (waiting for the cluster's infrastructure,
+/// right after a move) say nothing about the MAAS machine.
+fn is_unobserved(m: &MaasMachine) -> bool {
+    let looked_at = |s: &MaasMachineStatus| {
+        s.machine_state.is_some()
+            || conditions::get(&s.conditions, mm_api::MACHINE_DEPLOYED).is_some_and(|c| {
+                c.reason == mm_api::MACHINE_NOT_OWNED || c.reason == mm_api::MACHINE_NOT_FOUND
+            })
+    };
+    !m.metadata.is_being_deleted()
+        && m.system_id().is_some()
+        && !m.status.as_ref().is_some_and(looked_at)
 }
 
 /// Powered on and Deploying or Deployed: a first control-plane machine

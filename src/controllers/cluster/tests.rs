@@ -350,6 +350,49 @@ fn dns_is_never_emptied_while_control_plane_machines_exist() {
 }
 
 #[test]
+fn moved_control_plane_machines_keep_the_record_until_each_is_observed() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+
+    // After `clusterctl move` (status not copied) the machine controller
+    // has seen cp1 again, not yet cp2: the record does not shrink.
+    w.edit(MAAS_MACHINE, NS, "cp2", |v| {
+        v["spec"]["systemID"] = json!("abc123");
+        v["status"] = json!({"conditions": [{"type": "Paused", "status": "False",
+            "reason": "NotPaused", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    });
+    w.maas.clear_calls();
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+    // Nor when it waits for the cluster's infrastructure (the moved Cluster
+    // has no status yet either).
+    w.edit(MAAS_MACHINE, NS, "cp2", |v| {
+        v["status"] = json!({"conditions": [{"type": "MachineDeployed", "status": "False",
+            "reason": "WaitingForClusterInfrastructure", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    });
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+    assert!(
+        !w.maas.calls().iter().any(|c| c.starts_with("set_dns")),
+        "{:?}",
+        w.maas.calls()
+    );
+
+    // A machine the controller looked at and refused (no state, but a
+    // MachineDeployed condition) does not freeze the record.
+    w.edit(MAAS_MACHINE, NS, "cp2", |v| {
+        v["status"] = json!({"conditions": [{"type": "MachineDeployed", "status": "False",
+            "reason": "MachineNotOwned", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    });
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+}
+
+#[test]
 fn deleting_control_plane_machines_leave_the_record() {
     let w = World::new(0);
     w.cluster(NS, "c1");

@@ -1,0 +1,60 @@
+//! Objects and MAAS machines as the Go provider (spectrocloud
+//! cluster-api-provider-maas) leaves them, and `capmaas adopt` as an
+//! administrator runs it: for the migration tests.
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+use capmaas::maas::{AllocateRequest, DeployRequest};
+use serde_json::{json, Value};
+
+use super::maas_sim::MaasSim;
+use super::story;
+use super::ControlPlane;
+
+/// The finalizer the Go provider puts on a MaasMachine (capmaas uses the
+/// same name).
+pub const FINALIZER: &str = "maasmachine.infrastructure.cluster.x-k8s.io";
+
+/// `capmaas adopt ARGS` against `cp`, with the simulator's admin key as
+/// the controller-wide credentials.
+pub fn adopt(cp: &ControlPlane, sim: &MaasSim, args: &[&str]) -> Output {
+    Command::new(story::capmaas_bin())
+        .arg("adopt")
+        .args(args)
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .env("MAAS_ENDPOINT", &sim.url)
+        .env("MAAS_API_KEY", &sim.api_key)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run capmaas adopt")
+}
+
+/// Allocates and deploys the machine `hostname` the Go provider's way: no
+/// agent_name, no owner data. Returns its system_id.
+pub fn go_provider_machine(sim: &MaasSim, hostname: &str) -> String {
+    let maas = sim.client();
+    let request = AllocateRequest {
+        name: Some(hostname.to_string()),
+        ..AllocateRequest::default()
+    };
+    let machine = maas.allocate(&request).expect("allocate");
+    let deploy = DeployRequest {
+        image: Some("ubuntu/jammy".into()),
+        ..DeployRequest::default()
+    };
+    maas.deploy(&machine.system_id, &deploy).expect("deploy");
+    machine.system_id
+}
+
+/// A MaasMachine of the story's cluster as the Go provider wrote it: the
+/// machine recorded in `spec`, no identity annotation.
+pub fn maas_machine(ns: &str, name: &str, system_id: &str) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"cluster.x-k8s.io/cluster-name": story::CLUSTER}},
+        "spec": {"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 1024,
+                 "systemID": system_id, "providerID": format!("maas:///zone-a/{system_id}")},
+    })
+}

@@ -1,0 +1,404 @@
+//! Two tenants on one capmaas (issue 10), on the real API server and the
+//! MAAS simulator's two non-admin users (`tests/inventory/tenants.json`:
+//! `tenant-a` and `tenant-b`, each seeing only its own pool, as MAAS with
+//! RBAC grants them; the controller-wide credentials are admin's).
+//!
+//! Each tenant has its own namespace, Cluster and MaasCluster whose
+//! `spec.identityRef` names a Secret with that tenant's MAAS key. What must
+//! hold:
+//!
+//! - every machine of a tenant is allocated with that tenant's key (MAAS
+//!   owner = the tenant's user) from the tenant's pool, also when the
+//!   MaasMachine names no pool;
+//! - a MaasMachine of tenant B whose `spec.systemID` names tenant A's
+//!   deployed machine, or a Ready machine nobody allocated, is refused:
+//!   `MachineDeployed=False` reason `MachineNotOwned` and a Warning event;
+//!   MAAS sees no write while it exists nor when it is deleted, and A's
+//!   machine stays A's;
+//! - deleting the tenants' MaasMachines releases every machine, each with
+//!   its own tenant's key.
+//!
+//! The test plays Cluster API's part (Machines, owner references, the
+//! Cluster's `infrastructureProvisioned`) and uses workers only: MAAS
+//! reserves DNS record writes for admin users ("This method is reserved for
+//! admin users"), so a MaasCluster whose identity is a non-admin user cannot
+//! create its API server record and never reports provisioned (README,
+//! "Identity and tenancy").
+//!
+//!     cargo test --test tenants -- --nocapture
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use capmaas::kube::{self, resources, ListParams};
+use serde_json::{json, Value};
+use support::capi;
+use support::maas_sim::{tenants_inventory_path, MaasSim};
+use support::objects::{condition, condition_is, string};
+use support::story::{self, Capmaas, CLUSTER};
+
+const IDENTITY_SECRET: &str = "maas-credentials";
+const IDENTITY_ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/agent-name";
+/// A worker in the tenant's pool, and one that names no pool at all (what
+/// the tenant's MAAS user may see decides).
+const IN_POOL: &str = "worker-0";
+const ANY_POOL: &str = "worker-1";
+
+/// One tenant: its MAAS user, pool and namespace.
+struct Tenant {
+    user: &'static str,
+    pool: &'static str,
+    ns: String,
+}
+
+fn apply(cp: &support::ControlPlane, objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    cp.kubectl_stdin(&["apply", "-f", "-"], &list.to_string());
+}
+
+/// Cluster API's part for one worker: bootstrap Secret, Machine, and the
+/// MaasMachine it owns, with `spec`.
+fn add_machine(cp: &support::ControlPlane, kube: &kube::Client, ns: &str, name: &str, spec: Value) {
+    apply(
+        cp,
+        &[
+            capi::bootstrap_secret(ns, &story::bootstrap_secret_name(name), CLUSTER),
+            support::objects::machine(ns, CLUSTER, name, false),
+        ],
+    );
+    let machine = get(kube, &resources::MACHINES, ns, name).expect("the Machine");
+    let uid = string(&machine["metadata"]["uid"]);
+    apply(
+        cp,
+        &[support::objects::owned_maas_machine(
+            ns, CLUSTER, name, false, &uid, spec,
+        )],
+    );
+}
+
+/// A tenant's cluster: identity Secret with its key, MaasCluster naming
+/// it, Cluster (infrastructure marked provisioned, as Cluster API would)
+/// and two workers.
+fn add_tenant(cp: &support::ControlPlane, kube: &kube::Client, sim: &MaasSim, t: &Tenant) {
+    let mut maas_cluster = story::maas_cluster(&t.ns);
+    maas_cluster["spec"]["identityRef"] = json!({"kind": "Secret", "name": IDENTITY_SECRET});
+    apply(
+        cp,
+        &[
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": IDENTITY_SECRET, "namespace": t.ns},
+                "stringData": {"MAAS_ENDPOINT": sim.url, "MAAS_API_KEY": sim.key_of(t.user)},
+            }),
+            story::cluster(&t.ns),
+        ],
+    );
+    let cluster = get(kube, &resources::CLUSTERS, &t.ns, CLUSTER).expect("the Cluster");
+    maas_cluster["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": capi::CAPI_API_VERSION, "kind": "Cluster", "name": CLUSTER,
+        "uid": cluster["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+    }]);
+    apply(cp, &[maas_cluster]);
+    cp.kubectl(&[
+        "patch",
+        "clusters.cluster.x-k8s.io",
+        CLUSTER,
+        "-n",
+        &t.ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"initialization":{"infrastructureProvisioned":true}}}"#,
+    ]);
+    add_machine(
+        cp,
+        kube,
+        &t.ns,
+        IN_POOL,
+        json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192,
+               "resourcePool": t.pool, "tags": ["worker"]}),
+    );
+    add_machine(
+        cp,
+        kube,
+        &t.ns,
+        ANY_POOL,
+        json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192}),
+    );
+}
+
+fn get(kube: &kube::Client, r: &kube::Resource, ns: &str, name: &str) -> Option<Value> {
+    match kube.get(r, Some(ns), name) {
+        Ok(v) => Some(v),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => panic!("get {} {ns}/{name}: {e}", r.plural),
+    }
+}
+
+fn list(kube: &kube::Client, r: &kube::Resource, ns: &str) -> Vec<Value> {
+    kube.list(r, Some(ns), &ListParams::default())
+        .unwrap_or_else(|e| panic!("list {}: {e}", r.plural))
+        .items
+}
+
+/// Request counts of every call that changes a machine in MAAS (the
+/// MaasClusters' refused DNS record creations are not the point here).
+fn machine_writes(sim: &MaasSim) -> BTreeMap<String, u64> {
+    sim.calls()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("GET ") && k.contains(" machines/"))
+        .collect()
+}
+
+/// What MAAS holds about a machine that a write would change.
+fn maas_view(sim: &MaasSim, system_id: &str) -> Value {
+    let m = sim.machine_state(system_id);
+    json!({
+        "status_name": m["status_name"], "owner": m["owner"], "agent_name": m["agent_name"],
+        "owner_data": m["owner_data"], "power_state": m["power_state"],
+    })
+}
+
+/// Polls `check` every 500 ms; panics after `seconds` with `diagnostics()`.
+fn wait<T>(
+    seconds: u64,
+    what: &str,
+    diagnostics: impl Fn() -> String,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            println!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
+            return v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(seconds),
+            "timed out after {seconds}s waiting for {what}\n{}",
+            diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Warning events of reason `reason` about MaasMachine `name`.
+fn warnings(kube: &kube::Client, ns: &str, name: &str, reason: &str) -> Vec<Value> {
+    list(kube, &resources::EVENTS, ns)
+        .into_iter()
+        .filter(|e| {
+            e["involvedObject"]["kind"] == "MaasMachine"
+                && e["involvedObject"]["name"] == name
+                && e["type"] == "Warning"
+                && e["reason"] == reason
+        })
+        .collect()
+}
+
+#[test]
+fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
+    let started = Instant::now();
+    let cp = support::control_plane();
+    let sim = MaasSim::start_from_file(
+        &tenants_inventory_path(),
+        &["--deploy-seconds", "1", "--release-seconds", "0.5"],
+    );
+    let mut capmaas = Capmaas::start(
+        &story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join("capmaas-tenants.log"),
+        &[],
+    );
+    capmaas.wait_ready(60);
+    let kube = story::kube_client(cp);
+    let tenants = [
+        Tenant {
+            user: "tenant-a",
+            pool: "tenant-a-pool",
+            ns: cp.new_namespace("tenant-a"),
+        },
+        Tenant {
+            user: "tenant-b",
+            pool: "tenant-b-pool",
+            ns: cp.new_namespace("tenant-b"),
+        },
+    ];
+    let diagnostics = || {
+        let mut out = String::new();
+        for t in &tenants {
+            out += &cp
+                .try_kubectl(
+                    &[
+                        "get",
+                        "maasclusters,maasmachines",
+                        "-n",
+                        &t.ns,
+                        "-o",
+                        "wide",
+                    ],
+                    "",
+                )
+                .unwrap_or_else(|e| e);
+        }
+        format!(
+            "{out}\n--- MAAS: {}\n--- capmaas ({}):\n{}",
+            sim.state(),
+            capmaas.log.display(),
+            story::tail(&capmaas.log, 40)
+        )
+    };
+    for t in &tenants {
+        add_tenant(cp, &kube, &sim, t);
+    }
+
+    // --- Each tenant's machines come from its own user and pool.
+    wait(120, "both tenants' MaasMachines Ready", diagnostics, || {
+        let ready = tenants.iter().all(|t| {
+            [IN_POOL, ANY_POOL].iter().all(|n| {
+                get(&kube, &resources::MAAS_MACHINES, &t.ns, n)
+                    .is_some_and(|mm| condition_is(&mm, "Ready", "True"))
+            })
+        });
+        ready.then_some(())
+    });
+    let mut system_ids: BTreeMap<(&str, &str), String> = BTreeMap::new();
+    for t in &tenants {
+        for name in [IN_POOL, ANY_POOL] {
+            let mm = get(&kube, &resources::MAAS_MACHINES, &t.ns, name).unwrap();
+            let id = string(&mm["spec"]["systemID"]);
+            let m = sim.machine_state(&id);
+            assert_eq!(m["owner"], t.user, "{}/{name}: {m}", t.ns);
+            assert_eq!(m["pool"], t.pool, "{}/{name}: {m}", t.ns);
+            assert_eq!(m["status_name"], "Deployed", "{m}");
+            let identity = &mm["metadata"]["annotations"][IDENTITY_ANNOTATION];
+            assert_eq!(&m["owner_data"]["capmaas-identity"], identity, "{m}");
+            system_ids.insert((t.user, name), id);
+        }
+        let mc = get(&kube, &resources::MAAS_CLUSTERS, &t.ns, CLUSTER).unwrap();
+        assert!(condition_is(&mc, "CredentialsReady", "True"), "{mc:#}");
+    }
+    let (a, b) = (&tenants[0], &tenants[1]);
+    let victim = system_ids[&("tenant-a", IN_POOL)].clone();
+    // A Ready machine of B's own pool that nobody allocated.
+    let unallocated = sim.state()["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["status_name"] == "Ready" && m["pool"] == b.pool)
+        .map(|m| string(&m["system_id"]))
+        .expect("a Ready machine in tenant B's pool");
+
+    // --- Tenant B names A's machine, and a Ready machine: both refused.
+    let before: BTreeMap<String, Value> = [&victim, &unallocated]
+        .iter()
+        .map(|id| (id.to_string(), maas_view(&sim, id)))
+        .collect();
+    let writes_before = machine_writes(&sim);
+    let thieves = [("steal-deployed", &victim), ("steal-ready", &unallocated)];
+    for (name, id) in thieves {
+        add_machine(
+            cp,
+            &kube,
+            &b.ns,
+            name,
+            json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192,
+                   "systemID": id, "providerID": format!("maas:///zone-a/{id}")}),
+        );
+    }
+    wait(
+        60,
+        "both of B's MaasMachines refused (MachineNotOwned, Warning event)",
+        diagnostics,
+        || {
+            thieves
+                .iter()
+                .all(|(name, _)| {
+                    let Some(mm) = get(&kube, &resources::MAAS_MACHINES, &b.ns, name) else {
+                        return false;
+                    };
+                    let refused = condition(&mm, "MachineDeployed").is_some_and(|c| {
+                        c["status"] == "False" && c["reason"] == "MachineNotOwned"
+                    });
+                    refused && !warnings(&kube, &b.ns, name, "MachineNotOwned").is_empty()
+                })
+                .then_some(())
+        },
+    );
+    for (name, id) in thieves {
+        let mm = get(&kube, &resources::MAAS_MACHINES, &b.ns, name).unwrap();
+        let deployed = condition(&mm, "MachineDeployed").unwrap();
+        assert!(
+            string(&deployed["message"]).contains(id.as_str()),
+            "the message names the machine: {deployed}"
+        );
+        assert_ne!(mm["status"]["ready"], true, "{mm:#}");
+    }
+    // Give capmaas a few more reconciles to do something wrong.
+    std::thread::sleep(Duration::from_secs(3));
+    for (id, view) in &before {
+        assert_eq!(&maas_view(&sim, id), view, "{id} changed");
+    }
+    assert_eq!(
+        machine_writes(&sim),
+        writes_before,
+        "a refused object wrote to MAAS"
+    );
+    let a_machine = get(&kube, &resources::MAAS_MACHINES, &a.ns, IN_POOL).unwrap();
+    assert!(
+        condition_is(&a_machine, "Ready", "True"),
+        "A unaffected: {a_machine:#}"
+    );
+
+    // --- Deleting B's objects touches nothing either.
+    for (name, _) in thieves {
+        story::delete_no_wait(cp, &b.ns, "maasmachines", name);
+    }
+    wait(60, "B's refused objects deleted", diagnostics, || {
+        thieves
+            .iter()
+            .all(|(name, _)| get(&kube, &resources::MAAS_MACHINES, &b.ns, name).is_none())
+            .then_some(())
+    });
+    for (id, view) in &before {
+        assert_eq!(&maas_view(&sim, id), view, "{id} changed by a deletion");
+    }
+    assert_eq!(
+        machine_writes(&sim),
+        writes_before,
+        "a deletion wrote to MAAS"
+    );
+
+    // --- The tenants' machines deleted: each released with its own key.
+    for t in &tenants {
+        for name in [IN_POOL, ANY_POOL] {
+            story::delete_no_wait(cp, &t.ns, "maasmachines", name);
+        }
+    }
+    wait(60, "every tenant machine released", diagnostics, || {
+        let gone = tenants
+            .iter()
+            .all(|t| list(&kube, &resources::MAAS_MACHINES, &t.ns).is_empty());
+        let free = sim.state()["machines"].as_array().unwrap().iter().all(|m| {
+            m["status_name"] == "Ready" && m["owner"].is_null() && m["owner_data"] == json!({})
+        });
+        (gone && free).then_some(())
+    });
+    for t in &tenants {
+        for name in [IN_POOL, ANY_POOL] {
+            let m = sim.machine_state(&system_ids[&(t.user, name)]);
+            assert_eq!(m["last_release"]["user"], t.user, "{m}");
+            assert_eq!(
+                m["last_release"]["comment"],
+                format!("capmaas: MaasMachine {}/{name} deleted", t.ns),
+                "{m}"
+            );
+        }
+    }
+    capmaas.assert_running();
+    println!(
+        "two-tenant story done in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
