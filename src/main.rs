@@ -51,6 +51,8 @@ FLAGS:
     --maasmachine-concurrency N            MaasMachine workers (default: 10; 1 to 256)
     --sync-period DURATION                 re-reconcile every object this often (default: 10m;
                                            1s to 24h)
+    --maas-watch-interval DURATION         list the machines of each MAAS user this often, to
+                                           notice changes made in MAAS (default: 15s; 5s to 1h)
     --leader-elect[=BOOL]                  elect a leader with a Lease (default: false)
     --leader-elect-lease-duration DURATION (default: 15s; 1s to 1h)
     --leader-elect-renew-deadline DURATION (default: 10s; 100ms to 1h; below the lease)
@@ -83,6 +85,7 @@ struct Config {
     maascluster_concurrency: usize,
     maasmachine_concurrency: usize,
     sync_period: Duration,
+    maas_watch_interval: Duration,
     leader_elect: bool,
     lease_duration: Duration,
     renew_deadline: Duration,
@@ -105,6 +108,7 @@ impl Default for Config {
             maascluster_concurrency: 10,
             maasmachine_concurrency: 10,
             sync_period: Duration::from_secs(600),
+            maas_watch_interval: Duration::from_secs(15),
             leader_elect: false,
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
@@ -169,6 +173,7 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
             "maascluster-concurrency" => config.maascluster_concurrency = parse_count(name, value)?,
             "maasmachine-concurrency" => config.maasmachine_concurrency = parse_count(name, value)?,
             "sync-period" => config.sync_period = parse_duration(name, value)?,
+            "maas-watch-interval" => config.maas_watch_interval = parse_duration(name, value)?,
             "leader-elect" => config.leader_elect = parse_bool(name, value)?,
             "leader-elect-lease-duration" => config.lease_duration = parse_duration(name, value)?,
             "leader-elect-renew-deadline" => config.renew_deadline = parse_duration(name, value)?,
@@ -208,6 +213,9 @@ fn duration_range(name: &str) -> (Duration, Duration) {
     match name {
         // Every object re-reconciled; below 1s the resync is a busy loop.
         "sync-period" => (s(1), s(24 * 3600)),
+        // One list of every machine per MAAS user and interval: below 5s
+        // that is a heavy load on MAAS; above an hour, nothing is watched.
+        "maas-watch-interval" => (s(5), s(3600)),
         "leader-elect-lease-duration" => (s(1), s(3600)),
         "leader-elect-renew-deadline" | "leader-elect-retry-period" => (ms(100), s(3600)),
         // 0 is allowed: stop at once on SIGTERM.
@@ -600,7 +608,12 @@ fn adopt_main(args: &[String]) -> ExitCode {
         let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
             .map_err(|e| format!("kubeconfig: {e}"))?;
         let kube = kube::Client::new(kube_config).map_err(|e| format!("Kubernetes client: {e}"))?;
-        let credentials = Credentials::new(maas, None, kube.clone(), maas_ca_pem(&controller)?);
+        let credentials = Credentials::new(
+            maas,
+            Default::default(),
+            kube.clone(),
+            maas_ca_pem(&controller)?,
+        );
         let scope = if config.all_namespaces {
             adopt::Scope::AllNamespaces
         } else {
@@ -731,8 +744,12 @@ fn doctor_main(args: &[String]) -> ExitCode {
         let kube_config = kube::Config::infer(config.kubeconfig.as_deref())
             .map_err(|e| format!("kubeconfig: {e}"))?;
         let kube = kube::Client::new(kube_config).map_err(|e| format!("Kubernetes client: {e}"))?;
-        let credentials =
-            Credentials::new(maas.clone(), None, kube.clone(), maas_ca_pem(&controller)?);
+        let credentials = Credentials::new(
+            maas.clone(),
+            Default::default(),
+            kube.clone(),
+            maas_ca_pem(&controller)?,
+        );
         Ok(doctor::run(&kube, &maas, &credentials, release))
     };
     match run() {
@@ -849,6 +866,7 @@ fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manage
         maascluster_concurrency: config.maascluster_concurrency,
         maasmachine_concurrency: config.maasmachine_concurrency,
         sync_period: config.sync_period,
+        maas_watch_interval: config.maas_watch_interval,
         leader_election,
         identity,
         metrics_bind_address: config.metrics_bind_address,
@@ -907,6 +925,7 @@ mod tests {
             (10, 10)
         );
         assert_eq!(c.sync_period, Duration::from_secs(600));
+        assert_eq!(c.maas_watch_interval, Duration::from_secs(15));
         assert!(!c.leader_elect && !c.options.no_swap_update && !c.options.release_erase);
         assert_eq!(c.leader_election_id, "capmaas-leader-election");
         assert_eq!(
@@ -925,6 +944,7 @@ mod tests {
             "--maascluster-concurrency",
             "--maasmachine-concurrency",
             "--sync-period",
+            "--maas-watch-interval",
             "--leader-elect",
             "--leader-elect-lease-duration",
             "--leader-elect-renew-deadline",
@@ -955,8 +975,10 @@ mod tests {
             "--health-probe-bind-address=:9440",
             "--maasmachine-concurrency",
             "3",
+            "--maas-watch-interval=1m",
         ])
         .unwrap();
+        assert_eq!(c.maas_watch_interval, Duration::from_secs(60));
         assert_eq!(c.namespace.as_deref(), Some("ns1"));
         assert_eq!(c.sync_period, Duration::from_secs(90));
         assert!(c.leader_elect && !c.options.release_erase);
@@ -1034,6 +1056,9 @@ mod tests {
             ),
             (vec!["--sync-period", "0s"], "out of range"),
             (vec!["--sync-period", "25h"], "expected 1s to 24h"),
+            (vec!["--maas-watch-interval", "4s"], "expected 5s to 1h"),
+            (vec!["--maas-watch-interval", "61m"], "expected 5s to 1h"),
+            (vec!["--maas-watch-interval", "15"], "--maas-watch-interval"),
             (vec!["--shutdown-timeout", "2h"], "--shutdown-timeout"),
             (
                 vec!["--leader-elect-lease-duration", "500ms"],
@@ -1086,6 +1111,7 @@ mod tests {
     fn boundaries_are_inclusive() {
         let c = parse(&[
             "--sync-period=24h",
+            "--maas-watch-interval=5s",
             "--shutdown-timeout=0s",
             "--maascluster-concurrency=256",
             "--leader-elect-lease-duration=1s",
@@ -1097,6 +1123,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.sync_period, Duration::from_secs(24 * 3600));
+        assert_eq!(c.maas_watch_interval, Duration::from_secs(5));
+        assert_eq!(
+            parse(&["--maas-watch-interval=1h"])
+                .unwrap()
+                .maas_watch_interval,
+            Duration::from_secs(3600)
+        );
         assert_eq!(c.shutdown_timeout, Duration::ZERO);
         assert_eq!(c.maascluster_concurrency, 256);
         assert_eq!(c.watch_filter.as_deref(), Some("Team_A.1"));

@@ -11,6 +11,10 @@
 //! record never goes empty; a machine nothing matches and a wrong image show
 //! their conditions and recover; deleting the cluster releases everything,
 //! deletes the DNS record and drops every finalizer.
+//!
+//! At the product's default periods (no `--sync-period`), the MAAS watch
+//! alone notices what happens in MAAS: a power-off, a machine marked Broken
+//! or released out of band, and MAAS's deployment events on the MaasMachine.
 
 mod support;
 
@@ -151,6 +155,17 @@ struct Scenario {
 }
 
 fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scenario, String) {
+    // Out-of-band power changes of deployed machines are also noticed by
+    // the periodic resync; make it quick for these tests.
+    start_scenario_with(prefix, &["--sync-period=2s"], before_cluster)
+}
+
+/// [`start_scenario`] with capmaas's flags (besides `--namespace`) given.
+fn start_scenario_with(
+    prefix: &str,
+    flags: &[&str],
+    before_cluster: impl FnOnce(&MaasSim),
+) -> (Scenario, String) {
     let cp = support::control_plane();
     let story = Story {
         cp,
@@ -172,12 +187,9 @@ fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scena
         &cp.kubeconfig,
         &sim,
         cp.dir.join(format!("capmaas-{}.log", story.ns)),
-        // Out-of-band power changes of deployed machines are noticed by the
-        // periodic resync; make it quick for the test.
-        &[
-            format!("--namespace={}", story.ns),
-            "--sync-period=2s".to_string(),
-        ],
+        &std::iter::once(format!("--namespace={}", story.ns))
+            .chain(flags.iter().map(|f| f.to_string()))
+            .collect::<Vec<_>>(),
     );
     before_cluster(&sim);
 
@@ -426,6 +438,171 @@ fn the_story() {
     );
     story.delete("clusters.cluster.x-k8s.io", CLUSTER);
     capmaas.assert_running();
+}
+
+/// The Events on one object: (type, reason, message, count).
+fn events_of(story: &Story, name: &str) -> Vec<(String, String, String, u64)> {
+    let out = story.cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &story.ns,
+        "--field-selector",
+        &format!("involvedObject.name={name}"),
+        "-o",
+        "json",
+    ]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    let field = |e: &Value, key: &str| e[key].as_str().unwrap_or_default().to_string();
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let count = e["count"]
+                .as_u64()
+                .or_else(|| e["series"]["count"].as_u64())
+                .unwrap_or(1);
+            (
+                field(e, "type"),
+                field(e, "reason"),
+                field(e, "message"),
+                count,
+            )
+        })
+        .collect()
+}
+
+/// Issue 11 at the product's defaults (no `--sync-period`, the MAAS watch
+/// at its 15 s interval): MAAS's deployment progress shows in `kubectl
+/// describe maasmachine` as Events, each MAAS event once; a deployed
+/// control-plane machine powered off behind MAAS's back is powered on again
+/// within 30 s while the API DNS record never goes empty; a machine marked
+/// Broken and one released out of band say so in their condition and an
+/// Event within 30 s; the MaasCluster goes as soon as its last MaasMachine.
+#[test]
+fn maas_changes_are_seen_within_seconds_at_default_periods() {
+    let (scenario, fqdn) = start_scenario_with("watch", &[], |_| {});
+    let Scenario {
+        story,
+        sim,
+        mut capmaas,
+        _nodes,
+    } = scenario;
+    let cp = story.cp;
+    // Deployments long enough for a list to see them in transit.
+    sim.set_timings(20.0, 0.5);
+    story.add_machine("cp-a", true, cp_spec());
+    story.add_machine("w-1", false, worker_spec());
+    story.add_machine("w-2", false, worker_spec());
+    let all = ["cp-a", "w-1", "w-2"];
+    support::eventually(180, "3 MaasMachines ready", || {
+        capmaas.assert_running();
+        all.iter()
+            .all(|n| {
+                story
+                    .maas_machine(n)
+                    .is_some_and(|m| m["status"]["ready"] == true)
+            })
+            .then_some(())
+    });
+    let system_id = |name: &str| {
+        story.maas_machine(name).unwrap()["spec"]["systemID"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    // MAAS's own account of the deployment, on the MaasMachine.
+    let describe = support::eventually(60, "MAAS events in kubectl describe", || {
+        let out = cp.kubectl(&["describe", "maasmachine", "w-1", "-n", &story.ns]);
+        (out.contains("MAASPerformingPXEBoot") && out.contains("MAASDeployed")).then_some(out)
+    });
+    assert!(describe.contains("MAASInstallingOS"), "{describe}");
+    eprintln!(
+        "kubectl describe maasmachine w-1, events:{}",
+        describe.split("Events:").nth(1).unwrap_or_default()
+    );
+    // One more watch interval: nothing is mirrored twice.
+    std::thread::sleep(std::time::Duration::from_secs(16));
+    let deployed: u64 = events_of(&story, "w-1")
+        .iter()
+        .filter(|(_, reason, _, _)| reason == "MAASDeployed")
+        .map(|(_, _, _, count)| count)
+        .sum();
+    assert_eq!(deployed, 1, "{:?}", events_of(&story, "w-1"));
+
+    // Powered off behind MAAS's back: on again within 30 s, DNS never empty.
+    let cp_ip = support::eventually(30, "cp-a in DNS", || {
+        dns_ips(&sim, &fqdn)
+            .filter(|(ips, _)| ips.len() == 1)
+            .and_then(|(ips, _)| ips.into_iter().next())
+    });
+    let victim = system_id("cp-a");
+    let started = std::time::Instant::now();
+    sim.power_off(&victim);
+    support::eventually(30, "cp-a powered on again", || {
+        capmaas.assert_running();
+        let (ips, _) = dns_ips(&sim, &fqdn).expect("the record exists");
+        assert_eq!(
+            ips,
+            BTreeSet::from([cp_ip.clone()]),
+            "the API DNS record changed"
+        );
+        (sim.machine_state(&victim)["power_state"] == "on").then_some(())
+    });
+    eprintln!("power-off → power-on: {:?}", started.elapsed());
+
+    // Marked Broken by an operator.
+    let broken = system_id("w-1");
+    sim.mark_broken(&broken);
+    support::eventually(30, "w-1 reports Broken", || {
+        capmaas.assert_running();
+        let c = objects::condition(&story.maas_machine("w-1")?, "MachineDeployed").cloned()?;
+        // Unknown: an operator may fix it; the message says what MAAS says.
+        let said = c["status"] != "True" && c["message"].as_str()?.contains("Broken");
+        let evented = events_of(&story, "w-1")
+            .iter()
+            .any(|(type_, _, message, _)| type_ == "Warning" && message.contains("Broken"));
+        (said && evented).then_some(())
+    });
+
+    // Released by an operator.
+    let released = system_id("w-2");
+    sim.release_out_of_band(&released, json!({"user": "admin"}));
+    support::eventually(30, "w-2 reports its release", || {
+        capmaas.assert_running();
+        let c = objects::condition(&story.maas_machine("w-2")?, "MachineDeployed").cloned()?;
+        let said = c["status"] == "False"
+            && c["message"]
+                .as_str()?
+                .contains("released outside of Cluster API");
+        let evented = events_of(&story, "w-2")
+            .iter()
+            .any(|(type_, reason, _, _)| {
+                type_ == "Warning" && reason == "MachineUnexpectedTermination"
+            });
+        (said && evented).then_some(())
+    });
+    assert_eq!(
+        owned_machines(&sim).len(),
+        1,
+        "nothing allocated in their place"
+    );
+
+    // Teardown: the MaasCluster goes with its last MaasMachine, without
+    // waiting for a fixed requeue.
+    for name in all {
+        story.remove_machine(name);
+    }
+    story.delete("maasclusters", CLUSTER);
+    support::eventually(60, "cluster torn down", || {
+        capmaas.assert_running();
+        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
+        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
+    });
+    story.delete("clusters.cluster.x-k8s.io", CLUSTER);
 }
 
 /// Answers MAAS gave but capmaas never received (MAAS acted, the connection

@@ -561,6 +561,7 @@ fn fuzz_probe_server_request_head() {
 fn fuzz_flag_values() {
     let flags = [
         "sync-period",
+        "maas-watch-interval",
         "leader-elect-lease-duration",
         "leader-elect-renew-deadline",
         "leader-elect-retry-period",

@@ -13,23 +13,30 @@
 //! - A new client is checked with `whoami` before use: a wrong key is a
 //!   clear condition on the cluster, not an error at the first allocation.
 //!
+//! - Every client in use is a source of the MAAS watch (listed as the user
+//!   it authenticates as); each cluster's MAAS reads machines from that
+//!   source's view ([`MaasView`]). The sources are updated whenever the set
+//!   of clients changes (a new Secret, a rotated key, an idle client gone).
+//!
 //! Keys of the Secret, the same as the controller-wide Secret
 //! `capmaas-manager-bootstrap-credentials`: `MAAS_ENDPOINT`, `MAAS_API_KEY`
 //! and, optionally, `MAAS_CA_CERT` (PEM; else the controller's
 //! `--maas-ca-file`, else the public roots).
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
 
 use super::adapters::{self, ClientCache};
+use super::maas_view::{MaasView, SourceView};
 use super::ports::{MaasApi, MaasClients};
 use crate::api::maas_cluster::IDENTITY_KIND_SECRET;
 use crate::api::IdentityRef;
 use crate::kube::{self, resources::SECRETS};
+use crate::maas::watch::{SourceId, WatchHandle};
 use crate::maas::{self, StartCheck};
 
 pub const ENDPOINT_KEY: &str = "MAAS_ENDPOINT";
@@ -75,7 +82,8 @@ impl std::error::Error for CredentialsError {}
 /// One cluster's MAAS, as built from its Secret.
 #[derive(Clone)]
 struct Resolved {
-    api: Arc<adapters::Maas>,
+    client: maas::Client,
+    api: Arc<MaasView>,
     /// The MAAS user the credentials authenticate as (from `whoami`).
     username: String,
 }
@@ -83,30 +91,50 @@ struct Resolved {
 /// The real [`MaasClients`]: the controller-wide client plus the clients
 /// built from identity Secrets.
 pub struct Credentials {
-    default: Arc<adapters::Maas>,
-    default_username: Option<String>,
+    default_client: maas::Client,
+    default: Arc<MaasView>,
+    /// The controller-wide user: known from the start-up check, or once
+    /// MAAS answered it later.
+    default_username: Arc<OnceLock<String>>,
     kube: kube::Client,
     /// The controller's `--maas-ca-file`, for Secrets without `MAAS_CA_CERT`.
     ca_pem: Option<Vec<u8>>,
     clients: Mutex<ClientCache<(String, String), Resolved>>,
+    watch: Option<WatchHandle>,
+    /// The watch's sources as last set.
+    watched: Mutex<Vec<SourceId>>,
 }
 
 impl Credentials {
-    /// `default` is the controller-wide client, `default_username` its MAAS
-    /// user when the start-up check learned it.
+    /// `default` is the controller-wide client; `default_username` its MAAS
+    /// user, filled in by the start-up check (maybe later: MAAS may be
+    /// unreachable at start).
     pub fn new(
         default: maas::Client,
-        default_username: Option<String>,
+        default_username: Arc<OnceLock<String>>,
         kube: kube::Client,
         ca_pem: Option<Vec<u8>>,
     ) -> Credentials {
         Credentials {
-            default: Arc::new(adapters::Maas { client: default }),
+            default: Arc::new(MaasView::new(Arc::new(adapters::Maas {
+                client: default.clone(),
+            }))),
+            default_client: default,
             default_username,
             kube,
             ca_pem,
             clients: Mutex::new(ClientCache::new(CLIENT_IDLE, MAX_CLIENTS)),
+            watch: None,
+            watched: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Lists every client's machines with `watch`, and reads them from its
+    /// view (see [`Credentials::sync_watch`]).
+    pub fn with_watch(mut self, watch: WatchHandle) -> Credentials {
+        self.watch = Some(watch);
+        self.sync_watch();
+        self
     }
 
     /// Every MAAS client in use with the user it authenticates as: the
@@ -114,15 +142,44 @@ impl Credentials {
     pub fn clients(&self) -> Vec<(maas::Client, String)> {
         let mut out: Vec<(maas::Client, String)> = self
             .default_username
-            .iter()
-            .map(|user| (self.default.client.clone(), user.clone()))
+            .get()
+            .map(|user| (self.default_client.clone(), user.clone()))
+            .into_iter()
             .collect();
         out.extend(
             self.cache()
                 .values()
-                .map(|r| (r.api.client.clone(), r.username.clone())),
+                .map(|r| (r.client.clone(), r.username.clone())),
         );
         out
+    }
+
+    /// Gives the watch the sources of [`Credentials::clients`] when they
+    /// changed, and the controller-wide client its view once its user is
+    /// known. Cheap when nothing changed: called at every `for_cluster`.
+    pub fn sync_watch(&self) {
+        let Some(watch) = &self.watch else {
+            return;
+        };
+        if let (Some(user), false) = (self.default_username.get(), self.default.is_attached()) {
+            self.default.attach(Box::new(SourceView {
+                handle: watch.clone(),
+                source: SourceId::of(&self.default_client, user),
+            }));
+        }
+        let mut sources: Vec<(SourceId, maas::Client)> = self
+            .clients()
+            .into_iter()
+            .map(|(client, user)| (SourceId::of(&client, &user), client))
+            .collect();
+        sources.sort_by(|a, b| a.0.cmp(&b.0));
+        sources.dedup_by(|a, b| a.0 == b.0);
+        let ids: Vec<SourceId> = sources.iter().map(|(id, _)| id.clone()).collect();
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        if *watched != ids {
+            *watched = ids;
+            watch.set_sources(sources);
+        }
     }
 
     fn cache(&self) -> MutexGuard<'_, ClientCache<(String, String), Resolved>> {
@@ -183,8 +240,18 @@ impl Credentials {
             log::warn!("{what}: {warning}");
         }
         log::info!("{what}: MAAS {} as user {username:?}", client.api_root());
+        let api = MaasView::new(Arc::new(adapters::Maas {
+            client: client.clone(),
+        }));
+        if let Some(watch) = &self.watch {
+            api.attach(Box::new(SourceView {
+                handle: watch.clone(),
+                source: SourceId::of(&client, &username),
+            }));
+        }
         let resolved = Resolved {
-            api: Arc::new(adapters::Maas { client }),
+            client,
+            api: Arc::new(api),
             username,
         };
         self.cache()
@@ -199,10 +266,12 @@ impl MaasClients for Credentials {
         namespace: &str,
         identity: Option<&IdentityRef>,
     ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
-        match identity {
-            None => Ok(self.default.clone()),
-            Some(identity) => Ok(self.resolve(namespace, identity)?.api),
-        }
+        let api: Arc<dyn MaasApi> = match identity {
+            None => self.default.clone(),
+            Some(identity) => self.resolve(namespace, identity)?.api,
+        };
+        self.sync_watch();
+        Ok(api)
     }
 }
 

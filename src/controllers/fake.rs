@@ -5,20 +5,24 @@
 //! can run a reconcile, then another on the result, like the real loop.
 //! `FakeMaas` is a tiny MAAS: a pool of machines, allocation by constraints,
 //! deploy/release/power state transitions, DNS records, boot resources; each
-//! call is logged, and failures can be injected.
+//! call is logged, and failures can be injected. `FakeView` is the MAAS
+//! watch's view of it, listed when a test says so (`World::watched`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::credentials::CredentialsError;
+use super::maas_view::{MaasView, WatchView};
 use super::ports::*;
 use super::{Context, Options};
 use crate::api::capi::{self, Cluster};
 use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas;
+use crate::maas::watch::{ListedMachine, Lookup};
 use crate::maas::{
     AllocateRequest, BootResource, DeployRequest, DnsResource, MachineStatus, PowerState,
     ReleaseRequest,
@@ -279,6 +283,8 @@ pub struct Faults {
     pub once: HashMap<&'static str, maas::Error>,
     /// Allocate succeeds in MAAS but the answer is lost (crash/timeout).
     pub lose_allocate_answer: bool,
+    /// Deploy starts in MAAS but the answer is lost.
+    pub lose_deploy_answer: bool,
 }
 
 #[derive(Default)]
@@ -517,6 +523,13 @@ impl MaasApi for FakeMaas {
             lock(&self.agent_names).insert(system_id.into(), agent.clone());
         }
         lock(&self.deploys).push((system_id.into(), req.clone()));
+        if std::mem::take(&mut lock(&self.faults).lose_deploy_answer) {
+            return Err(maas::Error::new(
+                "deploy",
+                maas::ErrorKind::Timeout,
+                "timed out reading the response",
+            ));
+        }
         Ok(host.clone())
     }
 
@@ -643,12 +656,99 @@ impl MaasApi for FakeMaas {
     }
 }
 
+/// The MAAS watch's view of a [`FakeMaas`], as `WatchHandle` keeps it:
+/// [`FakeView::list`] takes what a list of its user's machines would show
+/// now; answers recorded after a list are newer than it; the view is fresh
+/// until [`FakeView::go_stale`].
+pub struct FakeView {
+    maas: Arc<FakeMaas>,
+    machines: Mutex<HashMap<String, ListedMachine>>,
+    fresh: Mutex<bool>,
+}
+
+impl FakeView {
+    pub fn new(maas: Arc<FakeMaas>) -> FakeView {
+        FakeView {
+            maas,
+            machines: Mutex::new(HashMap::new()),
+            fresh: Mutex::new(false),
+        }
+    }
+
+    /// One list: every machine the user owns, as MAAS has it now.
+    pub fn list(&self) {
+        let now = Instant::now();
+        let listed = lock(&self.maas.machines)
+            .values()
+            .filter(|m| m.owner.as_deref() == Some(self.maas.user.as_str()))
+            .map(|m| {
+                let entry = ListedMachine {
+                    machine: Arc::new(m.clone()),
+                    observed_at: now,
+                    first_seen: now,
+                };
+                (m.system_id.clone(), entry)
+            })
+            .collect();
+        *lock(&self.machines) = listed;
+        *lock(&self.fresh) = true;
+    }
+
+    /// Lists fail from now on: the view is kept, but it is not fresh.
+    pub fn go_stale(&self) {
+        *lock(&self.fresh) = false;
+    }
+}
+
+/// How long a recorded answer stands in for a list (the watch's two
+/// intervals at the default 15 s).
+const FAKE_FRESH_FOR: Duration = Duration::from_secs(30);
+
+impl WatchView for FakeView {
+    fn lookup(&self, system_id: &str) -> Lookup {
+        let fresh = *lock(&self.fresh);
+        match lock(&self.machines).get(system_id) {
+            Some(entry) if fresh || entry.observed_at.elapsed() < FAKE_FRESH_FOR => {
+                Lookup::Owned(entry.clone())
+            }
+            None if fresh => Lookup::NotOwned,
+            _ => Lookup::Unknown,
+        }
+    }
+
+    fn record(&self, machine: &maas::Machine) {
+        let mut machines = lock(&self.machines);
+        if machine.owner.as_deref() != Some(self.maas.user.as_str()) {
+            machines.remove(&machine.system_id);
+            return;
+        }
+        let now = Instant::now();
+        let first_seen = machines
+            .get(&machine.system_id)
+            .map_or(now, |known| known.first_seen);
+        machines.insert(
+            machine.system_id.clone(),
+            ListedMachine {
+                machine: Arc::new(machine.clone()),
+                observed_at: now,
+                first_seen,
+            },
+        );
+    }
+
+    fn is_fresh(&self) -> bool {
+        *lock(&self.fresh)
+    }
+}
+
 /// Each cluster's MAAS: the controller-wide fake, and one fake per
 /// identity Secret (`namespace`, `name`) a test registers.
 #[derive(Default)]
 pub struct FakeClients {
     pub default: Arc<FakeMaas>,
     pub tenants: Mutex<HashMap<(String, String), Arc<FakeMaas>>>,
+    /// Handed out instead of `default` when set (`World::watched`).
+    pub default_api: Mutex<Option<Arc<dyn MaasApi>>>,
 }
 
 impl MaasClients for FakeClients {
@@ -658,6 +758,9 @@ impl MaasClients for FakeClients {
         identity: Option<&crate::api::IdentityRef>,
     ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
         let Some(identity) = identity else {
+            if let Some(api) = lock(&self.default_api).as_ref() {
+                return Ok(api.clone());
+            }
             return Ok(self.default.clone());
         };
         let tenants = lock(&self.tenants);
@@ -890,6 +993,17 @@ impl World {
             "value",
             b"#cloud-config\n",
         );
+    }
+
+    /// The controller-wide MAAS seen through a [`MaasView`] with a watch
+    /// view the test lists ([`FakeView::list`]), as the real controller
+    /// sees it once the MAAS watch runs.
+    pub fn watched(&self) -> Arc<FakeView> {
+        let view = Arc::new(FakeView::new(self.maas.clone()));
+        let api = MaasView::new(self.maas.clone());
+        api.attach(Box::new(view.clone()));
+        *lock(&self.clients.default_api) = Some(Arc::new(api));
+        view
     }
 
     pub fn maas_machine(&self, ns: &str, name: &str) -> MaasMachine {

@@ -10,6 +10,7 @@
 //!                                   maasremediation) ─► reconcilers
 //!                       └─► /readyz (serve reads the gate at each probe)
 //! api poller thread ─► maascluster queue     resync threads ─► every queue
+//! MAAS watch thread (maas_watch::Router) ─► maasmachine queue, Events; orphan report
 //! template informer ─► template_capacity thread ─► MaasMachineTemplate status
 //! ```
 //!
@@ -31,13 +32,14 @@
 //! 5. each informer's connections are closed, so a watch blocked on a
 //!    quiet connection returns at once, and its thread is joined;
 //! 6. the remaining threads are joined (the signal thread, the resyncs, the
-//!    api poller with its probe threads, the MAAS start-up re-check).
+//!    api poller with its probe threads, the MAAS start-up re-check, the
+//!    orphan report), and the MAAS watch (once its call in flight ends).
 //!
 //! The probe and metrics server is the exception: it answers until the
 //! process exits (its accept thread holds no state).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -45,11 +47,13 @@ use super::adapters::{self, Workload};
 use super::api_poller::{ApiPoller, PROBES_STOP};
 use super::caches::Caches;
 use super::credentials::Credentials;
+use super::maas_watch::{self, Router};
 use super::mappers::{self, Keys};
-use super::ports::SystemClock;
+use super::ports::{KubeApi, SystemClock};
 use super::{cluster, machine, remediation, template_capacity, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
 use crate::kube::{self, resources};
+use crate::maas::watch::{MaasWatch, WatchConfig};
 use crate::maas::{self, StartCheck};
 use crate::runtime::{
     self, Event, EventRecorder, Informer, InformerConfig, LeaderConfig, LeaderElector, LeaderGate,
@@ -96,6 +100,8 @@ pub struct Config {
     /// `--maas-ca-file`: also trusted for per-cluster credentials whose
     /// Secret has no CA of its own.
     pub maas_ca_pem: Option<Vec<u8>>,
+    /// How often the MAAS watch lists each MAAS user's machines.
+    pub maas_watch_interval: Duration,
 }
 
 /// Why [`run`] returned.
@@ -126,6 +132,7 @@ pub fn run(config: &Config, kube: kube::Client, maas: maas::Client) -> Result<St
         elector: None,
         informers: Vec::new(),
         threads: Vec::new(),
+        maas_watch: None,
     };
     let outcome = start_and_wait(config, &kube, maas, &gate, &mut running);
     running.stop(config.shutdown_timeout);
@@ -156,7 +163,8 @@ fn start_and_wait(
         Ok(None) => {}
         Err(e) => return Err(format!("the API server refused our credentials: {e}")),
     }
-    let (recheck, maas_user) = check_maas_at_start(&maas, &running.health, &shutdown)?;
+    let maas_user = Arc::new(OnceLock::new());
+    let recheck = check_maas_at_start(&maas, &running.health, &shutdown, &maas_user)?;
     running.threads.extend(recheck);
 
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
@@ -240,18 +248,39 @@ fn start_and_wait(
     running.informers.push(templates);
     running.threads.push(templates_thread);
 
+    let kube_api: Arc<dyn KubeApi> = Arc::new(adapters::Kube {
+        client: kube.clone(),
+        caches: caches.clone(),
+        events,
+    });
+    // The MAAS watch: its sources are the clients the credentials hand out.
+    let router = Router {
+        caches: caches.clone(),
+        queue: Arc::new(machine_queue.clone()),
+        kube: kube_api.clone(),
+    };
+    let watch = MaasWatch::spawn(
+        WatchConfig::default().interval(config.maas_watch_interval),
+        move |change| router.on_change(change),
+        shutdown.receiver().clone(),
+    )
+    .map_err(|e| format!("MAAS watch: {e}"))?;
+    let watch_handle = watch.handle();
+    running.maas_watch = Some(watch);
+    running.threads.push(
+        maas_watch::spawn_orphan_report(
+            watch_handle.clone(),
+            caches.clone(),
+            shutdown.receiver().clone(),
+        )
+        .map_err(|e| format!("orphan report: {e}"))?,
+    );
     let ctx = Context {
-        kube: Arc::new(adapters::Kube {
-            client: kube.clone(),
-            caches: caches.clone(),
-            events,
-        }),
-        maas: Arc::new(Credentials::new(
-            maas,
-            maas_user,
-            kube.clone(),
-            config.maas_ca_pem.clone(),
-        )),
+        kube: kube_api,
+        maas: Arc::new(
+            Credentials::new(maas, maas_user, kube.clone(), config.maas_ca_pem.clone())
+                .with_watch(watch_handle),
+        ),
         workload,
         api_watch: Arc::new(poller.clone()),
         machine_queue: Arc::new(machine_queue.clone()),
@@ -349,31 +378,34 @@ fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
     Ok(())
 }
 
-/// One `whoami` before any work: Ready → go on (with the key's MAAS
-/// user); Refused (wrong key, not MAAS, TLS) → the error that ends the
-/// process; Unreachable → not ready, with the reason, while a thread
-/// (returned, to be joined) checks again with backoff until MAAS answers or
-/// `shutdown` fires.
+/// One `whoami` before any work: Ready → go on (the key's MAAS user goes
+/// into `user`); Refused (wrong key, not MAAS, TLS) → the error that ends
+/// the process; Unreachable → not ready, with the reason, while a thread
+/// (returned, to be joined) checks again with backoff until MAAS answers
+/// (and fills `user`) or `shutdown` fires.
 fn check_maas_at_start(
     maas: &maas::Client,
     health: &Arc<Health>,
     shutdown: &Shutdown,
-) -> Result<(Option<JoinHandle<()>>, Option<String>), String> {
+    user: &Arc<OnceLock<String>>,
+) -> Result<Option<JoinHandle<()>>, String> {
     let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
     match maas.start_check() {
-        StartCheck::Ready(user) => {
+        StartCheck::Ready(whoami) => {
             log::info!(
                 "MAAS {}: authenticated as {}",
                 maas.api_root(),
-                user.username
+                whoami.username
             );
-            Ok((None, Some(user.username)))
+            let _ = user.set(whoami.username);
+            Ok(None)
         }
         StartCheck::Refused(why) => Err(why),
         StartCheck::Unreachable(e) => {
             log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
             health.set_available("MAAS", unreachable(&e));
             let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
+            let user = user.clone();
             std::thread::Builder::new()
                 .name("maas-start-check".into())
                 .spawn(move || {
@@ -383,8 +415,9 @@ fn check_maas_at_start(
                         }
                     };
                     match maas.recheck_until_ready(report, &stop) {
-                        Some(StartCheck::Ready(user)) => {
-                            log::info!("MAAS answers: authenticated as {}", user.username);
+                        Some(StartCheck::Ready(whoami)) => {
+                            log::info!("MAAS answers: authenticated as {}", whoami.username);
+                            let _ = user.set(whoami.username);
                             health.set_available("MAAS", Ok(()));
                         }
                         // Stays unready with the reason: fix the key, then
@@ -396,7 +429,7 @@ fn check_maas_at_start(
                         _ => {}
                     }
                 })
-                .map(|thread| (Some(thread), None))
+                .map(Some)
                 .map_err(|e| format!("MAAS start-up check thread: {e}"))
         }
     }
@@ -469,6 +502,8 @@ struct Running {
     informers: Vec<Informer>,
     /// Threads that end on their own once `shutdown` fires.
     threads: Vec<JoinHandle<()>>,
+    /// Ends on `shutdown` too, or once its MAAS call in flight returns.
+    maas_watch: Option<MaasWatch>,
 }
 
 impl Running {
@@ -501,6 +536,11 @@ impl Running {
             informer.stop();
         }
         runtime::join_within(self.threads, THREADS_STOP);
+        if let Some(watch) = self.maas_watch {
+            if !watch.join(THREADS_STOP) {
+                log::warn!("the MAAS watch is still in a MAAS call; exiting anyway");
+            }
+        }
         log::info!("stopped");
     }
 }

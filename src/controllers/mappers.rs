@@ -96,10 +96,15 @@ pub fn on_maas_cluster(event: &Event<MaasCluster>, caches: &Caches) -> Keys {
 
 /// MaasMachine: itself on spec/metadata changes; for a control-plane
 /// machine also its MaasCluster when its state, power or addresses changed
-/// (the DNS record follows them) or it is created, deleted or deleting.
+/// (the DNS record follows them) or it is created, deleted or deleting;
+/// for any machine that is gone, its MaasCluster if that is being deleted
+/// (it waits for its last MaasMachine).
 pub fn on_maas_machine(event: &Event<MaasMachine>, caches: &Caches) -> Keys {
     let mut keys = Keys::default();
     let obj = event.object();
+    if let Event::Deleted(_) = event {
+        keys.maas_clusters = deleting_maas_clusters_of(obj, caches);
+    }
     let (own, cluster_side) = match event {
         Event::Added(_) | Event::Deleted(_) => (true, true),
         Event::Modified { old, new } => (
@@ -117,10 +122,35 @@ pub fn on_maas_machine(event: &Event<MaasMachine>, caches: &Caches) -> Keys {
         let cluster = caches
             .clusters
             .get(&ObjectKey::new(&obj.metadata.namespace, cluster));
-        keys.maas_clusters
-            .extend(cluster.as_deref().and_then(infra_cluster_of));
+        let key = cluster.as_deref().and_then(infra_cluster_of);
+        if let Some(key) = key.filter(|k| !keys.maas_clusters.contains(k)) {
+            keys.maas_clusters.push(key);
+        }
     }
     keys
+}
+
+/// The MaasClusters being deleted that count this MaasMachine among
+/// theirs: labelled with its cluster name, or owned by that Cluster (as the
+/// MaasCluster's deletion counts them; the Cluster may be gone already).
+fn deleting_maas_clusters_of(mm: &MaasMachine, caches: &Caches) -> Vec<ObjectKey> {
+    let Some(cluster) = mm.metadata.label(CLUSTER_NAME_LABEL) else {
+        return Vec::new();
+    };
+    caches
+        .maas_clusters
+        .list_namespace(&mm.metadata.namespace)
+        .iter()
+        .filter(|mc| mc.metadata.is_being_deleted())
+        .filter(|mc| {
+            mc.metadata.label(CLUSTER_NAME_LABEL) == Some(cluster)
+                || mc
+                    .metadata
+                    .owner(crate::api::capi::GROUP, crate::api::capi::CLUSTER_KIND)
+                    .is_some_and(|o| o.name == cluster)
+        })
+        .filter_map(|mc| mc.metadata.key())
+        .collect()
 }
 
 /// Cluster: its MaasCluster and MaasMachines when pause, infrastructure

@@ -36,7 +36,10 @@
 //!   Machine back to its owner (`OwnerRemediated=False`) for replacement.
 //!
 //! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
-//! them to the real `kube`/`maas` clients and the caches. Errors are the
+//! them to the real `kube`/`maas` clients and the caches; [`maas_view`]
+//! answers machine reads from the MAAS watch's view (and boot resources,
+//! DNS records from short-lived caches), and [`maas_watch`] turns what the
+//! watch sees in MAAS into reconciles, Events and the orphan report. Errors are the
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
@@ -50,6 +53,8 @@ mod error;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod identity;
+pub mod maas_view;
+pub mod maas_watch;
 pub mod machine;
 pub mod manager;
 pub mod mappers;

@@ -2,7 +2,9 @@
 //! against in-memory fakes (`controllers::fake`, in tests) and run against
 //! the real clients through thin adapters ([`super::adapters`]).
 //!
-//! - [`MaasApi`]: the MAAS calls the controllers make, nothing more.
+//! - [`MaasApi`]: the MAAS calls the controllers make, and what the MAAS
+//!   watch's view and short-lived caches answer in their place
+//!   ([`super::maas_view`]).
 //! - [`MaasClients`]: the [`MaasApi`] of a cluster, with its credentials.
 //! - [`KubeApi`]: reads from the informer caches, per-name Secret GETs, the
 //!   few writes (merge patches of our own objects), events.
@@ -26,6 +28,7 @@ use super::credentials::CredentialsError;
 use crate::api::capi::{self, Cluster};
 use crate::api::{Condition, IdentityRef, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
+use crate::maas::watch::Lookup;
 use crate::maas::{
     self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
 };
@@ -61,6 +64,27 @@ pub trait MaasApi: Send + Sync {
         key: &str,
         value: &str,
     ) -> Result<maas::Machine, maas::Error>;
+
+    /// What the MAAS watch's view says about a machine: `Owned` stands in
+    /// for [`MaasApi::machine`]; `NotOwned` and `Unknown` mean "read MAAS
+    /// before acting". Without a watch: `Unknown`.
+    fn watched(&self, _system_id: &str) -> Lookup {
+        Lookup::Unknown
+    }
+    /// Whether the MAAS watch lists this MAAS now: a change of one of its
+    /// machines then wakes the machine's MaasMachine, so nobody polls.
+    fn is_watched(&self) -> bool {
+        false
+    }
+    /// The DNS records named `fqdn` as this process last read or wrote
+    /// them, when that was recent; otherwise read from MAAS.
+    fn recent_dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
+        self.dns_resources(fqdn)
+    }
+    /// This process has just chosen and persisted `identity`: nothing can
+    /// be allocated under it before this process sends an allocate with it,
+    /// so until then [`MaasApi::machines_by_agent_name`] need not ask MAAS.
+    fn chose_identity(&self, _identity: &str) {}
 }
 
 /// The MAAS of one cluster: reached with its own credentials

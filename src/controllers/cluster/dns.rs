@@ -133,13 +133,18 @@ fn random_suffix() -> Result<String, Error> {
         .collect())
 }
 
-/// The record named `fqdn`, created (with `ips`) if MAAS has none.
+/// The record named `fqdn`, created (with `ips`) if MAAS has none. Read
+/// as this process last read or wrote it when that was recent
+/// (`MaasApi::recent_dns_resources`): the reconciles that follow one
+/// another while machines come up cost one read, not one each. A write
+/// whose outcome is unknown drops that memory, so the next reconcile reads
+/// MAAS; a hand edit is repaired once the memory has expired.
 pub(super) fn ensure_record(
     r: &mut ClusterReconciling,
     fqdn: &str,
     ips: &[String],
 ) -> Result<DnsResource, Error> {
-    let mut found = r.maas()?.dns_resources(fqdn)?;
+    let mut found = r.maas()?.recent_dns_resources(fqdn)?;
     match found.len() {
         0 => {
             let record = r.maas()?.create_dns_resource(fqdn, TTL_SECONDS, ips)?;

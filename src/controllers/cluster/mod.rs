@@ -30,8 +30,10 @@ use crate::api::{
 };
 use crate::runtime::Action;
 
-/// While the cluster's MaasMachines are still being deleted.
-const DELETE_WAIT: Duration = Duration::from_secs(10);
+/// While the cluster's MaasMachines are still being deleted: the safety
+/// net; the deletion of each MaasMachine wakes the MaasCluster
+/// (`mappers::on_maas_machine`).
+const DELETE_WAIT: Duration = Duration::from_secs(30);
 
 pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_cluster) = ctx.kube.maas_cluster(namespace, name) else {

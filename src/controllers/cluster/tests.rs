@@ -272,6 +272,40 @@ fn record_holds_the_running_control_plane_and_is_written_only_on_change() {
 }
 
 #[test]
+fn reconciles_in_a_row_read_the_record_once_and_an_unknown_write_reads_again() {
+    let w = World::new(0);
+    w.watched();
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    reconcile(&w).unwrap();
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    machine(&w, "cp3", true, "Deployed", true, "10.0.0.3");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    let reads = |w: &World| {
+        w.maas
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("dns_resources"))
+            .count()
+    };
+    assert_eq!(reads(&w), 1, "{:?}", w.maas.calls());
+
+    // A write that failed (its outcome unknown): MAAS is read again.
+    machine(&w, "cp4", true, "Deployed", true, "10.0.0.4");
+    w.maas.fail_once("set_dns_resource_ips", 503, "busy");
+    assert!(reconcile(&w).is_err());
+    w.maas.clear_calls();
+    reconcile(&w).unwrap();
+    assert_eq!(reads(&w), 1, "{:?}", w.maas.calls());
+    assert_eq!(
+        record_ips(&w),
+        vec!["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    );
+}
+
+#[test]
 fn drift_in_maas_is_repaired() {
     let w = World::new(0);
     w.cluster(NS, "c1");
@@ -441,7 +475,7 @@ fn delete_waits_for_machines_then_deletes_the_record_and_the_finalizer() {
     w.delete(MAAS_CLUSTER, NS, "c1");
     assert_eq!(
         reconcile(&w).unwrap(),
-        Action::RequeueAfter(Duration::from_secs(10))
+        Action::RequeueAfter(Duration::from_secs(30))
     );
     assert_eq!(w.maas.dns_records().len(), 1, "kept while machines remain");
     let ready = conditions::get(w.maas_cluster(NS, "c1").conditions(), conditions::READY)

@@ -10,18 +10,30 @@
 //!
 //! Crash safety: before allocating we ask MAAS for a machine already
 //! listed under the identity, so a crash between the allocate call and the
-//! spec write finds the machine again instead of allocating a second one.
-//! The spec write (`providerID`, `systemID`) follows the allocation at once,
-//! then the owner data; a crash between them is repaired the same way.
+//! spec write finds the machine again instead of allocating a second one
+//! (the MAAS view answers that question without a call only for an identity
+//! this process chose and has not allocated with yet, see
+//! `controllers::maas_view`). The spec write (`providerID`, `systemID`)
+//! follows the allocation at once, then the owner data; a crash between
+//! them is repaired the same way.
+//!
+//! The recorded machine is read from the MAAS watch's view when it is
+//! fresh (its machines carry their owner data, so the identity check is the
+//! same); otherwise, or when the view does not show it as ours, from MAAS.
+//! A refused allocation is tried again from seconds growing to minutes
+//! (`retry.rs`).
 
 use serde_json::json;
 
-use super::{MachineReconciling, Step};
+use std::sync::Arc;
+
+use super::{observe, retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::controllers::identity::{self, Identity, Ownership, OWNER_DATA_KEY};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
+use crate::maas::watch::Lookup;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
 use crate::runtime::Action;
 
@@ -32,6 +44,9 @@ pub(super) fn find_or_allocate(
 ) -> Result<Step<maas::Machine>, Error> {
     if let Some(system_id) = r.object.system_id().map(str::to_string) {
         return recorded_machine(r, &system_id, identity);
+    }
+    if let Some(wait) = retry::waiting(r) {
+        return Ok(Step::Stop(wait));
     }
 
     let mut ours = r.maas()?.machines_by_agent_name(identity.as_str())?;
@@ -72,16 +87,14 @@ pub(super) fn find_or_allocate(
             Ok(Step::Continue(host))
         }
         // No machine matches (409) or MAAS rejects a constraint (400): the
-        // user can read why on the condition; the queue retries with backoff.
+        // user can read why, and when the next try is, on the condition.
         Err(e) if e.is_conflict() || e.is_bad_request() => {
             let message = format!("allocating a machine: {}", e.message());
-            r.set(crate::api::Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                mm_api::MACHINE_DEPLOY_FAILED,
-                message.clone(),
-            ));
-            r.event(EventType::Warning, "MachineAllocationFailed", &message);
-            Err(Error::Retry(format!("{}: {message}", r.key())))
+            Ok(Step::Stop(retry::refused(
+                r,
+                "MachineAllocationFailed",
+                &message,
+            )))
         }
         Err(e) => Err(e.into()),
     }
@@ -93,7 +106,15 @@ fn recorded_machine(
     system_id: &str,
     identity: &Identity,
 ) -> Result<Step<maas::Machine>, Error> {
-    let host = match r.maas()?.machine(system_id) {
+    let listed = match r.maas()?.watched(system_id) {
+        Lookup::Owned(listed) => Some(Arc::unwrap_or_clone(listed.machine)),
+        Lookup::NotOwned | Lookup::Unknown => None,
+    };
+    let read = match listed {
+        Some(host) => Ok(host),
+        None => r.maas()?.machine(system_id),
+    };
+    let host = match read {
         Ok(host) => host,
         // 404: gone from MAAS; 403: another MAAS user's machine, which this
         // user may not even read.
@@ -114,6 +135,12 @@ fn recorded_machine(
     match identity::ownership(&host, identity) {
         Ownership::Ours => Ok(Step::Continue(host)),
         Ownership::Other(_) => Ok(not_ours(r, system_id, Some(&host))),
+        // Ours until now, released behind our back (MAAS cleared the owner
+        // data): a machine this object had observed as its own (it recorded
+        // its state) and nobody owns any more.
+        Ownership::Unmarked if host.owner.is_none() && r.status.machine_state.is_some() => {
+            Ok(released_out_of_band(r, &host))
+        }
         // Allocated under our identity but the owner data is not written
         // yet (a crash between the two calls, or a machine allocated by
         // capmaas before the identity rules): the agent_name list settles it.
@@ -148,6 +175,24 @@ pub(super) fn refuse_unadopted(r: &mut MachineReconciling) -> Result<Action, Err
         Step::Stop(action) => action,
         Step::Continue(_) => Action::Done,
     })
+}
+
+/// Our machine was released by someone else: said so, and left alone
+/// (`spec.systemID` cannot change; a MachineHealthCheck or a person
+/// replaces the Machine).
+fn released_out_of_band(r: &mut MachineReconciling, host: &maas::Machine) -> Step<maas::Machine> {
+    observe::record_host(r, host);
+    let message = format!(
+        "MAAS machine {} is {:?}: released outside of Cluster API",
+        host.system_id, host.status_name
+    );
+    observe::failed(
+        r,
+        mm_api::MACHINE_TERMINATED,
+        "MachineUnexpectedTermination",
+        message,
+    );
+    Step::Stop(Action::Done)
 }
 
 /// Our recorded machine no longer exists in MAAS. `spec.systemID` cannot

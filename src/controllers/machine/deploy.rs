@@ -2,16 +2,18 @@
 //! bootstrap Secret, `op=deploy`.
 //!
 //! A failed deploy keeps the allocation (the providerID Cluster API may
-//! already have copied stays valid) and is retried with backoff.
+//! already have copied stays valid); a deploy MAAS refused is tried again
+//! from seconds growing to minutes (`retry.rs`).
 
 use super::allocate::require_image;
-use super::{MachineReconciling, Step};
+use super::{retry, MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
 use crate::api::Desired;
 use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, DeployRequest, MachineStatus};
+use crate::runtime::Action;
 
 /// Starts a deployment if the machine waits for one; otherwise passes the
 /// machine through unchanged.
@@ -25,6 +27,9 @@ pub(super) fn ensure_deploying(
     // is nobody's (and never reaches here: it carries no identity).
     if host.status != MachineStatus::Allocated {
         return Ok(Step::Continue(host));
+    }
+    if let Some(wait) = retry::waiting(r) {
+        return Ok(Step::Stop(wait));
     }
     require_image(r)?;
 
@@ -54,7 +59,9 @@ pub(super) fn ensure_deploying(
     };
 
     let system_id = host.system_id.clone();
-    disable_swap(r, &host)?;
+    if let Some(wait) = disable_swap(r, &host)? {
+        return Ok(Step::Stop(wait));
+    }
 
     let request = DeployRequest {
         image: Some(r.object.spec.image.clone()),
@@ -90,8 +97,9 @@ pub(super) fn ensure_deploying(
 /// (`--no-swap-update`) says not to. MAAS lets only administrators edit a
 /// machine: a restricted user's 403 is reported on `SwapDisabled` and the
 /// deployment goes on (the bootstrap data turns swap off anyway in the
-/// usual templates) instead of failing.
-fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), Error> {
+/// usual templates) instead of failing. `Some`: MAAS refused the edit
+/// otherwise; the deployment waits for the next try.
+fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Option<Action>, Error> {
     let wanted = r
         .object
         .spec
@@ -103,16 +111,16 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), 
             mm_api::SWAP_UPDATE_DISABLED,
             "swap left as MAAS has it (spec.disableSwap: false or --no-swap-update)",
         ));
-        return Ok(());
+        return Ok(None);
     }
     if host.swap_size == Some(0) {
         r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
-        return Ok(());
+        return Ok(None);
     }
     match r.maas()?.disable_swap(&host.system_id) {
         Ok(()) => {
             r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
-            Ok(())
+            Ok(None)
         }
         Err(e) if e.is_forbidden() => {
             let message = format!(
@@ -129,25 +137,24 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), 
                 mm_api::SWAP_UPDATE_SKIPPED,
                 message,
             ));
-            Ok(())
+            Ok(None)
         }
         Err(e) if e.is_transient() => Err(e.into()),
         Err(e) => {
             let message = format!("setting swap_size=0 on {}: {}", host.system_id, e.message());
-            deploy_failed(r, message).map(|_| ())
+            Ok(Some(retry::refused(r, "MachineDeployFailed", &message)))
         }
     }
 }
 
+/// MAAS refused to prepare or start the deployment: tried again later.
 fn deploy_failed(
     r: &mut MachineReconciling,
     message: String,
 ) -> Result<Step<maas::Machine>, Error> {
-    r.event(EventType::Warning, "MachineDeployFailed", &message);
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
-        mm_api::MACHINE_DEPLOY_FAILED,
-        message.clone(),
-    ));
-    Err(Error::Retry(format!("{}: {message}", r.key())))
+    Ok(Step::Stop(retry::refused(
+        r,
+        "MachineDeployFailed",
+        &message,
+    )))
 }

@@ -3,8 +3,11 @@
 //! only reads it to report `DNSAttached`, and on deletion waits until the
 //! cluster has taken its address out.
 //!
-//! MAAS is read only when the answer can change: a running machine not yet
-//! attached, a stopped machine still attached, or a deleting machine.
+//! The record is looked at only when the answer can change: a running
+//! machine not yet attached, a stopped machine still attached, or a
+//! deleting machine; and then as the MaasCluster reconciler last read or
+//! wrote it, if that was recent (`MaasApi::recent_dns_resources`): it
+//! changes the record and wakes these machines right after.
 
 use super::{MachineReconciling, DNS_PENDING_REQUEUE};
 use crate::api::conditions;
@@ -44,7 +47,7 @@ pub(super) fn check_attachment(
         }
         return Ok(None);
     }
-    let records = match r.maas()?.dns_resources(&fqdn) {
+    let records = match r.maas()?.recent_dns_resources(&fqdn) {
         Ok(records) => records,
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(e.into()),

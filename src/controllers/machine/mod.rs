@@ -22,6 +22,7 @@ mod identity_tests;
 mod node;
 mod observe;
 mod release;
+mod retry;
 #[cfg(test)]
 mod tests;
 
@@ -172,9 +173,12 @@ impl MachineReconciling<'_> {
             ));
             return Err(e.into());
         }
-        let Some(identity) = identity else {
+        let Some((identity, chosen_now)) = identity else {
             return allocate::refuse_unadopted(self);
         };
+        if chosen_now {
+            self.maas()?.chose_identity(identity.as_str());
+        }
         if !cluster.infrastructure_provisioned() {
             self.set(Desired::false_(
                 mm_api::MACHINE_DEPLOYED,
@@ -203,12 +207,14 @@ impl MachineReconciling<'_> {
     }
 
     /// The object's identity (see `controllers::identity`), chosen and
-    /// persisted before any MAAS call that could use it. An annotation
-    /// naming another object (copied, or written to claim someone else's
-    /// machine) is replaced: the object never had a machine under it.
-    fn ensure_identity(&mut self) -> Result<Option<Identity>, Error> {
+    /// persisted before any MAAS call that could use it; true when chosen
+    /// by this call. An annotation naming another object (copied, or
+    /// written to claim someone else's machine) is replaced: the object
+    /// never had a machine under it. None for an object the Go provider
+    /// allocated (see below).
+    fn ensure_identity(&mut self) -> Result<Option<(Identity, bool)>, Error> {
         let foreign = match Identity::recorded(&self.object.metadata) {
-            Recorded::Valid(identity) => return Ok(Some(identity)),
+            Recorded::Valid(identity) => return Ok(Some((identity, false))),
             Recorded::Missing => None,
             Recorded::Foreign(value) => Some(value),
         };
@@ -248,7 +254,7 @@ impl MachineReconciling<'_> {
             identity::ANNOTATION.to_string(),
             identity.as_str().to_string(),
         );
-        Ok(Some(identity))
+        Ok(Some((identity, true)))
     }
 }
 
@@ -262,4 +268,23 @@ pub(crate) enum Step<T> {
 /// longer nothing changes: a quarter of the time spent so far, 5 s to 2 min.
 pub(crate) fn poll_interval(age_secs: u64) -> Duration {
     Duration::from_secs((age_secs / 4).clamp(5, 120))
+}
+
+/// While the MAAS watch lists the machine's MAAS, a change of the machine
+/// wakes its MaasMachine: this is only the safety net.
+pub(crate) const WATCHED_REQUEUE: Duration = Duration::from_secs(300);
+
+/// When to look at a machine MAAS is busy with again: at `polling` when
+/// nothing else will say it changed, else when the watch reports it (with
+/// [`WATCHED_REQUEUE`] as the safety net). A watch whose lists fail keeps
+/// its view and reports what changed meanwhile once a list succeeds again;
+/// the safety net covers a watch that stays broken (the reconcile then
+/// finds the view stale and polls).
+pub(crate) fn next_look(r: &MachineReconciling, polling: Duration) -> Action {
+    let watched = r.maas().is_ok_and(|maas| maas.is_watched());
+    Action::RequeueAfter(if watched {
+        polling.max(WATCHED_REQUEUE)
+    } else {
+        polling
+    })
 }

@@ -2,12 +2,14 @@
 //! powers a deployed machine back on; then, for a running machine, the DNS
 //! attachment (control plane) and the workload Node's providerID.
 //!
-//! MAAS is polled only while the machine is in a transitional state, at
+//! While the MAAS watch lists the machine's MAAS, a change of the machine
+//! wakes its MaasMachine and nothing is polled ([`next_look`]); otherwise
+//! MAAS is polled while the machine is in a transitional state, at
 //! [`poll_interval`]s that grow while nothing changes.
 
 use std::time::Duration;
 
-use super::{dns, node, poll_interval, MachineReconciling, Owners};
+use super::{dns, next_look, node, poll_interval, MachineReconciling, Owners};
 use crate::api::maas_machine::{self as mm_api, AddressSelector};
 use crate::api::{Desired, Initialization, MachineAddress};
 use crate::controllers::ports::EventType;
@@ -15,8 +17,11 @@ use crate::controllers::{remediation, Error};
 use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
 
-/// After asking MAAS to power a deployed machine on.
+/// After asking MAAS to power a deployed machine on: look again then, and
+/// do not ask again before (MAAS shows the new power state only once its
+/// power driver has run). The watch reports the machine on sooner.
 const POWER_ON_REQUEUE: Duration = Duration::from_secs(60);
+const POWERING_ON: &str = "deployed machine was powered off; powering it on";
 
 pub(super) fn observe(
     r: &mut MachineReconciling,
@@ -52,23 +57,7 @@ pub(super) fn observe(
             ));
             Action::RequeueAfter(POWER_ON_REQUEUE)
         }
-        (MachineStatus::Deployed, false) => {
-            r.maas()?.power_on(
-                &host.system_id,
-                "capmaas: deployed machine found powered off",
-            )?;
-            r.event(
-                EventType::Normal,
-                "MachinePoweredOn",
-                &format!("Powering on deployed instance {:?}", host.system_id),
-            );
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                mm_api::MACHINE_POWERED_OFF,
-                "deployed machine was powered off; powering it on",
-            ));
-            Action::RequeueAfter(POWER_ON_REQUEUE)
-        }
+        (MachineStatus::Deployed, false) => power_on(r, host)?,
         (MachineStatus::Deploying, powered) => {
             let reason = if powered {
                 mm_api::MACHINE_DEPLOYING
@@ -125,7 +114,8 @@ pub(super) fn observe(
                 mm_api::MACHINE_STATE_UNDEFINED,
                 message,
             ));
-            Action::RequeueAfter(
+            next_look(
+                r,
                 poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED))
                     .max(Duration::from_secs(60)),
             )
@@ -178,7 +168,7 @@ pub(super) fn observe(
 }
 
 /// `machineState`, `machinePowered`, `hostname`, `addresses` as MAAS reports them.
-fn record_host(r: &mut MachineReconciling, host: &maas::Machine) {
+pub(super) fn record_host(r: &mut MachineReconciling, host: &maas::Machine) {
     r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
     r.status.machine_powered = host.power_state == PowerState::On;
     r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
@@ -234,12 +224,47 @@ fn addresses(host: &maas::Machine, ips: &[String]) -> Vec<MachineAddress> {
 }
 
 fn transitional(r: &MachineReconciling) -> Action {
-    Action::RequeueAfter(poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
+    next_look(r, poll_interval(r.condition_age(mm_api::MACHINE_DEPLOYED)))
+}
+
+/// A deployed machine found powered off is powered on, unless that was
+/// asked less than [`POWER_ON_REQUEUE`] ago (the condition says so since
+/// then).
+fn power_on(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Action, Error> {
+    let asked = r
+        .condition(mm_api::MACHINE_DEPLOYED)
+        .is_some_and(|c| c.reason == mm_api::MACHINE_POWERED_OFF && c.message == POWERING_ON);
+    let age = r.condition_age(mm_api::MACHINE_DEPLOYED);
+    if asked && age < POWER_ON_REQUEUE.as_secs() {
+        return Ok(Action::RequeueAfter(Duration::from_secs(
+            POWER_ON_REQUEUE.as_secs() - age,
+        )));
+    }
+    r.maas()?.power_on(
+        &host.system_id,
+        "capmaas: deployed machine found powered off",
+    )?;
+    r.event(
+        EventType::Normal,
+        "MachinePoweredOn",
+        &format!("Powering on deployed instance {:?}", host.system_id),
+    );
+    r.set(Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::MACHINE_POWERED_OFF,
+        POWERING_ON,
+    ));
+    Ok(Action::RequeueAfter(POWER_ON_REQUEUE))
 }
 
 /// A state that needs a human: condition, failure fields, one event per new
 /// message. Cleared again once the machine is deployed and running.
-fn failed(r: &mut MachineReconciling, reason: &str, event_reason: &str, message: String) {
+pub(super) fn failed(
+    r: &mut MachineReconciling,
+    reason: &str,
+    event_reason: &str,
+    message: String,
+) {
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
         r.event(EventType::Warning, event_reason, &message);
     }

@@ -8,7 +8,7 @@ use crate::api::conditions::{self, Status};
 use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
 use crate::controllers::identity::OWNER_DATA_KEY;
-use crate::controllers::ports::Kind;
+use crate::controllers::ports::{Clock, Kind, MaasApi};
 use crate::controllers::{Error, Options};
 use crate::maas::{MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -265,12 +265,14 @@ fn missing_image_is_reported_with_the_closest_names_before_allocating() {
 }
 
 #[test]
-fn no_matching_machine_shows_maas_words_and_recovers() {
+fn no_matching_machine_shows_maas_words_and_retries_from_seconds_to_minutes() {
     let w = World::new(0);
     w.cluster(NS, "c1");
     w.machine(NS, "c1", "m1", false);
-    let err = reconcile(&w, "m1").unwrap_err();
-    assert!(matches!(err, Error::Retry(_)));
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(10))
+    );
     let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
     assert_eq!(c.reason, mm_api::MACHINE_DEPLOY_FAILED);
     assert!(
@@ -279,12 +281,46 @@ fn no_matching_machine_shows_maas_words_and_recovers() {
         "{}",
         c.message
     );
+    let next = crate::kube::time::time_of_unix_seconds(w.clock.now() + 10);
+    assert!(
+        c.message
+            .ends_with(&format!("; next try at {next} (in 10s)")),
+        "{}",
+        c.message
+    );
     assert!(w
         .kube
         .event_reasons()
         .contains(&"MachineAllocationFailed".to_string()));
 
+    // Woken earlier (a watch event, the resync): MAAS is not asked again
+    // before the time the condition names.
+    w.maas.clear_calls();
+    w.clock.advance(4);
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(6))
+    );
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+    // Each try waits twice as long as the one before, up to 5 minutes.
+    let mut waits = Vec::new();
+    for _ in 0..7 {
+        let Action::RequeueAfter(wait) = reconcile(&w, "m1").unwrap() else {
+            panic!("no requeue");
+        };
+        w.clock.advance(wait.as_secs());
+        let Action::RequeueAfter(wait) = reconcile(&w, "m1").unwrap() else {
+            panic!("no requeue");
+        };
+        waits.push(wait.as_secs());
+    }
+    assert_eq!(waits, [20, 40, 80, 160, 300, 300, 300]);
+    let allocates = w.maas.calls().iter().filter(|c| *c == "allocate").count();
+    assert_eq!(allocates, 7, "{:?}", w.maas.calls());
+
+    // A machine that fits appears: taken at the next try.
     w.maas.add_ready("sys001", "late", "az1", 4, 8192);
+    w.clock.advance(300);
     reconcile(&w, "m1").unwrap();
     assert_eq!(
         w.maas_machine(NS, "m1").spec.system_id.as_deref(),
@@ -293,6 +329,28 @@ fn no_matching_machine_shows_maas_words_and_recovers() {
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
         mm_api::MACHINE_DEPLOYING
+    );
+}
+
+#[test]
+fn a_spec_change_ends_the_wait_for_the_next_allocation() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| v["spec"]["minCPU"] = json!(64));
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(10))
+    );
+    // The user lowers the constraint (a new generation): tried at once.
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["minCPU"] = json!(2);
+        v["metadata"]["generation"] = json!(2);
+    });
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        w.maas_machine(NS, "m1").spec.system_id.as_deref(),
+        Some("sys000")
     );
 }
 
@@ -306,7 +364,10 @@ fn deploy_rejected_keeps_the_allocation_and_retries() {
         400,
         "{\"distro_series\": [\"'x' is not a valid distro_series.\"]}",
     );
-    assert!(reconcile(&w, "m1").is_err());
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(10))
+    );
     let system_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
     assert_eq!(
         reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
@@ -316,6 +377,14 @@ fn deploy_rejected_keeps_the_allocation_and_retries() {
         w.maas.releases.lock().unwrap().is_empty(),
         "not released: the providerID stays valid"
     );
+    w.maas.clear_calls();
+    reconcile(&w, "m1").unwrap();
+    assert!(
+        !w.maas.calls().iter().any(|c| c.starts_with("deploy")),
+        "not before the next try: {:?}",
+        w.maas.calls()
+    );
+    w.clock.advance(10);
     reconcile(&w, "m1").unwrap();
     assert_eq!(w.maas.host(&system_id).status, MachineStatus::Deploying);
 }
@@ -1106,6 +1175,182 @@ fn a_stale_cache_never_drops_a_condition_set_once() {
         reason(&w, "m1", mm_api::SWAP_DISABLED),
         mm_api::SWAP_UPDATE_SKIPPED
     );
+}
+
+// Issue 11: the reconciler with the MAAS watch's view of the fake.
+
+/// `m1` deployed and running, with the watch listing its MAAS.
+fn deployed_and_watched(w: &World) -> (String, std::sync::Arc<crate::controllers::fake::FakeView>) {
+    let view = w.watched();
+    let id = deploying_worker(w);
+    w.maas.finish_deployments();
+    view.list();
+    reconcile(w, "m1").unwrap();
+    assert!(w.maas_machine(NS, "m1").status().ready);
+    (id, view)
+}
+
+#[test]
+fn a_watched_machine_is_read_from_the_view_not_from_maas() {
+    let w = World::new(1);
+    let (_, view) = deployed_and_watched(&w);
+    w.maas.clear_calls();
+    w.clock.advance(3600);
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+    drop(view);
+}
+
+#[test]
+fn a_power_off_the_watch_lists_is_powered_on_once() {
+    let w = World::new(1);
+    let (id, view) = deployed_and_watched(&w);
+    w.maas
+        .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::Off);
+    view.list();
+    w.maas.clear_calls();
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(60))
+    );
+    assert_eq!(w.maas.calls(), [format!("power_on {id}")], "no GET");
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_POWERED_OFF
+    );
+
+    // MAAS's power driver has not run yet: the next list still shows it
+    // off. Woken again (the list, the resync) within the minute: not asked
+    // a second time.
+    w.maas
+        .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::Off);
+    view.list();
+    w.clock.advance(20);
+    w.maas.clear_calls();
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(40))
+    );
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+
+    // The power driver ran; the next list shows the machine on.
+    w.maas
+        .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::On);
+    view.list();
+    reconcile(&w, "m1").unwrap();
+    assert!(conditions::is_true(
+        w.maas_machine(NS, "m1").conditions(),
+        mm_api::MACHINE_DEPLOYED
+    ));
+}
+
+#[test]
+fn a_view_older_than_our_own_write_is_not_trusted() {
+    let w = World::new(1);
+    let (id, view) = deployed_and_watched(&w);
+    w.maas
+        .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::Off);
+    view.list();
+    reconcile(&w, "m1").unwrap();
+    // After the power-on the view (listed before it) shows the machine
+    // off: the reconcile reads MAAS, which shows it on.
+    w.clock.advance(120);
+    w.maas.clear_calls();
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(w.maas.calls(), [format!("machine {id}")]);
+    assert!(w.maas_machine(NS, "m1").status().machine_powered);
+}
+
+#[test]
+fn while_watched_a_deploying_machine_is_not_polled() {
+    let w = World::new(1);
+    let view = w.watched();
+    deploying_worker(&w);
+    view.list();
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(super::WATCHED_REQUEUE),
+        "the watch wakes it when MAAS changes"
+    );
+    view.go_stale();
+    let Action::RequeueAfter(poll) = reconcile(&w, "m1").unwrap() else {
+        panic!("no requeue");
+    };
+    assert!(poll < Duration::from_secs(60), "polled again: {poll:?}");
+}
+
+#[test]
+fn a_release_behind_our_back_is_a_condition_and_an_event() {
+    let w = World::new(1);
+    let (id, view) = deployed_and_watched(&w);
+    w.maas.release(&id, &Default::default()).unwrap();
+    view.list();
+    w.kube.clear_writes();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_TERMINATED
+    );
+    let status = w.maas_machine(NS, "m1").status();
+    assert!(
+        status
+            .failure_message
+            .as_deref()
+            .is_some_and(|m| m.contains("released outside of Cluster API")),
+        "{status:?}"
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachineUnexpectedTermination".to_string()));
+    assert_eq!(w.maas.allocated().len(), 0, "nothing allocated again");
+}
+
+#[test]
+fn out_of_band_broken_is_a_condition_and_an_event() {
+    let w = World::new(1);
+    let (id, view) = deployed_and_watched(&w);
+    w.maas
+        .set_state(&id, MachineStatus::Broken, "Broken", PowerState::Off);
+    view.list();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    let status = w.maas_machine(NS, "m1").status();
+    assert!(
+        status
+            .failure_message
+            .as_deref()
+            .is_some_and(|m| m.contains("Broken")),
+        "{status:?}"
+    );
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_STATE_UNDEFINED
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"MachineUnhandledState".to_string()));
+}
+
+#[test]
+fn a_refused_swap_edit_waits_for_the_next_try_before_deploying() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas
+        .fail_once("disable_swap", 400, "{\"swap_size\": [\"bad\"]}");
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(Duration::from_secs(10))
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty(), "not deployed");
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(c.reason, mm_api::MACHINE_DEPLOY_FAILED);
+    assert!(c.message.contains("swap_size=0"), "{}", c.message);
+    assert!(c.message.contains("next try at"), "{}", c.message);
+    w.clock.advance(10);
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(w.maas.deploys.lock().unwrap().len(), 1);
 }
 
 #[test]

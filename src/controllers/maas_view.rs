@@ -1,0 +1,348 @@
+//! One cluster's MAAS as the reconcilers see it: the real calls, plus what
+//! can be answered without asking MAAS again.
+//!
+//! [`MaasView`] wraps a [`MaasApi`] (the adapter of one MAAS client) and
+//! is itself the [`MaasApi`] a reconcile gets:
+//!
+//! - **Machines** from the MAAS watch's view ([`MaasApi::watched`]): the
+//!   last list of the MAAS user's machines, kept current with every answer
+//!   MAAS gives this process about a machine (reads and writes are recorded
+//!   into the view). A view entry older than this process's last write to
+//!   that machine is not used: the write's effect is unknown there (a lost
+//!   answer, or a write such as power-on whose answer does not show it), so
+//!   the reconcile reads MAAS instead. That keeps a stale view from causing
+//!   a second deploy or power-on.
+//! - **Boot resources** from a shared cache of [`BOOT_RESOURCES_TTL`]: one
+//!   read per minute for all machines, instead of one per machine (workers
+//!   asking at the same moment share that read).
+//! - **DNS records** ([`MaasApi::recent_dns_resources`]) as this process
+//!   last read or wrote them, for [`DNS_TTL`]: the MaasCluster reconciler
+//!   reads the record once per [`DNS_TTL`] however often it runs, writes
+//!   it, and its control-plane machines, woken right after, check their
+//!   `DNSAttached` against that instead of one GET each. Every DNS write of the process goes through here, so the cache
+//!   never shows an address as detached while this process attached it.
+//!
+//! - **The allocation lookup** (`machines_by_agent_name`) for an identity
+//!   this process chose itself ([`MaasApi::chose_identity`]) and has sent
+//!   no allocate with yet: nothing can be allocated under it, so the answer
+//!   is known to be empty. The identity leaves that set when an allocate
+//!   with it is sent, whatever the outcome (an answer may be lost), and
+//!   comes back only when MAAS refused that allocate (409 no machine
+//!   matches, 400 bad constraints: nothing was allocated; the client
+//!   retries an allocate only when MAAS surely did nothing). The set lives
+//!   in memory: after a restart every identity is looked up again.
+//!
+//! Answers that failed are not cached. The caches live as long as the
+//! client they wrap (`controllers::credentials` keeps one per Secret
+//! version, and one controller-wide).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::ports::MaasApi;
+use crate::maas::watch::{Lookup, SourceId, WatchHandle};
+use crate::maas::{
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
+};
+
+/// How long the boot resources read once serve every machine.
+pub const BOOT_RESOURCES_TTL: Duration = Duration::from_secs(60);
+/// How long a DNS record read or written serves the machines' checks.
+pub const DNS_TTL: Duration = Duration::from_secs(30);
+/// Identities remembered as unallocated at most; beyond that the set is
+/// emptied (forgetting costs only a lookup).
+const MAX_NEW_IDENTITIES: usize = 10_000;
+/// Write marks older than this are forgotten: by then every view entry
+/// that could be read is newer (a view is fresh for at most two intervals,
+/// and `--maas-watch-interval` is at most an hour).
+const WRITE_MARKS_KEPT: Duration = Duration::from_secs(2 * 3600);
+
+/// The MAAS watch, seen from one cluster's MAAS: one source's view.
+pub trait WatchView: Send + Sync {
+    fn lookup(&self, system_id: &str) -> Lookup;
+    /// MAAS's answer about a machine, newer than any list.
+    fn record(&self, machine: &maas::Machine);
+    /// Whether the source was listed lately (see `WatchHandle::is_fresh`).
+    fn is_fresh(&self) -> bool;
+}
+
+impl<T: WatchView + ?Sized> WatchView for Arc<T> {
+    fn lookup(&self, system_id: &str) -> Lookup {
+        (**self).lookup(system_id)
+    }
+
+    fn record(&self, machine: &maas::Machine) {
+        (**self).record(machine)
+    }
+
+    fn is_fresh(&self) -> bool {
+        (**self).is_fresh()
+    }
+}
+
+/// The real [`WatchView`]: a source of the running watch.
+pub struct SourceView {
+    pub handle: WatchHandle,
+    pub source: SourceId,
+}
+
+impl WatchView for SourceView {
+    fn lookup(&self, system_id: &str) -> Lookup {
+        self.handle.lookup(&self.source, system_id)
+    }
+
+    fn record(&self, machine: &maas::Machine) {
+        self.handle.record(&self.source, machine.clone());
+    }
+
+    fn is_fresh(&self) -> bool {
+        self.handle.is_fresh(&self.source)
+    }
+}
+
+/// See the module docs.
+pub struct MaasView {
+    api: Arc<dyn MaasApi>,
+    /// Set once the MAAS user is known (and a watch runs).
+    view: OnceLock<Box<dyn WatchView>>,
+    boot_resources: Mutex<Option<(Instant, Vec<BootResource>)>>,
+    /// Held while the boot resources are read: workers that need them at
+    /// the same moment wait for that one read instead of each sending one.
+    boot_resources_read: Mutex<()>,
+    /// By FQDN: the records as last read or written, and when.
+    dns: Mutex<HashMap<String, (Instant, Vec<DnsResource>)>>,
+    /// By system_id: when this process last started a write to it.
+    writes: Mutex<HashMap<String, Instant>>,
+    /// Identities chosen by this process and not yet sent with an allocate.
+    new_identities: Mutex<HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MaasView {
+    pub fn new(api: Arc<dyn MaasApi>) -> MaasView {
+        MaasView {
+            api,
+            view: OnceLock::new(),
+            boot_resources: Mutex::new(None),
+            boot_resources_read: Mutex::new(()),
+            dns: Mutex::new(HashMap::new()),
+            writes: Mutex::new(HashMap::new()),
+            new_identities: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Reads machines from `view` from now on; a view attached before is
+    /// kept (the source of a client never changes).
+    pub fn attach(&self, view: Box<dyn WatchView>) {
+        let _ = self.view.set(view);
+    }
+
+    pub fn is_attached(&self) -> bool {
+        self.view.get().is_some()
+    }
+
+    /// Notes a write to a machine before it is sent: view entries older
+    /// than it no longer stand in for a read.
+    fn mark_write(&self, system_id: &str) {
+        let mut writes = lock(&self.writes);
+        writes.retain(|_, at| at.elapsed() < WRITE_MARKS_KEPT);
+        writes.insert(system_id.to_string(), Instant::now());
+    }
+
+    /// Puts a machine MAAS answered with into the view.
+    fn recorded(
+        &self,
+        answer: Result<maas::Machine, maas::Error>,
+    ) -> Result<maas::Machine, maas::Error> {
+        let machine = answer?;
+        if let Some(view) = self.view.get() {
+            view.record(&machine);
+        }
+        Ok(machine)
+    }
+
+    fn recent_boot_resources(&self) -> Option<Vec<BootResource>> {
+        let cached = lock(&self.boot_resources);
+        let (at, resources) = cached.as_ref()?;
+        (at.elapsed() < BOOT_RESOURCES_TTL).then(|| resources.clone())
+    }
+
+    fn remember_dns(&self, fqdn: &str, records: Vec<DnsResource>) {
+        let mut dns = lock(&self.dns);
+        dns.retain(|_, (at, _)| at.elapsed() < DNS_TTL);
+        dns.insert(fqdn.to_string(), (Instant::now(), records));
+    }
+
+    /// After a DNS write: `change` applied to every remembered record with
+    /// this id on success; on failure (outcome unknown) those entries are
+    /// forgotten, so the next check reads MAAS.
+    fn dns_written(&self, id: i64, ok: bool, change: impl Fn(&mut Vec<DnsResource>)) {
+        let mut dns = lock(&self.dns);
+        if !ok {
+            dns.retain(|_, (_, records)| !records.iter().any(|r| r.id == id));
+            return;
+        }
+        for (_, records) in dns.values_mut() {
+            if records.iter().any(|r| r.id == id) {
+                change(records);
+            }
+        }
+    }
+}
+
+impl MaasApi for MaasView {
+    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
+        self.recorded(self.api.machine(system_id))
+    }
+
+    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
+        if lock(&self.new_identities).contains(agent_name) {
+            return Ok(Vec::new());
+        }
+        self.api.machines_by_agent_name(agent_name)
+    }
+
+    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
+        let agent_name = req.agent_name.as_deref().unwrap_or_default();
+        let was_new = lock(&self.new_identities).remove(agent_name);
+        let answer = self.api.allocate(req);
+        if let Err(e) = &answer {
+            if was_new && (e.is_conflict() || e.is_bad_request()) {
+                lock(&self.new_identities).insert(agent_name.to_string());
+            }
+        }
+        self.recorded(answer)
+    }
+
+    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.disable_swap(system_id)
+    }
+
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
+        self.mark_write(system_id);
+        self.recorded(self.api.deploy(system_id, req))
+    }
+
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.release(system_id, req)
+    }
+
+    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.power_on(system_id, comment)
+    }
+
+    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.power_off(system_id, comment)
+    }
+
+    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
+        if let Some(resources) = self.recent_boot_resources() {
+            return Ok(resources);
+        }
+        let _one_read = lock(&self.boot_resources_read);
+        if let Some(resources) = self.recent_boot_resources() {
+            return Ok(resources);
+        }
+        let resources = self.api.boot_resources()?;
+        *lock(&self.boot_resources) = Some((Instant::now(), resources.clone()));
+        Ok(resources)
+    }
+
+    fn zones(&self) -> Result<Vec<String>, maas::Error> {
+        self.api.zones()
+    }
+
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
+        let records = self.api.dns_resources(fqdn)?;
+        self.remember_dns(fqdn, records.clone());
+        Ok(records)
+    }
+
+    fn create_dns_resource(
+        &self,
+        fqdn: &str,
+        ttl: u32,
+        ips: &[String],
+    ) -> Result<DnsResource, maas::Error> {
+        match self.api.create_dns_resource(fqdn, ttl, ips) {
+            Ok(record) => {
+                self.remember_dns(fqdn, vec![record.clone()]);
+                Ok(record)
+            }
+            Err(e) => {
+                lock(&self.dns).remove(fqdn);
+                Err(e)
+            }
+        }
+    }
+
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
+        let result = self.api.set_dns_resource_ips(id, ips);
+        self.dns_written(id, result.is_ok(), |records| {
+            for record in records.iter_mut().filter(|r| r.id == id) {
+                record.ip_addresses = ips.to_vec();
+            }
+        });
+        result
+    }
+
+    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
+        let result = self.api.delete_dns_resource(id);
+        self.dns_written(id, result.is_ok(), |records| records.retain(|r| r.id != id));
+        result
+    }
+
+    fn set_owner_data(
+        &self,
+        system_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<maas::Machine, maas::Error> {
+        self.mark_write(system_id);
+        self.recorded(self.api.set_owner_data(system_id, key, value))
+    }
+
+    fn chose_identity(&self, identity: &str) {
+        let mut identities = lock(&self.new_identities);
+        if identities.len() >= MAX_NEW_IDENTITIES {
+            identities.clear();
+        }
+        identities.insert(identity.to_string());
+    }
+
+    fn watched(&self, system_id: &str) -> Lookup {
+        let Some(view) = self.view.get() else {
+            return Lookup::Unknown;
+        };
+        let lookup = view.lookup(system_id);
+        let written = lock(&self.writes).get(system_id).copied();
+        match (lookup, written) {
+            (Lookup::Owned(listed), Some(at)) if listed.observed_at <= at => Lookup::Unknown,
+            (lookup, _) => lookup,
+        }
+    }
+
+    fn is_watched(&self) -> bool {
+        self.view.get().is_some_and(|view| view.is_fresh())
+    }
+
+    fn recent_dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
+        if let Some((at, records)) = lock(&self.dns).get(fqdn) {
+            if at.elapsed() < DNS_TTL {
+                return Ok(records.clone());
+            }
+        }
+        self.dns_resources(fqdn)
+    }
+}
+
+#[cfg(test)]
+mod tests;
