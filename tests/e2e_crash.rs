@@ -235,10 +235,9 @@ impl Crash {
         assert!(self.capmaas.is_none());
         self.runs += 1;
         let log = self.logs.join(format!("capmaas-{:02}.log", self.runs));
-        let mut args = vec![
-            format!("--namespace={}", self.ns),
-            "--sync-period=5s".to_string(),
-        ];
+        // The product's default periods: a restarted capmaas relists
+        // everything and the MAAS watch notices MAAS's side.
+        let mut args = vec![format!("--namespace={}", self.ns)];
         if leader_elect {
             args.extend([
                 "--leader-elect".to_string(),

@@ -91,7 +91,6 @@ impl Manager {
             .arg(format!("--leader-election-namespace={NAMESPACE}"))
             .arg(format!("--metrics-bind-address={metrics}"))
             .arg(format!("--health-probe-bind-address={health}"))
-            .arg("--sync-period=5s")
             .env_remove("KUBECONFIG")
             .env("MAAS_ENDPOINT", &sim.url)
             .env("MAAS_API_KEY", &sim.api_key)

@@ -154,10 +154,10 @@ struct Scenario {
     _nodes: NodeHelper,
 }
 
+/// At the product's default periods: what happens in MAAS is noticed by
+/// the MAAS watch, not by a quick resync.
 fn start_scenario(prefix: &str, before_cluster: impl FnOnce(&MaasSim)) -> (Scenario, String) {
-    // Out-of-band power changes of deployed machines are also noticed by
-    // the periodic resync; make it quick for these tests.
-    start_scenario_with(prefix, &["--sync-period=2s"], before_cluster)
+    start_scenario_with(prefix, &[], before_cluster)
 }
 
 /// [`start_scenario`] with capmaas's flags (besides `--namespace`) given.
