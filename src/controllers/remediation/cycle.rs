@@ -89,6 +89,16 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
         api::POWERING_ON | api::POWER_ON_REQUESTED if on => powered_on(r, target, &host),
         api::POWERING_ON => power_on(r, &host),
         api::POWER_ON_REQUESTED => Ok(poll(r)),
+        // A hard power cycle leaves the machine off for a few seconds, as
+        // BMCs and power supplies need to reset the board (and as the
+        // workload sees it: a machine that is off at once and on again in
+        // the same second may never have gone down).
+        api::POWER_OFF_REQUESTED
+            if host.power_state == PowerState::Off
+                && r.condition_age(api::POWER_CYCLED) < MIN_OFF_SECONDS =>
+        {
+            Ok(Action::RequeueAfter(Duration::from_secs(1)))
+        }
         _ if host.power_state == PowerState::Off => {
             r.set(Desired::false_(
                 api::POWER_CYCLED,
@@ -306,6 +316,9 @@ fn record_history(r: &mut RemediationReconciling, target: &Target) -> Result<(),
 }
 
 /// Polls again soon, within the attempt's time.
+/// How long a power cycle keeps the machine off, at least (seconds).
+pub(super) const MIN_OFF_SECONDS: u64 = 5;
+
 fn poll(r: &RemediationReconciling) -> Action {
     let left = r.attempt_left().max(Duration::from_secs(1));
     Action::RequeueAfter(POWER_POLL.min(left))

@@ -19,8 +19,23 @@ use crate::runtime::Action;
 const NS: &str = "ns";
 const TIMEOUT: u64 = 60;
 
+/// One reconcile; a machine capmaas asked to power off then stays off for
+/// the cycle's minimum off time in the fake clock's time.
 fn reconcile(w: &World) -> Result<Action, Error> {
-    super::reconcile(&w.ctx, NS, "m1")
+    let result = super::reconcile(&w.ctx, NS, "m1");
+    let off_requested = w
+        .kube
+        .get(MAAS_REMEDIATION, NS, "m1")
+        .and_then(|v| v.pointer("/status/conditions").cloned())
+        .and_then(|c| c.as_array().cloned())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["reason"] == super::api::POWER_OFF_REQUESTED)
+        });
+    if off_requested {
+        w.clock.advance(super::cycle::MIN_OFF_SECONDS);
+    }
+    result
 }
 
 /// Cluster `c1` with worker `m1` deployed and running; returns its system ID.
@@ -164,7 +179,9 @@ fn power_cycle_off_then_on_then_waits_for_the_health_check() {
     w.clock.advance(30);
     assert_eq!(
         reconcile(&w).unwrap(),
-        Action::RequeueAfter(Duration::from_secs(TIMEOUT - 30))
+        Action::RequeueAfter(Duration::from_secs(
+            TIMEOUT - 30 - super::cycle::MIN_OFF_SECONDS
+        ))
     );
     assert!(w.maas.calls().is_empty());
 
@@ -465,7 +482,9 @@ fn a_new_remediation_of_the_same_machine_goes_on_counting() {
     w.maas.clear_calls();
     assert_eq!(
         reconcile(&w).unwrap(),
-        Action::RequeueAfter(Duration::from_secs(TIMEOUT - 20))
+        Action::RequeueAfter(Duration::from_secs(
+            TIMEOUT - 20 - super::cycle::MIN_OFF_SECONDS
+        ))
     );
     let s = status(&w);
     assert_eq!((s.phase.as_str(), s.retry_count), (api::PHASE_WAITING, 1));
