@@ -524,6 +524,23 @@ FLAGS:
 EXIT STATUS: 0 when every machine is adopted (or already was), 1 otherwise, 2 for bad flags.
 ";
 
+/// A subcommand's arguments as (argument, flag, value): `--flag=value`,
+/// `--flag value`, or one of `switches` alone (no value). A flag missing
+/// its value gets none, and the caller says which flag needs one.
+fn subcommand_flags(args: &[String], switches: &[&str]) -> Vec<(String, String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, value) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
+            None if switches.contains(&arg.as_str()) => (arg.clone(), None),
+            None => (arg.clone(), args.next().cloned()),
+        };
+        out.push((arg.clone(), flag, value));
+    }
+    out
+}
+
 /// `capmaas adopt`'s flags.
 #[derive(Debug, Default)]
 struct AdoptConfig {
@@ -536,22 +553,15 @@ struct AdoptConfig {
 
 fn parse_adopt_args(args: &[String]) -> Result<Option<AdoptConfig>, String> {
     let mut config = AdoptConfig::default();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) => (flag, Some(value.to_string())),
-            None => (arg.as_str(), None),
+    for (arg, flag, value) in
+        subcommand_flags(args, &["-h", "--help", "--apply", "--all-namespaces"])
+    {
+        let value = |name: &str| {
+            value
+                .clone()
+                .ok_or_else(|| format!("--{name} needs a value"))
         };
-        let mut value = |name: &str| -> Result<String, String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => args
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| format!("--{name} needs a value")),
-            }
-        };
-        match flag {
+        match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--apply" => config.apply = true,
             "--all-namespaces" => config.all_namespaces = true,
@@ -677,22 +687,15 @@ struct DoctorConfig {
 
 fn parse_doctor_args(args: &[String]) -> Result<Option<DoctorConfig>, String> {
     let mut config = DoctorConfig::default();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) => (flag, Some(value.to_string())),
-            None => (arg.as_str(), None),
+    for (arg, flag, value) in
+        subcommand_flags(args, &["-h", "--help", "--release-orphans", "--apply"])
+    {
+        let value = |name: &str| {
+            value
+                .clone()
+                .ok_or_else(|| format!("--{name} needs a value"))
         };
-        let mut value = |name: &str| -> Result<String, String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => args
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| format!("--{name} needs a value")),
-            }
-        };
-        match flag {
+        match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--release-orphans" => config.release_orphans = true,
             "--apply" => config.apply = true,
