@@ -40,16 +40,11 @@ struct Story {
 
 impl Story {
     fn apply(&self, obj: &Value) {
-        self.cp
-            .kubectl_stdin(&["apply", "-f", "-"], &obj.to_string());
+        self.cp.apply(obj);
     }
 
     fn get(&self, kind: &str, name: &str) -> Option<Value> {
-        let out = self
-            .cp
-            .try_kubectl(&["get", kind, name, "-n", &self.ns, "-o", "json"], "")
-            .ok()?;
-        serde_json::from_str(&out).ok()
+        self.cp.get(&self.ns, kind, name)
     }
 
     fn list(&self, kind: &str) -> Vec<Value> {
@@ -88,22 +83,8 @@ impl Story {
     /// What Cluster API does for one machine: the bootstrap Secret, the
     /// Machine, and the MaasMachine it owns (labels + owner reference).
     fn add_machine(&self, name: &str, control_plane: bool, spec: Value) {
-        let secret = support::capi::bootstrap_secret(
-            &self.ns,
-            &support::story::bootstrap_secret_name(name),
-            CLUSTER,
-        );
-        self.apply(&secret);
-        self.apply(&objects::machine(&self.ns, CLUSTER, name, control_plane));
-        let machine_uid = self.uid("machines.cluster.x-k8s.io", name);
-        self.apply(&objects::owned_maas_machine(
-            &self.ns,
-            CLUSTER,
-            name,
-            control_plane,
-            &machine_uid,
-            spec,
-        ));
+        self.cp
+            .add_machine(&self.ns, CLUSTER, name, control_plane, spec);
     }
 
     /// What Cluster API does when a Machine goes: delete it and its MaasMachine.

@@ -62,44 +62,24 @@ struct Lab {
 
 impl Lab {
     fn apply(&self, obj: &Value) {
-        self.cp
-            .kubectl_stdin(&["apply", "-f", "-"], &obj.to_string());
+        self.cp.apply(obj);
     }
 
     fn get(&self, kind: &str, name: &str) -> Option<Value> {
-        let out = self
-            .cp
-            .try_kubectl(&["get", kind, name, "-n", &self.ns, "-o", "json"], "")
-            .ok()?;
-        serde_json::from_str(&out).ok()
+        self.cp.get(&self.ns, kind, name)
     }
 
     fn uid(&self, kind: &str, name: &str) -> String {
         objects::string(&self.get(kind, name).unwrap()["metadata"]["uid"])
     }
 
-    /// Cluster API's part for one worker: bootstrap Secret, Machine, and
-    /// the MaasMachine it owns.
     fn add_worker(&self, name: &str, spec: Value) {
         self.add_machine(name, false, spec);
     }
 
     fn add_machine(&self, name: &str, control_plane: bool, spec: Value) {
-        self.apply(&support::capi::bootstrap_secret(
-            &self.ns,
-            &support::story::bootstrap_secret_name(name),
-            CLUSTER,
-        ));
-        self.apply(&objects::machine(&self.ns, CLUSTER, name, control_plane));
-        let machine_uid = self.uid("machines.cluster.x-k8s.io", name);
-        self.apply(&objects::owned_maas_machine(
-            &self.ns,
-            CLUSTER,
-            name,
-            control_plane,
-            &machine_uid,
-            spec,
-        ));
+        self.cp
+            .add_machine(&self.ns, CLUSTER, name, control_plane, spec);
     }
 
     fn remove_worker(&self, name: &str) {

@@ -156,6 +156,50 @@ impl ControlPlane {
         }
     }
 
+    /// `kubectl apply` of one object.
+    pub fn apply(&self, obj: &serde_json::Value) {
+        self.kubectl_stdin(&["apply", "-f", "-"], &obj.to_string());
+    }
+
+    /// One object as JSON, if it exists.
+    pub fn get(&self, ns: &str, kind: &str, name: &str) -> Option<serde_json::Value> {
+        let out = self
+            .try_kubectl(&["get", kind, name, "-n", ns, "-o", "json"], "")
+            .ok()?;
+        serde_json::from_str(&out).ok()
+    }
+
+    /// What Cluster API does for one machine of `cluster`: the bootstrap
+    /// Secret, the Machine, and the MaasMachine it owns (labels + owner
+    /// reference).
+    pub fn add_machine(
+        &self,
+        ns: &str,
+        cluster: &str,
+        name: &str,
+        control_plane: bool,
+        spec: serde_json::Value,
+    ) {
+        self.apply(&capi::bootstrap_secret(
+            ns,
+            &story::bootstrap_secret_name(name),
+            cluster,
+        ));
+        self.apply(&objects::machine(ns, cluster, name, control_plane));
+        let machine = self
+            .get(ns, "machines.cluster.x-k8s.io", name)
+            .unwrap_or_else(|| panic!("Machine {ns}/{name} not found"));
+        let machine_uid = objects::string(&machine["metadata"]["uid"]);
+        self.apply(&objects::owned_maas_machine(
+            ns,
+            cluster,
+            name,
+            control_plane,
+            &machine_uid,
+            spec,
+        ));
+    }
+
     /// Creates a namespace with a name unique to this process.
     pub fn new_namespace(&self, prefix: &str) -> String {
         static NEXT: AtomicU32 = AtomicU32::new(0);
