@@ -12,7 +12,9 @@
 #                                waits until its standard input closes, then
 #                                stops: a test process keeps the write end of
 #                                a pipe open, so its exit (even a panic or a
-#                                kill -9) tears the control plane down
+#                                kill -9) tears the control plane down and
+#                                removes DIR (kept if CAPMAAS_KEEP_TEST_DIRS
+#                                is set)
 #   control-plane.sh cert DIR NAME IP...
 #                                issues DIR/pki/NAME.{crt,key}, a serving
 #                                certificate for the given IPs and localhost,
@@ -166,9 +168,11 @@ stop() {
 stop_on_eof() {
   # Ctrl-C in a terminal reaches the whole process group: ignore it here so
   # the teardown below still runs once the test process is gone.
-  trap '' INT HUP
+  trap '' INT HUP TERM
   cat >/dev/null || true
   stop "$1"
+  # Its etcd data and logs go with it, unless kept for a post-mortem.
+  [[ -n ${CAPMAAS_KEEP_TEST_DIRS:-} ]] || rm -rf -- "$1"
 }
 
 case ${1:-}:${2:+dir} in

@@ -75,7 +75,9 @@ pub fn second_control_plane() -> &'static ControlPlane {
 impl ControlPlane {
     fn start() -> Result<ControlPlane, String> {
         let script = repo_root().join("tests/support/control-plane.sh");
-        let dir = tempdir("capmaas-cp")?;
+        // Not under the scratch root: this watchdog reads its pid files at
+        // exit, while the scratch root's watchdog may already be deleting.
+        let dir = fresh_dir(&std::env::temp_dir(), "capmaas-cp")?;
         // The watchdog goes first, so that a failed start is cleaned up too.
         let watchdog = Command::new(&script)
             .arg("stop-on-eof")
@@ -241,14 +243,51 @@ impl ControlPlane {
     }
 }
 
-/// A fresh directory under the system temp dir.
+/// A fresh directory under this test binary's scratch root, which is removed
+/// when the binary exits, however it exits (set `CAPMAAS_KEEP_TEST_DIRS=1` to
+/// keep it for a post-mortem).
 pub fn tempdir(prefix: &str) -> Result<PathBuf, String> {
+    fresh_dir(scratch_root()?, prefix)
+}
+
+/// The scratch root: one directory per test binary and a watchdog (`sh`)
+/// holding the read end of a pipe whose write end only this process has; at
+/// EOF (the process is gone) it deletes the root.
+fn scratch_root() -> Result<&'static Path, String> {
+    static ROOT: OnceLock<Result<(PathBuf, Mutex<Child>), String>> = OnceLock::new();
+    let root = ROOT.get_or_init(|| {
+        let root = fresh_dir(&std::env::temp_dir(), "capmaas-tests")?;
+        let keep = std::env::var_os("CAPMAAS_KEEP_TEST_DIRS").is_some_and(|v| !v.is_empty());
+        let cleanup = if keep {
+            "cat >/dev/null"
+        } else {
+            "cat >/dev/null; rm -rf -- \"$0\""
+        };
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(format!("trap '' INT HUP TERM; {cleanup}"))
+            .arg(&root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawning the scratch directory's watchdog: {e}"))?;
+        Ok((root, Mutex::new(watchdog)))
+    });
+    match root {
+        Ok((path, _)) => Ok(path),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// A fresh directory under `parent`, named after `prefix`, this process and
+/// a counter.
+fn fresh_dir(parent: &Path, prefix: &str) -> Result<PathBuf, String> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
+    let dir = parent.join(format!(
         "{prefix}-{}-{}-{nanos}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
