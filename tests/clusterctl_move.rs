@@ -37,7 +37,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use capmaas::kube::{self, resources, ListParams};
 use serde_json::{json, Value};
@@ -169,28 +169,6 @@ fn released(machine: &Value) -> bool {
             .is_none_or(|data| data.is_empty())
 }
 
-/// Polls `check` every 500 ms; panics after `seconds` with `diagnostics()`.
-fn wait<T>(
-    seconds: u64,
-    what: &str,
-    diagnostics: impl Fn() -> String,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            println!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
-            return v;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(seconds),
-            "timed out after {seconds}s waiting for {what}\n{}",
-            diagnostics()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// Cluster API watches Nodes only once the control plane is initialized, and
 /// the node helper registers a Node only once MAAS reports Deployed: a
 /// Machine whose Node got its providerID after the Machine's last reconcile
@@ -313,7 +291,7 @@ fn clusterctl_move_keeps_every_machine_and_the_dns_record() {
     objects.push(story::machine_deployment(&ns, WORKERS));
     first.apply(&objects);
     let total = CP_BEFORE.len() + WORKERS;
-    wait(
+    support::wait_explained(
         240,
         "provisioned on the first cluster: every Machine Running with a Node, the control plane initialized",
         || diagnostics(&first, &capi1, &capmaas1),
@@ -347,7 +325,7 @@ fn clusterctl_move_keeps_every_machine_and_the_dns_record() {
             .map(|a| string(&a["address"]))
             .collect()
     };
-    let record = wait(
+    let record = support::wait_explained(
         60,
         "one DNS record holding both control-plane IPs",
         || diagnostics(&first, &capi1, &capmaas1),
@@ -427,7 +405,7 @@ fn clusterctl_move_keeps_every_machine_and_the_dns_record() {
     );
 
     // --- The second cluster takes over.
-    wait(
+    support::wait_explained(
         180,
         "every moved MaasMachine Ready on the second cluster, every Machine Running",
         || diagnostics(&second, &capi2, &capmaas2),
@@ -504,7 +482,7 @@ fn clusterctl_move_keeps_every_machine_and_the_dns_record() {
         &json!({"spec": {"replicas": WORKERS - 1}}).to_string(),
     ]);
     let worker_selector = format!("cluster.x-k8s.io/deployment-name={MD}");
-    let removed_worker = wait(
+    let removed_worker = support::wait_explained(
         120,
         "one worker removed and its MAAS machine released",
         || diagnostics(&second, &capi2, &capmaas2),
@@ -541,7 +519,7 @@ fn clusterctl_move_keeps_every_machine_and_the_dns_record() {
     second.apply(&control_plane_objects(&ns, CP_REPLACEMENT));
     let survivors = [CP_BEFORE[1], CP_REPLACEMENT];
     let release_comment = format!("capmaas: MaasMachine {ns}/{CP_REPLACED} deleted");
-    wait(
+    support::wait_explained(
         180,
         "the replaced control plane released, its replacement Ready, the record following",
         || diagnostics(&second, &capi2, &capmaas2),
@@ -596,7 +574,7 @@ fn clusterctl_move_keeps_every_machine_and_the_dns_record() {
         &ns,
         "--wait=false",
     ]);
-    wait(
+    support::wait_explained(
         180,
         "the Cluster gone, every MAAS machine released, the record deleted",
         || diagnostics(&second, &capi2, &capmaas2),

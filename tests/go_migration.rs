@@ -61,28 +61,6 @@ fn released(m: &Value) -> bool {
     m["status_name"] == "Ready" && m["owner"].is_null() && m["owner_data"] == json!({})
 }
 
-/// Polls `check` every 500 ms; panics after `seconds` with `diagnostics()`.
-fn wait<T>(
-    seconds: u64,
-    what: &str,
-    diagnostics: impl Fn() -> String,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            println!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
-            return v;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(seconds),
-            "timed out after {seconds}s waiting for {what}\n{}",
-            diagnostics()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 #[test]
 fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
     let started = Instant::now();
@@ -124,7 +102,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
         objects.push(support::objects::machine(&ns, CLUSTER, name, false));
     }
     apply(cp, &objects);
-    wait(
+    support::wait_explained(
         60,
         "the Go provider's machines Deployed in MAAS",
         String::new,
@@ -171,7 +149,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
         condition(mm, "MachineDeployed")
             .is_some_and(|c| c["status"] == "False" && c["reason"] == "MachineNotOwned")
     };
-    wait(
+    support::wait_explained(
         120,
         "every Go-provider MaasMachine refused (MachineNotOwned)",
         diagnostics,
@@ -187,7 +165,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
     // Deleted before the adoption: the finalizer stays (the machine would
     // leak otherwise) and MAAS is not touched.
     story::delete_no_wait(cp, &ns, "machines.cluster.x-k8s.io", DELETED_BEFORE);
-    wait(
+    support::wait_explained(
         60,
         "the MaasMachine deleted before adoption waits (Ready=False MachineNotOwned)",
         diagnostics,
@@ -239,7 +217,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
     }
 
     // The one deleted before is released now; the others are managed.
-    wait(
+    support::wait_explained(
         60,
         "the MaasMachine deleted before adoption released and gone",
         diagnostics,
@@ -249,7 +227,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
             .then_some(())
         },
     );
-    wait(60, "the adopted MaasMachines Ready", diagnostics, || {
+    support::wait_explained(60, "the adopted MaasMachines Ready", diagnostics, || {
         [SCALED_DOWN, KEPT]
             .iter()
             .all(|n| {
@@ -271,7 +249,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
 
     // --- Scale down: one Machine deleted, its machine released, the other kept.
     story::delete_no_wait(cp, &ns, "machines.cluster.x-k8s.io", SCALED_DOWN);
-    wait(60, "the scaled-down machine released", diagnostics, || {
+    support::wait_explained(60, "the scaled-down machine released", diagnostics, || {
         (get(&kube, &resources::MAAS_MACHINES, &ns, SCALED_DOWN).is_none()
             && released(&sim.machine_state(&system_ids[SCALED_DOWN])))
         .then_some(())
@@ -281,7 +259,7 @@ fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
 
     // --- The cluster deleted: everything released.
     story::delete_no_wait(cp, &ns, "clusters.cluster.x-k8s.io", CLUSTER);
-    wait(
+    support::wait_explained(
         120,
         "the cluster gone, every machine released",
         diagnostics,

@@ -161,28 +161,6 @@ fn maas_view(sim: &MaasSim, system_id: &str) -> Value {
     })
 }
 
-/// Polls `check` every 500 ms; panics after `seconds` with `diagnostics()`.
-fn wait<T>(
-    seconds: u64,
-    what: &str,
-    diagnostics: impl Fn() -> String,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            println!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
-            return v;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(seconds),
-            "timed out after {seconds}s waiting for {what}\n{}",
-            diagnostics()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// Warning events of reason `reason` about MaasMachine `name`.
 fn warnings(kube: &kube::Client, ns: &str, name: &str, reason: &str) -> Vec<Value> {
     list(kube, &resources::EVENTS, ns)
@@ -254,7 +232,7 @@ fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
     }
 
     // --- Each tenant's machines come from its own user and pool.
-    wait(120, "both tenants' MaasMachines Ready", diagnostics, || {
+    support::wait_explained(120, "both tenants' MaasMachines Ready", diagnostics, || {
         let ready = tenants.iter().all(|t| {
             [IN_POOL, ANY_POOL].iter().all(|n| {
                 get(&kube, &resources::MAAS_MACHINES, &t.ns, n)
@@ -307,7 +285,7 @@ fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
                    "systemID": id, "providerID": format!("maas:///zone-a/{id}")}),
         );
     }
-    wait(
+    support::wait_explained(
         60,
         "both of B's MaasMachines refused (MachineNotOwned, Warning event)",
         diagnostics,
@@ -355,7 +333,7 @@ fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
     for (name, _) in thieves {
         story::delete_no_wait(cp, &b.ns, "maasmachines", name);
     }
-    wait(60, "B's refused objects deleted", diagnostics, || {
+    support::wait_explained(60, "B's refused objects deleted", diagnostics, || {
         thieves
             .iter()
             .all(|(name, _)| get(&kube, &resources::MAAS_MACHINES, &b.ns, name).is_none())
@@ -376,7 +354,7 @@ fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
             story::delete_no_wait(cp, &t.ns, "maasmachines", name);
         }
     }
-    wait(60, "every tenant machine released", diagnostics, || {
+    support::wait_explained(60, "every tenant machine released", diagnostics, || {
         let gone = tenants
             .iter()
             .all(|t| list(&kube, &resources::MAAS_MACHINES, &t.ns).is_empty());

@@ -311,6 +311,29 @@ pub fn eventually<T>(seconds: u64, what: &str, mut check: impl FnMut() -> Option
     }
 }
 
+/// Polls `check` every 500 ms, printing how long `what` took; panics after
+/// `seconds` with `diagnostics()` (what MAAS and the cluster looked like).
+pub fn wait_explained<T>(
+    seconds: u64,
+    what: &str,
+    diagnostics: impl Fn() -> String,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(v) = check() {
+            println!("[{:>6.1}s] {what}", started.elapsed().as_secs_f64());
+            return v;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(seconds),
+            "timed out after {seconds}s waiting for {what}\n{}",
+            diagnostics()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
 }
