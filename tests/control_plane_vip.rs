@@ -22,6 +22,7 @@ mod support;
 
 use std::time::Duration;
 
+use capmaas::maas::ReserveFrom;
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::objects;
@@ -71,8 +72,8 @@ fn dns_records(sim: &MaasSim) -> Value {
 
 /// The Secret with the restricted user's key, the Cluster (infrastructure
 /// marked provisioned, as Cluster API would once we are) and the
-/// MaasCluster asking for the VIP.
-fn create_cluster(cp: &ControlPlane, sim: &MaasSim, ns: &str) {
+/// MaasCluster asking for `vip`.
+fn create_cluster(cp: &ControlPlane, sim: &MaasSim, ns: &str, vip: Value) {
     cp.apply(&json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "tenant-maas", "namespace": ns},
@@ -96,7 +97,7 @@ fn create_cluster(cp: &ControlPlane, sim: &MaasSim, ns: &str) {
                                           "blockOwnerDeletion": true}]},
         "spec": {"dnsDomain": "k8s.maas",
                  "identityRef": {"kind": "Secret", "name": "tenant-maas"},
-                 "controlPlaneVIP": {"address": VIP}},
+                 "controlPlaneVIP": vip},
     }));
     cp.kubectl(&[
         "patch",
@@ -125,7 +126,7 @@ fn a_control_plane_vip_is_reserved_survives_a_crash_and_is_released() {
         json!({"method": "POST", "endpoint": "ipaddresses/", "op": "reserve",
                          "latency_ms": 5000, "times": 1}),
     );
-    create_cluster(cp, &sim, &ns);
+    create_cluster(cp, &sim, &ns, json!({"address": VIP}));
     let capmaas = start_capmaas(cp, &sim, &ns, 1);
     support::eventually(60, "status.controlPlaneVIP Reserving", || {
         let mc = cp.get(&ns, "maasclusters", CLUSTER)?;
@@ -217,4 +218,79 @@ fn a_control_plane_vip_is_reserved_survives_a_crash_and_is_released() {
         sim.calls()
     );
     capmaas.assert_running();
+}
+
+/// VIP mode from a subnet (`controlPlaneVIP.subnet`, the MAAS subnet's
+/// name): MAAS picks the address, the status and the endpoint name it,
+/// deletion releases it.
+#[test]
+fn a_vip_from_a_maas_subnet_is_the_address_maas_picked() {
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("vip-subnet");
+    let sim = MaasSim::start(None);
+    create_cluster(cp, &sim, &ns, json!({"subnet": "lab"}));
+    let mut capmaas = start_capmaas(cp, &sim, &ns, 1);
+    let mc = support::eventually(60, "LoadBalancerReady", || {
+        let mc = cp.get(&ns, "maasclusters", CLUSTER)?;
+        objects::condition_is(&mc, "LoadBalancerReady", "True").then_some(mc)
+    });
+    let address = objects::string(&mc["status"]["controlPlaneVIP"]["address"]);
+    assert!(address.starts_with("10.11.130."), "{mc}");
+    assert_eq!(mc["status"]["controlPlaneVIP"]["phase"], "Reserved");
+    assert!(mc["status"]["controlPlaneVIP"]["reservedBefore"].is_null());
+    assert_eq!(mc["spec"]["controlPlaneEndpoint"]["host"], address.as_str());
+    assert_eq!(reservations(&sim), [address.clone()]);
+
+    story::delete_no_wait(cp, &ns, "maasclusters", CLUSTER);
+    support::eventually(60, "MaasCluster gone", || {
+        capmaas.assert_running();
+        cp.get(&ns, "maasclusters", CLUSTER).is_none().then_some(())
+    });
+    assert!(reservations(&sim).is_empty(), "released");
+}
+
+/// The client's reservation calls against the simulator, which answers as
+/// MAAS's `IPAddressesHandler` does: what capmaas relies on.
+#[test]
+fn reservation_calls_answer_as_maas_does() {
+    let sim = MaasSim::start(None);
+    let operator = sim.client_for(USER);
+    let admin = sim.client();
+    let reserved = operator
+        .reserve_ip(&ReserveFrom::Address(VIP.into()))
+        .unwrap();
+    assert_eq!(reserved.ip, VIP);
+    assert_eq!(reserved.alloc_type_name, "User reserved");
+    assert_eq!(reserved.subnet.unwrap().cidr, "10.11.130.0/24");
+    // Reserving it again (a repeat after a lost answer) is "in use": 404.
+    let again = operator
+        .reserve_ip(&ReserveFrom::Address(VIP.into()))
+        .unwrap_err();
+    assert!(again.is_not_found() && !again.is_transient(), "{again}");
+    assert!(again.message().contains("already in use"), "{again}");
+    // Listed to its user only, by address too.
+    assert_eq!(operator.ip_reservations(Some(VIP)).unwrap().len(), 1);
+    assert!(operator
+        .ip_reservations(Some("10.11.130.99"))
+        .unwrap()
+        .is_empty());
+    assert!(admin.ip_reservations(None).unwrap().is_empty());
+    // Another user cannot release it (no force): 400, still reserved.
+    let foreign = admin.release_ip(VIP).unwrap_err();
+    assert!(foreign.is_bad_request(), "{foreign}");
+    assert_eq!(reservations(&sim), [VIP]);
+    // From a subnet: the next free address, never the reserved one.
+    let from_subnet = operator
+        .reserve_ip(&ReserveFrom::Subnet("lab".into()))
+        .unwrap();
+    assert_ne!(from_subnet.ip, VIP);
+    let unknown = operator
+        .reserve_ip(&ReserveFrom::Subnet("nowhere".into()))
+        .unwrap_err();
+    assert!(unknown.is_bad_request(), "{unknown}");
+    // Released by its user; a second release is a 400.
+    operator.release_ip(VIP).unwrap();
+    operator.release_ip(&from_subnet.ip).unwrap();
+    assert!(reservations(&sim).is_empty());
+    assert!(operator.release_ip(VIP).unwrap_err().is_bad_request());
 }
