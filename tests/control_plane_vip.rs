@@ -239,7 +239,7 @@ fn a_vip_from_a_maas_subnet_is_the_address_maas_picked() {
     assert_eq!(mc["status"]["controlPlaneVIP"]["phase"], "Reserved");
     assert!(mc["status"]["controlPlaneVIP"]["reservedBefore"].is_null());
     assert_eq!(mc["spec"]["controlPlaneEndpoint"]["host"], address.as_str());
-    assert_eq!(reservations(&sim), [address.clone()]);
+    assert_eq!(reservations(&sim), vec![address]);
 
     story::delete_no_wait(cp, &ns, "maasclusters", CLUSTER);
     support::eventually(60, "MaasCluster gone", || {
