@@ -291,6 +291,22 @@ mod tests {
     }
 
     #[test]
+    fn control_plane_vip_round_trips() {
+        let input = serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"dnsDomain": "maas", "controlPlaneVIP": {"subnet": "lab"}},
+            "status": {"ready": true,
+                       "controlPlaneVIP": {"address": "10.0.0.7", "phase": "Reserving",
+                                           "reservedBefore": ["10.0.0.3"]}}
+        });
+        let c: MaasCluster = serde_json::from_value(input.clone()).unwrap();
+        let vip = c.spec.control_plane_vip.clone().unwrap();
+        assert_eq!((vip.address, vip.subnet.as_deref()), (None, Some("lab")));
+        assert_eq!(c.vip_address(), Some("10.0.0.7"));
+        assert_eq!(serde_json::to_value(&c).unwrap(), input);
+    }
+
+    #[test]
     fn legacy_map_failure_domains_read_as_empty() {
         let c: MaasCluster = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "c"}, "spec": {"dnsDomain": "maas"},
