@@ -172,7 +172,14 @@ impl ClusterReconciling<'_> {
     /// the control-plane machines holds it); no DNS record, so no machine
     /// waits on one.
     fn run_with_vip(&mut self, cluster: &Cluster, vip: &ControlPlaneVip) -> Result<Action, Error> {
-        let address = vip::ensure(self, vip)?;
+        let address = match vip::ensure(self, vip) {
+            Ok(address) => address,
+            Err(Error::Maas(e)) if !e.is_transient() => {
+                let message = format!("listing the MAAS user's reserved addresses: {e}");
+                return Err(vip::failed(self, message));
+            }
+            Err(e) => return Err(e),
+        };
         self.ensure_endpoint(cluster, &address)?;
         self.set(
             Desired::true_(

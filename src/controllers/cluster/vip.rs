@@ -278,7 +278,7 @@ fn refuse_if_claimed(r: &mut ClusterReconciling, address: &str) -> Result<(), Er
 
 /// `LoadBalancerReady=False` with MAAS's words, a Warning event when the
 /// message is new; the error to retry with backoff.
-fn failed(r: &mut ClusterReconciling, message: String) -> Error {
+pub(super) fn failed(r: &mut ClusterReconciling, message: String) -> Error {
     report(r, mc_api::CONTROL_PLANE_VIP_FAILED, &message);
     Error::Retry(format!("{}: {message}", r.key()))
 }

@@ -388,3 +388,26 @@ fn control_plane_machines_of_a_vip_cluster_have_no_dns_to_join() {
     );
     assert_eq!(w.maas.releases.lock().unwrap().len(), 1);
 }
+
+#[test]
+fn a_maas_that_refuses_the_list_is_reported() {
+    let w = World::new(0);
+    vip_cluster(&w, "c1", json!({"address": "10.0.0.50"}));
+    w.maas.fail_once(
+        "ip_reservations",
+        403,
+        "Listing all IP addresses requires admin privileges.",
+    );
+    assert!(reconcile(&w).is_err());
+    let lb = load_balancer(&w, "c1");
+    assert_eq!(lb.reason, mc_api::CONTROL_PLANE_VIP_FAILED);
+    assert!(lb.message.contains("requires admin"), "{}", lb.message);
+    assert!(vip_status(&w, "c1").is_none());
+    // It answers again: reserved.
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.reserved_ips(), vec!["10.0.0.50"]);
+    assert!(conditions::is_true(
+        w.maas_cluster(NS, "c1").conditions(),
+        mc_api::LOAD_BALANCER_READY
+    ));
+}
