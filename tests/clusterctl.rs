@@ -551,32 +551,31 @@ fn generate_cluster_vip_flavor_renders_the_vip_and_kube_vip() {
     let ctl = clusterctl();
     let cp = support::control_plane();
     let ns = cp.new_namespace("capmaas-vip");
+    let infrastructure = format!("maas:{VERSION}");
+    let generate = |name: &str, version: &str, vars: &[(&str, &str)]| {
+        let args = [
+            "generate",
+            "cluster",
+            name,
+            "--flavor",
+            "vip",
+            "--infrastructure",
+            &infrastructure,
+            "--target-namespace",
+            &ns,
+            "--kubernetes-version",
+            version,
+            "--control-plane-machine-count=3",
+            "--worker-machine-count=5",
+        ];
+        ctl.run(&args, vars)
+    };
     let mut vars = STORY_VARIABLES.to_vec();
     vars.extend([
         ("CONTROL_PLANE_VIP", "10.11.130.50"),
         ("CONTROL_PLANE_VIP_INTERFACE", "eth0"),
     ]);
-    let infrastructure = format!("maas:{VERSION}");
-    let yaml = ctl
-        .run(
-            &[
-                "generate",
-                "cluster",
-                "prod-cluster",
-                "--flavor",
-                "vip",
-                "--infrastructure",
-                &infrastructure,
-                "--target-namespace",
-                &ns,
-                "--kubernetes-version",
-                "v1.26.4",
-                "--control-plane-machine-count=3",
-                "--worker-machine-count=5",
-            ],
-            &vars,
-        )
-        .unwrap();
+    let yaml = generate("prod-cluster", "v1.26.4", &vars).unwrap();
     let objects = dry_run(cp, &yaml);
     assert_eq!(
         kinds(&objects),
@@ -654,47 +653,13 @@ fn generate_cluster_vip_flavor_renders_the_vip_and_kube_vip() {
         .contains("super-admin.conf#path: /etc/kubernetes/admin.conf"));
     // The image tag is a variable with a default.
     vars.push(("KUBE_VIP_VERSION", "v0.9.2"));
-    let pinned = ctl
-        .run(
-            &[
-                "generate",
-                "cluster",
-                "c",
-                "--flavor",
-                "vip",
-                "--infrastructure",
-                &infrastructure,
-                "--target-namespace",
-                &ns,
-                "--kubernetes-version",
-                "v1.30.1",
-            ],
-            &vars,
-        )
-        .unwrap();
+    let pinned = generate("c", "v1.30.1", &vars).unwrap();
     assert!(
         pinned.contains("image: ghcr.io/kube-vip/kube-vip:v0.9.2"),
         "{pinned}"
     );
     // Without the VIP clusterctl refuses to render it.
-    let err = ctl
-        .run(
-            &[
-                "generate",
-                "cluster",
-                "c",
-                "--flavor",
-                "vip",
-                "--infrastructure",
-                &infrastructure,
-                "--target-namespace",
-                &ns,
-                "--kubernetes-version",
-                "v1.30.1",
-            ],
-            &STORY_VARIABLES,
-        )
-        .unwrap_err();
+    let err = generate("c", "v1.30.1", &STORY_VARIABLES).unwrap_err();
     assert!(err.contains("CONTROL_PLANE_VIP"), "{err}");
 }
 

@@ -266,6 +266,19 @@ impl ClusterReconciling<'_> {
         }
     }
 
+    /// Another MaasCluster of this controller for which `is` holds, as
+    /// `namespace/name` (who else claims a DNS name or a VIP).
+    fn other_cluster_where(&self, is: impl Fn(&MaasCluster) -> bool) -> Option<String> {
+        let me = (&self.object.metadata.namespace, &self.object.metadata.name);
+        self.ctx
+            .kube
+            .maas_clusters()
+            .into_iter()
+            .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
+            .find(|other| is(other))
+            .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
+    }
+
     /// See [`MaasMachine::is_control_plane`].
     fn is_control_plane(&self, m: &MaasMachine) -> bool {
         let owner = m

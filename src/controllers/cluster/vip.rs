@@ -254,14 +254,7 @@ fn record(
 
 /// Another MaasCluster of this controller whose status records `address`.
 fn claimed_by(r: &ClusterReconciling, address: &str) -> Option<String> {
-    let me = (&r.object.metadata.namespace, &r.object.metadata.name);
-    r.ctx
-        .kube
-        .maas_clusters()
-        .into_iter()
-        .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
-        .find(|other| other.vip_address() == Some(address))
-        .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
+    r.other_cluster_where(|other| other.vip_address() == Some(address))
 }
 
 fn refuse_if_claimed(r: &mut ClusterReconciling, address: &str) -> Result<(), Error> {
