@@ -117,7 +117,14 @@ fn start(r: &mut ClusterReconciling, vip: &ControlPlaneVip) -> Result<String, Er
 fn adopt(r: &mut ClusterReconciling, address: &str, moved: bool) -> Result<(), Error> {
     if moved {
         record(r, address, VIP_RESERVED, &[])?;
-        reserved_event(r, address);
+        r.event(
+            EventType::Normal,
+            "ControlPlaneVIPReserved",
+            &format!(
+                "control-plane VIP {address}, reserved in MAAS and named by this cluster's \
+                 endpoint (a moved cluster), is this cluster's"
+            ),
+        );
         return Ok(());
     }
     record(r, address, VIP_EXTERNAL, &[])?;
