@@ -80,6 +80,9 @@ impl Clusterctl {
             "MAAS_ENDPOINT",
             "MAAS_API_KEY",
             "KUBECONFIG",
+            "CONTROL_PLANE_VIP",
+            "CONTROL_PLANE_VIP_INTERFACE",
+            "KUBE_VIP_VERSION",
         ]) {
             cmd.env_remove(name);
         }
@@ -538,6 +541,126 @@ fn generate_cluster_topology_flavor_renders_the_class_and_its_cluster() {
         assert_eq!(reference["kind"], kind);
         find(&objects, kind, reference["name"].as_str().unwrap());
     }
+}
+
+/// `--flavor vip`: the default flavor's objects, the MaasCluster asking for
+/// the VIP, and kube-vip as a static pod on the control-plane machines (a
+/// Pod the API server accepts, image pinned, ARP on the given interface).
+#[test]
+fn generate_cluster_vip_flavor_renders_the_vip_and_kube_vip() {
+    let ctl = clusterctl();
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("capmaas-vip");
+    let infrastructure = format!("maas:{VERSION}");
+    let generate = |name: &str, version: &str, vars: &[(&str, &str)]| {
+        let args = [
+            "generate",
+            "cluster",
+            name,
+            "--flavor",
+            "vip",
+            "--infrastructure",
+            &infrastructure,
+            "--target-namespace",
+            &ns,
+            "--kubernetes-version",
+            version,
+            "--control-plane-machine-count=3",
+            "--worker-machine-count=5",
+        ];
+        ctl.run(&args, vars)
+    };
+    let mut vars = STORY_VARIABLES.to_vec();
+    vars.extend([
+        ("CONTROL_PLANE_VIP", "10.11.130.50"),
+        ("CONTROL_PLANE_VIP_INTERFACE", "eth0"),
+    ]);
+    let yaml = generate("prod-cluster", "v1.26.4", &vars).unwrap();
+    let objects = dry_run(cp, &yaml);
+    assert_eq!(
+        kinds(&objects),
+        [
+            "Cluster",
+            "KubeadmConfigTemplate",
+            "KubeadmControlPlane",
+            "MaasCluster",
+            "MaasMachineTemplate",
+            "MaasMachineTemplate",
+            "MachineDeployment",
+        ]
+    );
+    let maas_cluster = find(&objects, "MaasCluster", "prod-cluster");
+    assert_eq!(
+        maas_cluster["spec"]["controlPlaneVIP"],
+        serde_json::json!({"address": "10.11.130.50"})
+    );
+    let kcp = find(
+        &objects,
+        "KubeadmControlPlane",
+        "prod-cluster-control-plane",
+    );
+    assert_eq!(kcp["spec"]["replicas"], 3);
+    let config = &kcp["spec"]["kubeadmConfigSpec"];
+    let files = config["files"].as_array().unwrap();
+    let manifest = files
+        .iter()
+        .find(|f| f["path"] == "/etc/kubernetes/manifests/kube-vip.yaml")
+        .expect("kube-vip static pod")["content"]
+        .as_str()
+        .unwrap();
+    // The static pod is a Pod the API server takes as it is.
+    let pod = &dry_run(cp, manifest)[0];
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["spec"]["hostNetwork"], true);
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/kube-vip/kube-vip:v0.8.9");
+    let env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let value = e["value"].as_str().unwrap_or_default();
+            (e["name"].as_str().unwrap().to_string(), value.to_string())
+        })
+        .collect();
+    for want in [
+        ("address", "10.11.130.50"),
+        ("port", "6443"),
+        ("vip_interface", "eth0"),
+        ("vip_arp", "true"),
+        ("cp_enable", "true"),
+        ("vip_leaderelection", "true"),
+    ] {
+        assert!(
+            env.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} in {env:?}"
+        );
+    }
+    // super-admin.conf only while kubeadm init runs (Kubernetes >= 1.29).
+    let commands = |key: &str| -> Vec<String> {
+        config[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(commands("preKubeadmCommands").contains(&"/etc/kube-vip-kubeadm-init.sh".into()));
+    assert!(files
+        .iter()
+        .any(|f| f["path"] == "/etc/kube-vip-kubeadm-init.sh"));
+    assert!(commands("postKubeadmCommands")[0]
+        .contains("super-admin.conf#path: /etc/kubernetes/admin.conf"));
+    // The image tag is a variable with a default.
+    vars.push(("KUBE_VIP_VERSION", "v0.9.2"));
+    let pinned = generate("c", "v1.30.1", &vars).unwrap();
+    assert!(
+        pinned.contains("image: ghcr.io/kube-vip/kube-vip:v0.9.2"),
+        "{pinned}"
+    );
+    // Without the VIP clusterctl refuses to render it.
+    let err = generate("c", "v1.30.1", &STORY_VARIABLES).unwrap_err();
+    assert!(err.contains("CONTROL_PLANE_VIP"), "{err}");
 }
 
 /// The topology flavor takes exactly the default flavor's variables, so one

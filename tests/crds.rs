@@ -998,3 +998,79 @@ fn cluster_identity_ref_is_chosen_once_at_creation() {
     )
     .unwrap();
 }
+
+#[test]
+fn cluster_control_plane_vip_is_one_of_address_or_subnet_chosen_once() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-vip");
+    let cluster = |name: &str, vip: &str| {
+        format!(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: MaasCluster\n\
+             metadata:\n  name: {name}\nspec:\n  dnsDomain: maas\n{vip}"
+        )
+    };
+    apply(
+        cp,
+        &ns,
+        &cluster("by-address", "  controlPlaneVIP:\n    address: 10.0.0.50\n"),
+    )
+    .unwrap();
+    apply(
+        cp,
+        &ns,
+        &cluster("by-subnet", "  controlPlaneVIP:\n    subnet: 10.0.0.0/24\n"),
+    )
+    .unwrap();
+    let one_of = "set exactly one of controlPlaneVIP.address and controlPlaneVIP.subnet";
+    for vip in [
+        "  controlPlaneVIP:\n    address: 10.0.0.50\n    subnet: 10.0.0.0/24\n",
+        "  controlPlaneVIP: {}\n",
+    ] {
+        let err = apply(cp, &ns, &cluster("both-or-none", vip)).unwrap_err();
+        assert!(err.contains(one_of), "{vip}: {err}");
+    }
+    let err = apply(
+        cp,
+        &ns,
+        &cluster(
+            "not-an-ip",
+            "  controlPlaneVIP:\n    address: api.example.com\n",
+        ),
+    )
+    .unwrap_err();
+    assert!(err.contains("spec.controlPlaneVIP.address"), "{err}");
+
+    let message = "changing cluster controlPlaneVIP not allowed";
+    for patch in [
+        r#"{"spec":{"controlPlaneVIP":{"address":"10.0.0.51"}}}"#,
+        r#"{"spec":{"controlPlaneVIP":null}}"#,
+    ] {
+        let err = merge_patch(cp, &ns, "maascluster/by-address", patch).unwrap_err();
+        assert!(err.contains(message), "{patch}: {err}");
+    }
+    apply(cp, &ns, &cluster("dns", "")).unwrap();
+    let err = merge_patch(
+        cp,
+        &ns,
+        "maascluster/dns",
+        r#"{"spec":{"controlPlaneVIP":{"address":"10.0.0.60"}}}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains(message), "{err}");
+
+    // What the controller writes is kept, nothing pruned.
+    let status = r#"{"status":{"ready":true,
+        "controlPlaneVIP":{"address":"10.0.0.7","phase":"Reserving","reservedBefore":["10.0.0.3"]}}}"#;
+    status_patch(cp, &ns, "maascluster/by-subnet", status).unwrap();
+    let got = get_json(cp, &["-n", &ns, "maascluster", "by-subnet"])["status"].clone();
+    let want: Value = serde_json::from_str::<Value>(status).unwrap()["status"].clone();
+    assert_eq!(got, want);
+    let err = status_patch(
+        cp,
+        &ns,
+        "maascluster/by-subnet",
+        r#"{"status":{"controlPlaneVIP":{"phase":"Mine"}}}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains("status.controlPlaneVIP.phase"), "{err}");
+}

@@ -30,6 +30,23 @@ pub const CREDENTIALS_READY: &str = "CredentialsReady";
 pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
 /// Another MaasCluster already uses the DNS name this one asks for.
 pub const DNS_NAME_IN_USE: &str = "DNSNameInUse";
+/// `LoadBalancerReady` reasons of VIP mode (`spec.controlPlaneVIP`): the
+/// address is reserved in MAAS and is the endpoint; another MaasCluster
+/// already has it; MAAS would not reserve it (the message says why).
+pub const CONTROL_PLANE_VIP_RESERVED: &str = "ControlPlaneVIPReserved";
+pub const CONTROL_PLANE_VIP_IN_USE: &str = "ControlPlaneVIPInUse";
+pub const CONTROL_PLANE_VIP_FAILED: &str = "ControlPlaneVIPReservationFailed";
+/// `DNSAttached` reason (True) of the control-plane MaasMachines of a
+/// cluster in VIP mode: there is no DNS record to join.
+pub const CONTROL_PLANE_VIP: &str = "ControlPlaneVIP";
+
+/// `status.controlPlaneVIP.phase`: about to reserve (the reservation may
+/// exist: a crash came between), reserved by this cluster (released with
+/// it), or reserved for this MAAS user before the cluster asked (used,
+/// never released by capmaas).
+pub const VIP_RESERVING: &str = "Reserving";
+pub const VIP_RESERVED: &str = "Reserved";
+pub const VIP_EXTERNAL: &str = "External";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MaasCluster {
@@ -55,6 +72,42 @@ pub struct MaasClusterSpec {
     /// Absent: the controller-wide credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity_ref: Option<IdentityRef>,
+    /// VIP mode: the API endpoint is this address (or one taken from this
+    /// MAAS subnet), reserved in MAAS and held by kube-vip on the
+    /// control-plane machines, instead of a MAAS DNS record.
+    #[serde(
+        default,
+        rename = "controlPlaneVIP",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub control_plane_vip: Option<ControlPlaneVip>,
+}
+
+/// Exactly one of the two (CEL in the CRD).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlPlaneVip {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// A MAAS subnet: CIDR, name or id, as MAAS's `subnet=` takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet: Option<String>,
+}
+
+/// What capmaas reserved for `spec.controlPlaneVIP`, written before and
+/// after the MAAS call so a crash in between is recovered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneVipStatus {
+    /// Empty only while reserving from a subnet.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub address: String,
+    /// [`VIP_RESERVING`], [`VIP_RESERVED`] or [`VIP_EXTERNAL`].
+    #[serde(default)]
+    pub phase: String,
+    /// While reserving from a subnet: the MAAS user's reservations before
+    /// ours, so that ours is told from them after a crash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_before: Vec<String>,
 }
 
 /// Which credentials a cluster uses: the Cluster API multi-tenancy
@@ -104,6 +157,12 @@ pub struct MaasClusterStatus {
     pub failure_domains: Vec<FailureDomain>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    #[serde(
+        default,
+        rename = "controlPlaneVIP",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub control_plane_vip: Option<ControlPlaneVipStatus>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,6 +218,18 @@ impl MaasCluster {
     pub fn dns_name(&self) -> Option<&str> {
         let name = self.status.as_ref()?.network.as_ref()?.dns_name.as_str();
         (!name.is_empty()).then_some(name)
+    }
+
+    /// The control-plane VIP as recorded in the status, once known.
+    pub fn vip_address(&self) -> Option<&str> {
+        let address = self
+            .status
+            .as_ref()?
+            .control_plane_vip
+            .as_ref()?
+            .address
+            .as_str();
+        (!address.is_empty()).then_some(address)
     }
 
     pub fn conditions(&self) -> &[Condition] {
@@ -217,6 +288,22 @@ mod tests {
                 "status": {"ready": true, "network": {"dnsName": "c-abcdef.maas"}}
             })
         );
+    }
+
+    #[test]
+    fn control_plane_vip_round_trips() {
+        let input = serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"dnsDomain": "maas", "controlPlaneVIP": {"subnet": "lab"}},
+            "status": {"ready": true,
+                       "controlPlaneVIP": {"address": "10.0.0.7", "phase": "Reserving",
+                                           "reservedBefore": ["10.0.0.3"]}}
+        });
+        let c: MaasCluster = serde_json::from_value(input.clone()).unwrap();
+        let vip = c.spec.control_plane_vip.clone().unwrap();
+        assert_eq!((vip.address, vip.subnet.as_deref()), (None, Some("lab")));
+        assert_eq!(c.vip_address(), Some("10.0.0.7"));
+        assert_eq!(serde_json::to_value(&c).unwrap(), input);
     }
 
     #[test]

@@ -20,7 +20,8 @@ use crate::kube::resources::{
 };
 use crate::kube::{self, Resource};
 use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, MachineFilter, ReleaseRequest,
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, MachineFilter,
+    ReleaseRequest, ReserveFrom,
 };
 use crate::runtime::{EventRecorder, ObjectKey, WorkQueue};
 
@@ -239,6 +240,18 @@ impl MaasApi for Maas {
 
     fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
         self.client.delete_dns_resource(id)
+    }
+
+    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
+        self.client.ip_reservations(ip)
+    }
+
+    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
+        self.client.reserve_ip(from)
+    }
+
+    fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {
+        self.client.release_ip(ip)
     }
 
     fn set_owner_data(

@@ -504,8 +504,10 @@ fn named(
 fn domains(report: &mut Report, inventory: &Inventory, clusters: &[MaasCluster]) {
     let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for c in clusters {
+        // A cluster in VIP mode makes no record: its domain is not used.
         if c.spec.identity_ref.is_none()
             && !c.is_externally_managed()
+            && c.spec.control_plane_vip.is_none()
             && !c.spec.dns_domain.is_empty()
         {
             wanted
@@ -850,6 +852,33 @@ mod tests {
         assert!(plan.ends_with("1 ok, 1 warnings, 1 failed\n"), "{plan}");
         report.orphans[0].released = Some(Ok(()));
         assert!(report.render(Release::Apply).contains(" released"));
+    }
+
+    #[test]
+    fn a_cluster_in_vip_mode_needs_no_dns_domain() {
+        let inventory = Inventory {
+            images: Ok(vec![]),
+            pools: Ok(vec![]),
+            tags: Ok(vec![]),
+            zones: Ok(vec![]),
+            domains: Ok(vec!["maas".into()]),
+            machines: Ok(vec![]),
+        };
+        let cluster = |name: &str, vip: Option<serde_json::Value>| -> MaasCluster {
+            let mut c = serde_json::json!({"metadata": {"name": name, "namespace": "ns"},
+                                           "spec": {"dnsDomain": "nowhere"}});
+            if let Some(vip) = vip {
+                c["spec"]["controlPlaneVIP"] = vip;
+            }
+            serde_json::from_value(c).unwrap()
+        };
+        let mut report = Report::default();
+        let vip = cluster("vip", Some(serde_json::json!({"address": "10.0.0.5"})));
+        domains(&mut report, &inventory, std::slice::from_ref(&vip));
+        assert!(report.checks.is_empty(), "{:?}", report.checks);
+        domains(&mut report, &inventory, &[vip, cluster("dns", None)]);
+        assert_eq!(report.checks.len(), 1);
+        assert_eq!(report.checks[0].outcome, Outcome::Fail);
     }
 
     #[test]

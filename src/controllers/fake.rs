@@ -24,8 +24,8 @@ use crate::kube;
 use crate::maas;
 use crate::maas::watch::{ListedMachine, Lookup};
 use crate::maas::{
-    AllocateRequest, BootResource, DeployRequest, DnsResource, MachineStatus, PowerState,
-    ReleaseRequest,
+    AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, MachineStatus,
+    PowerState, ReleaseRequest, ReserveFrom,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -285,6 +285,8 @@ pub struct Faults {
     pub lose_allocate_answer: bool,
     /// Deploy starts in MAAS but the answer is lost.
     pub lose_deploy_answer: bool,
+    /// An address is reserved in MAAS but the answer is lost.
+    pub lose_reserve_answer: bool,
 }
 
 #[derive(Default)]
@@ -300,6 +302,13 @@ pub struct FakeMaas {
     pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
     pub allocations: Mutex<Vec<AllocateRequest>>,
     next_dns_id: Mutex<i64>,
+    /// This user's address reservations (`ipaddresses/?op=reserve`).
+    pub reservations: Mutex<Vec<IpReservation>>,
+    /// Addresses MAAS uses otherwise (machines, other users' reservations).
+    pub addresses_in_use: Mutex<HashSet<String>>,
+    /// Subnets (by the name or CIDR a spec gives) and their free addresses,
+    /// lowest first.
+    pub subnets: Mutex<BTreeMap<String, Vec<String>>>,
     /// The MAAS user this fake's key authenticates as.
     pub user: String,
 }
@@ -411,6 +420,25 @@ impl FakeMaas {
 
     pub fn dns_records(&self) -> Vec<DnsResource> {
         lock(&self.dns).values().cloned().collect()
+    }
+
+    /// The addresses this user has reserved, sorted.
+    pub fn reserved_ips(&self) -> Vec<String> {
+        let mut ips: Vec<String> = lock(&self.reservations)
+            .iter()
+            .map(|r| r.ip.clone())
+            .collect();
+        ips.sort();
+        ips
+    }
+
+    /// A reservation made by hand (outside capmaas) for this user.
+    pub fn add_reservation(&self, ip: &str) {
+        lock(&self.reservations).push(IpReservation {
+            ip: ip.into(),
+            alloc_type_name: "User reserved".into(),
+            subnet: None,
+        });
     }
 
     fn call(&self, op: &'static str, detail: &str) -> Result<(), maas::Error> {
@@ -629,6 +657,92 @@ impl MaasApi for FakeMaas {
                 None,
             )
         })
+    }
+
+    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
+        self.call("ip_reservations", ip.unwrap_or_default())?;
+        Ok(lock(&self.reservations)
+            .iter()
+            .filter(|r| ip.is_none_or(|ip| r.ip == ip))
+            .cloned()
+            .collect())
+    }
+
+    /// As MAAS: an address anyone holds is "already in use" (404), an
+    /// unknown subnet is a 400, a full one a 503.
+    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
+        let detail = match from {
+            ReserveFrom::Address(ip) => format!("ip={ip}"),
+            ReserveFrom::Subnet(subnet) => format!("subnet={subnet}"),
+        };
+        self.call("reserve_ip", &detail)?;
+        let taken = |ip: &str| {
+            lock(&self.addresses_in_use).contains(ip)
+                || lock(&self.reservations).iter().any(|r| r.ip == ip)
+        };
+        let ip = match from {
+            ReserveFrom::Address(ip) if taken(ip) => {
+                return Err(maas::Error::from_response(
+                    "reserve_ip",
+                    404,
+                    &format!("The IP address {ip} is already in use."),
+                    None,
+                ))
+            }
+            ReserveFrom::Address(ip) => ip.clone(),
+            ReserveFrom::Subnet(subnet) => {
+                let Some(free) = lock(&self.subnets).get(subnet).cloned() else {
+                    return Err(maas::Error::from_response(
+                        "reserve_ip",
+                        400,
+                        &format!("Unable to identify subnet: {subnet}."),
+                        None,
+                    ));
+                };
+                match free.into_iter().find(|ip| !taken(ip)) {
+                    Some(ip) => ip,
+                    None => {
+                        return Err(maas::Error::from_response(
+                            "reserve_ip",
+                            503,
+                            &format!("No more IPs available in subnet: {subnet}."),
+                            None,
+                        ))
+                    }
+                }
+            }
+        };
+        let reservation = IpReservation {
+            ip,
+            alloc_type_name: "User reserved".into(),
+            subnet: None,
+        };
+        lock(&self.reservations).push(reservation.clone());
+        if lock(&self.faults).lose_reserve_answer {
+            lock(&self.faults).lose_reserve_answer = false;
+            return Err(maas::Error::from_response("reserve_ip", 504, "", None));
+        }
+        Ok(reservation)
+    }
+
+    fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {
+        self.call("release_ip", ip)?;
+        let mut reservations = lock(&self.reservations);
+        match reservations.iter().position(|r| r.ip == ip) {
+            Some(i) => {
+                reservations.remove(i);
+                Ok(())
+            }
+            None => Err(maas::Error::from_response(
+                "release_ip",
+                400,
+                &format!(
+                    "IP address {ip} does not exist, is not the correct type of address, \
+                     or does not belong to the requesting user."
+                ),
+                None,
+            )),
+        }
     }
 
     fn set_owner_data(

@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 use super::ports::MaasApi;
 use crate::maas::watch::{Lookup, SourceId, WatchHandle};
 use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, ReleaseRequest,
+    ReserveFrom,
 };
 
 /// How long the boot resources read once serve every machine.
@@ -298,6 +299,18 @@ impl MaasApi for MaasView {
         let result = self.api.delete_dns_resource(id);
         self.dns_written(id, result.is_ok(), |records| records.retain(|r| r.id != id));
         result
+    }
+
+    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
+        self.api.ip_reservations(ip)
+    }
+
+    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
+        self.api.reserve_ip(from)
+    }
+
+    fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {
+        self.api.release_ip(ip)
     }
 
     fn set_owner_data(

@@ -30,7 +30,8 @@ use crate::api::{Condition, IdentityRef, MaasCluster, MaasMachine, MaasRemediati
 use crate::kube;
 use crate::maas::watch::Lookup;
 use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, ReleaseRequest,
+    self, AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, ReleaseRequest,
+    ReserveFrom,
 };
 
 pub trait MaasApi: Send + Sync {
@@ -56,6 +57,13 @@ pub trait MaasApi: Send + Sync {
     ) -> Result<DnsResource, maas::Error>;
     fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error>;
     fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error>;
+    /// The addresses this MAAS user reserved (`ip` only, when given).
+    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error>;
+    /// Reserves an address for this MAAS user; at most once (see
+    /// `maas::Client::reserve_ip`).
+    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error>;
+    /// Releases one of this MAAS user's reservations.
+    fn release_ip(&self, ip: &str) -> Result<(), maas::Error>;
     /// Sets one owner data key of a machine we own (MAAS refuses it for
     /// anyone but the owner); returns the machine as MAAS has it now.
     fn set_owner_data(

@@ -711,6 +711,56 @@ impl Client {
         .map(|_| ())
     }
 
+    // ---- IP reservations ---------------------------------------------------
+
+    /// `GET ipaddresses/`: the addresses this MAAS user reserved (only
+    /// `ip` when given). MAAS lists only the caller's own reservations to
+    /// non-administrators, and to administrators unless they ask for more.
+    pub fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, Error> {
+        self.json(Call {
+            op: "ipaddresses_list",
+            method: Method::Get,
+            path: "ipaddresses/".into(),
+            query: ip.map(|ip| vec![("ip", ip.to_owned())]).unwrap_or_default(),
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    /// `POST ipaddresses/?op=reserve`: an address MAAS will never hand to
+    /// a machine, reserved for this MAAS user (no DNS name is asked for).
+    /// Sent at most once: a repeat of a reservation that worked answers
+    /// "already in use", so on a transient error list the reservations.
+    pub fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, Error> {
+        let form = match from {
+            ReserveFrom::Address(ip) => vec![("ip", ip.clone())],
+            ReserveFrom::Subnet(subnet) => vec![("subnet", subnet.clone())],
+        };
+        self.json(Call {
+            op: "ipaddresses_reserve",
+            method: Method::Post,
+            path: "ipaddresses/".into(),
+            query: vec![("op", "reserve".into())],
+            form,
+            repeat: Repeat::AtMostOnce,
+        })
+    }
+
+    /// `POST ipaddresses/?op=release`: releases one of this user's
+    /// reservations (never with `force`, so never someone else's). An
+    /// address that is not (or no longer) reserved answers 400.
+    pub fn release_ip(&self, ip: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "ipaddresses_release",
+            method: Method::Post,
+            path: "ipaddresses/".into(),
+            query: vec![("op", "release".into())],
+            form: vec![("ip", ip.to_owned())],
+            repeat: Repeat::Safe,
+        })
+        .map(|_| ())
+    }
+
     // ---- inventory -------------------------------------------------------
 
     pub fn domains(&self) -> Result<Vec<Domain>, Error> {

@@ -32,6 +32,9 @@
 //! client.create_dns_resource(fqdn, ttl, &ips) -> Result<DnsResource, Error>   // at most once
 //! client.set_dns_resource_ips(id, &ips) -> Result<DnsResource, Error>
 //! client.delete_dns_resource(id) -> Result<(), Error>
+//! client.ip_reservations(Some(ip) | None) -> Result<Vec<IpReservation>, Error>   // the user's own
+//! client.reserve_ip(&ReserveFrom::Address(ip) | Subnet(s)) -> Result<IpReservation, Error>  // at most once
+//! client.release_ip(ip) -> Result<(), Error>
 //! client.domains() / zones() / resource_pools() / boot_resources()
 //! client.check_image(image) -> Result<ImageCheck, Error>
 //! check_image(image, &[BootResource]) -> ImageCheck { exists, canonical, closest }
@@ -53,9 +56,9 @@
 //!
 //! Retries: transient errors (no connection, timeouts, broken connections,
 //! 5xx, 409 with `Retry-After`) are retried up to `max_retries` times with
-//! backoff, honouring `Retry-After`. `allocate`, `deploy` and
-//! `create_dns_resource` are *at most once*: they are repeated only when MAAS
-//! surely did nothing (see [`client`]'s docs). After a transient error from
+//! backoff, honouring `Retry-After`. `allocate`, `deploy`,
+//! `create_dns_resource` and `reserve_ip` are *at most once*: they are
+//! repeated only when MAAS surely did nothing (see [`client`]'s docs). After a transient error from
 //! `allocate`, find the machine by `agent_name` before allocating again.
 //!
 //! Metrics: `maas_api_requests_total{operation,code}` and

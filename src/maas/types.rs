@@ -465,6 +465,39 @@ pub struct Zone {
     pub description: String,
 }
 
+/// An address reserved with `ipaddresses/?op=reserve` (MAAS's
+/// USER_RESERVED StaticIPAddress), as `GET ipaddresses/` lists it for the
+/// user who reserved it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct IpReservation {
+    #[serde(deserialize_with = "null_as_default")]
+    pub ip: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub alloc_type_name: String,
+    pub subnet: Option<ReservationSubnet>,
+}
+
+/// The subnet of a reservation, as far as it names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ReservationSubnet {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub cidr: String,
+}
+
+/// Where `ipaddresses/?op=reserve` takes the address from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveFrom {
+    /// This address (`ip=`).
+    Address(String),
+    /// The next free address of this subnet (`subnet=`: CIDR, name or id).
+    Subnet(String),
+}
+
 /// A resource pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]

@@ -91,22 +91,15 @@ pub(super) fn current_name(mc: &MaasCluster, cluster_name: &str) -> Option<Strin
 /// merely names it wins only against a cluster that is adopting the name
 /// from its own endpoint too (so a copied endpoint never takes over).
 fn claimed_elsewhere(r: &ClusterReconciling, name: &str, adopting: bool) -> Option<String> {
-    let me = (&r.object.metadata.namespace, &r.object.metadata.name);
-    r.ctx
-        .kube
-        .maas_clusters()
-        .into_iter()
-        .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
-        .find(|other| {
-            let in_status = other.dns_name() == Some(name);
-            let in_endpoint = other
-                .spec
-                .control_plane_endpoint
-                .as_ref()
-                .is_some_and(|e| e.host == name);
-            in_status || (adopting && in_endpoint)
-        })
-        .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
+    r.other_cluster_where(|other| {
+        let in_status = other.dns_name() == Some(name);
+        let in_endpoint = other
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .is_some_and(|e| e.host == name);
+        in_status || (adopting && in_endpoint)
+    })
 }
 
 /// Writes the name with the resourceVersion we read: if our cache was

@@ -1,12 +1,14 @@
 //! The MaasCluster reconciler: the API server endpoint of one cluster, kept
-//! as a MAAS DNS record (round robin over the control-plane machines).
+//! as a MAAS DNS record (round robin over the control-plane machines), or
+//! in VIP mode (`spec.controlPlaneVIP`) an address reserved in MAAS.
 //!
 //! ```text
 //! externally managed? (left to its owner) ─► owner Cluster ─► paused? ─► deleting? ─► finalizer ─► MAAS credentials ─► failure domains
 //!   ─► DNS name (persisted first, used by no other MaasCluster) ─► DNS record
 //!   ─► controlPlaneEndpoint ─► provisioned
 //!   ─► DNS attachments (dns.rs) ─► workload API available? (api_poller)
-//! delete: wait for MaasMachines ─► MAAS credentials ─► delete the DNS record ─► finalizer
+//! VIP mode, after failure domains: VIP reserved in MAAS (vip.rs) ─► controlPlaneEndpoint ─► provisioned ─► workload API available?
+//! delete: wait for MaasMachines ─► MAAS credentials ─► delete the DNS record (VIP mode: release the VIP) ─► finalizer
 //! ```
 //!
 //! The steps are methods of `ClusterReconciling`, the shared scaffold of
@@ -15,6 +17,9 @@
 mod dns;
 #[cfg(test)]
 mod tests;
+mod vip;
+#[cfg(test)]
+mod vip_tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +29,7 @@ use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Condition, Desired};
-use crate::api::maas_cluster::{self as mc_api, FINALIZER};
+use crate::api::maas_cluster::{self as mc_api, ControlPlaneVip, FINALIZER};
 use crate::api::{
     FailureDomain, Initialization, MaasCluster, MaasClusterStatus, MaasMachine, ObjectMeta,
 };
@@ -113,6 +118,9 @@ impl ClusterReconciling<'_> {
         self.ensure_finalizer()?;
         self.credentials()?;
         self.failure_domains();
+        if let Some(vip) = self.object.spec.control_plane_vip.clone() {
+            return self.run_with_vip(&cluster, &vip);
+        }
 
         let dns_name = dns::ensure_name(self, &cluster)?;
         let machines = self
@@ -143,10 +151,7 @@ impl ClusterReconciling<'_> {
             mc_api::LOAD_BALANCER_READY,
             mc_api::LOAD_BALANCER_READY,
         ));
-        self.status.initialization = Some(Initialization {
-            provisioned: Some(true),
-        });
-        self.status.ready = true;
+        self.provisioned();
 
         if dns::update_attachments(self, &record, desired_ips)? {
             // The control-plane machines wait on the record (DNSAttached, or
@@ -161,6 +166,41 @@ impl ClusterReconciling<'_> {
         }
         self.api_server_available(&cluster);
         Ok(Action::Done)
+    }
+
+    /// VIP mode: the endpoint is the address reserved in MAAS (kube-vip on
+    /// the control-plane machines holds it); no DNS record, so no machine
+    /// waits on one.
+    fn run_with_vip(&mut self, cluster: &Cluster, vip: &ControlPlaneVip) -> Result<Action, Error> {
+        let address = match vip::ensure(self, vip) {
+            Ok(address) => address,
+            Err(Error::Maas(e)) if !e.is_transient() => {
+                let message = format!("listing the MAAS user's reserved addresses: {e}");
+                return Err(vip::failed(self, message));
+            }
+            Err(e) => return Err(e),
+        };
+        self.ensure_endpoint(cluster, &address)?;
+        self.set(
+            Desired::true_(
+                mc_api::LOAD_BALANCER_READY,
+                mc_api::CONTROL_PLANE_VIP_RESERVED,
+            )
+            .with_message(format!(
+                "control-plane VIP {address} is reserved in MAAS (no DNS record)"
+            )),
+        );
+        self.provisioned();
+        self.api_server_available(cluster);
+        Ok(Action::Done)
+    }
+
+    /// The infrastructure is ready (both contracts' flags).
+    fn provisioned(&mut self) {
+        self.status.initialization = Some(Initialization {
+            provisioned: Some(true),
+        });
+        self.status.ready = true;
     }
 
     /// An externally managed MaasCluster (the Cluster API contract): its
@@ -224,6 +264,19 @@ impl ClusterReconciling<'_> {
                 Err(e.into())
             }
         }
+    }
+
+    /// Another MaasCluster of this controller for which `is` holds, as
+    /// `namespace/name` (who else claims a DNS name or a VIP).
+    fn other_cluster_where(&self, is: impl Fn(&MaasCluster) -> bool) -> Option<String> {
+        let me = (&self.object.metadata.namespace, &self.object.metadata.name);
+        self.ctx
+            .kube
+            .maas_clusters()
+            .into_iter()
+            .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
+            .find(|other| is(other))
+            .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
     }
 
     /// See [`MaasMachine::is_control_plane`].
@@ -364,12 +417,14 @@ impl ClusterReconciling<'_> {
             }
         }
         self.credentials()?;
-        dns::delete_record(self, cluster_name.as_deref())?;
-        self.set(Desired::false_(
-            conditions::READY,
-            mc_api::DELETING,
-            "DNS record deleted",
-        ));
+        let done = if self.object.spec.control_plane_vip.is_some() {
+            vip::release(self)?;
+            "control-plane VIP released"
+        } else {
+            dns::delete_record(self, cluster_name.as_deref())?;
+            "DNS record deleted"
+        };
+        self.set(Desired::false_(conditions::READY, mc_api::DELETING, done));
         self.finish_deletion()
     }
 }

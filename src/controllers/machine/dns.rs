@@ -11,6 +11,7 @@
 
 use super::{MachineReconciling, DNS_PENDING_REQUEUE};
 use crate::api::conditions;
+use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, MaasCluster};
 use crate::controllers::Error;
@@ -24,6 +25,15 @@ pub(super) fn check_attachment(
     ips: &[String],
     running: bool,
 ) -> Result<Option<Action>, Error> {
+    if maas_cluster.is_some_and(|c| c.spec.control_plane_vip.is_some()) {
+        // VIP mode: kube-vip holds the endpoint; no record to join or leave.
+        r.status.dns_attached = false;
+        r.set(
+            Desired::true_(mm_api::DNS_ATTACHED, mc_api::CONTROL_PLANE_VIP)
+                .with_message("the cluster's endpoint is its control-plane VIP (no DNS record)"),
+        );
+        return Ok(None);
+    }
     let deleting = r.object.metadata.is_being_deleted();
     let Some(fqdn) = maas_cluster.and_then(|c| c.dns_name()).map(str::to_string) else {
         if !deleting {
