@@ -127,6 +127,27 @@ fn owned_machines(sim: &MaasSim) -> BTreeSet<String> {
         .collect()
 }
 
+/// What Cluster API does when the cluster goes: every MaasMachine (with its
+/// Machine) and the MaasCluster deleted. Waits up to `seconds` until none
+/// is left, MAAS owns no machine and `also` holds.
+fn tear_down(
+    story: &Story,
+    sim: &MaasSim,
+    capmaas: &mut Capmaas,
+    seconds: u64,
+    also: impl Fn(&MaasSim) -> bool,
+) {
+    for mm in story.list("maasmachines") {
+        story.remove_machine(mm["metadata"]["name"].as_str().unwrap());
+    }
+    story.delete("maasclusters", CLUSTER);
+    support::eventually(seconds, "cluster torn down", || {
+        capmaas.assert_running();
+        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
+        (left == 0 && owned_machines(sim).is_empty() && also(sim)).then_some(())
+    });
+}
+
 /// Everything one scenario runs on: its namespace, simulator, node helper
 /// and capmaas process, plus a provisioned MaasCluster (returns its DNS name).
 struct Scenario {
@@ -405,15 +426,7 @@ fn the_story() {
 
     // Delete the cluster: everything released, the record deleted, every
     // finalizer removed.
-    for mm in story.list("maasmachines") {
-        story.remove_machine(mm["metadata"]["name"].as_str().unwrap());
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(180, "cluster torn down", || {
-        capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
-    });
+    tear_down(&story, &sim, &mut capmaas, 180, |_| true);
     assert!(
         sim.client().dns_resources(&fqdn).unwrap().is_empty(),
         "DNS record deleted"
@@ -575,15 +588,7 @@ fn maas_changes_are_seen_within_seconds_at_default_periods() {
 
     // Teardown: the MaasCluster goes with its last MaasMachine, without
     // waiting for a fixed requeue.
-    for name in all {
-        story.remove_machine(name);
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(60, "cluster torn down", || {
-        capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
-    });
+    tear_down(&story, &sim, &mut capmaas, 60, |_| true);
     story.delete("clusters.cluster.x-k8s.io", CLUSTER);
 }
 
@@ -673,15 +678,7 @@ fn finished_and_failed_deployments_are_seen_within_seconds_at_default_periods() 
     );
 
     // Teardown releases both, the failed one too.
-    for name in ["w-1", "w-2"] {
-        story.remove_machine(name);
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(60, "cluster torn down", || {
-        capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
-    });
+    tear_down(&story, &sim, &mut capmaas, 60, |_| true);
     story.delete("clusters.cluster.x-k8s.io", CLUSTER);
 }
 
@@ -772,15 +769,7 @@ fn lost_answers_and_maas_outages_never_leak_or_wipe() {
     assert_eq!(ips, BTreeSet::from([cp_ip]));
 
     // Teardown leaves nothing behind.
-    for name in ["cp-a", "w-1"] {
-        story.remove_machine(name);
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(120, "cluster torn down", || {
-        capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty() && records(&sim) == 0).then_some(())
-    });
+    tear_down(&story, &sim, &mut capmaas, 120, |sim| records(sim) == 0);
 }
 
 /// SIGTERM: the workers stop, the Lease is handed back, the exit is clean.
