@@ -16,6 +16,12 @@
 //!   Kubernetes writes capmaas makes in a steady period (`BENCH_IDLE_SECONDS`,
 //!   default 90, with `--sync-period=30s` so that resyncs happen in it;
 //!   `BENCH_SYNC_PERIOD=default` runs capmaas at its own sync period).
+//! - `whole_controller_at_scale`: N (`BENCH_MACHINES`, default 100)
+//!   MaasMachines created at once (3 control plane, the rest workers, each
+//!   with what Cluster API creates for it), capmaas at its default flags and
+//!   the simulator 50 ms away (`BENCH_MAAS_LATENCY_MS`): time to all Ready,
+//!   MAAS calls per machine from create to Ready and over deletion, calls
+//!   per minute while idle, power-off → power-on reaction, RSS and CPU.
 
 mod support;
 
@@ -26,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use capmaas::kube::{resources, ListParams};
 use capmaas::maas::{MachineFilter, MachineStatus};
-use serde_json::json;
+use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::story::{
     self, capmaas_bin, metric_sum, Capmaas, LabOptions, Snapshot, StoryLab, CLUSTER,
@@ -646,4 +652,455 @@ fn story_time_maas_calls_and_idle_writes() {
         life_writes as f64 / total as f64,
         sim_writes as f64 / total as f64,
     );
+}
+
+/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the parenthesised name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> f64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
+    // USER_HZ is 100 on every Linux this runs on.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn threads(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Control-plane machines among the N of `whole_controller_at_scale`.
+const SCALE_CONTROL_PLANE: usize = 3;
+
+/// The story inventory's users, zones, pools and images with `n` Ready
+/// machines instead of its own: the first [`SCALE_CONTROL_PLANE`] in
+/// `cp-pool`, the rest in `worker-pool`, one address each in 10.20.0.0/16;
+/// every MAAS call takes at least `latency_ms`.
+fn scale_inventory(n: usize, latency_ms: u64, deploy_seconds: f64, release_seconds: f64) -> Value {
+    let mut inventory = support::maas_sim::story_inventory();
+    let machines: Vec<Value> = (0..n)
+        .map(|i| {
+            let (pool, tag) = if i < SCALE_CONTROL_PLANE {
+                ("cp-pool", "control-plane")
+            } else {
+                ("worker-pool", "worker")
+            };
+            let zone = ["zone-a", "zone-b"][i % 2];
+            json!({"hostname": format!("m-{i:04}"), "cpu_count": 8, "memory": 32768,
+                   "disks_gb": [120], "zone": zone, "pool": pool,
+                   "tags": [tag], "power_type": "ipmi",
+                   "ip_addresses": [format!("10.20.{}.{}", i / 200, i % 200 + 10)]})
+        })
+        .collect();
+    inventory["machines"] = json!(machines);
+    inventory["subnet"] = json!({"cidr": "10.20.0.0/16", "gateway_ip": "10.20.0.1", "name": "lab"});
+    inventory["settings"] = json!({
+        "deploy_seconds": deploy_seconds, "release_seconds": release_seconds,
+        "default_distro_series": "jammy", "latency_ms": latency_ms,
+    });
+    inventory
+}
+
+/// capmaas's MAAS requests between two scrapes, in total.
+fn total(by_op: &BTreeMap<String, u64>) -> u64 {
+    by_op.values().sum()
+}
+
+/// The value at fraction `q` of sorted `values`.
+fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values[((values.len() - 1) as f64 * q).round() as usize]
+}
+
+/// What one phase cost capmaas: MAAS requests, CPU, memory at its end.
+struct Phase {
+    metrics: BTreeMap<String, f64>,
+    cpu: f64,
+    at: Instant,
+}
+
+impl Phase {
+    fn now(capmaas: &Capmaas) -> Phase {
+        Phase {
+            metrics: capmaas.metrics(),
+            cpu: cpu_seconds(capmaas.pid),
+            at: Instant::now(),
+        }
+    }
+}
+
+/// Prints a phase's MAAS requests, Kubernetes writes and CPU; returns the
+/// MAAS requests by operation.
+fn report_phase(
+    what: &str,
+    from: &Phase,
+    to: &Phase,
+    capmaas: &Capmaas,
+    machines: usize,
+) -> BTreeMap<String, u64> {
+    let requests = maas_requests(&from.metrics, &to.metrics);
+    let seconds = to.at.duration_since(from.at).as_secs_f64();
+    let writes = kube_writes(&from.metrics, &to.metrics);
+    println!(
+        "RESULT {what} ({seconds:.1}s): {} MAAS requests = {:.2} per machine, {:.1} per minute; {} Kubernetes writes {writes:?}; CPU {:.2}s ({:.1} % of one core); {}, threads {}",
+        total(&requests),
+        total(&requests) as f64 / machines as f64,
+        total(&requests) as f64 * 60.0 / seconds,
+        sum_writes(&writes),
+        to.cpu - from.cpu,
+        (to.cpu - from.cpu) * 100.0 / seconds,
+        capmaas.memory(),
+        threads(capmaas.pid)
+    );
+    for (op, n) in &requests {
+        println!("    {n:>6}  {op}");
+    }
+    for controller in ["maascluster", "maasmachine"] {
+        if let Some((count, mean)) = mean_reconcile_ms(&from.metrics, &to.metrics, controller) {
+            println!("    {controller}: {count} reconciles, mean {mean:.1} ms");
+        }
+    }
+    requests
+}
+
+/// How many MaasMachines carry an Event of each reason (what `kubectl
+/// describe` can show), and the recorder's dropped events if capmaas logs
+/// them (`CAPMAAS_LOG=info,capmaas::runtime::events=debug`).
+fn report_events(kube: &capmaas::kube::Client, ns: &str, machines: usize, capmaas: &Capmaas) {
+    let mut objects_by_reason: BTreeMap<String, std::collections::BTreeSet<String>> =
+        BTreeMap::new();
+    let events = kube
+        .list(&resources::EVENTS, Some(ns), &ListParams::default())
+        .unwrap()
+        .items;
+    for event in &events {
+        if event["involvedObject"]["kind"] == "MaasMachine" {
+            objects_by_reason
+                .entry(event["reason"].as_str().unwrap_or_default().to_string())
+                .or_default()
+                .insert(
+                    event["involvedObject"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+        }
+    }
+    let dropped = std::fs::read_to_string(&capmaas.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("dropped: too many events waiting"))
+        .count();
+    println!(
+        "RESULT Events after create → Ready: {} in the namespace; MaasMachines (of {machines}) with an Event of each reason: {:?}; events the recorder logged as dropped (debug log only): {dropped}",
+        events.len(),
+        objects_by_reason
+            .iter()
+            .map(|(reason, names)| (reason.as_str(), names.len()))
+            .collect::<BTreeMap<_, _>>()
+    );
+}
+
+#[test]
+#[ignore = "benchmark: BENCH_MACHINES=1000 cargo test --release --test bench whole_controller -- --ignored --nocapture"]
+fn whole_controller_at_scale() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    print_machine();
+    let machines: usize = env_or("BENCH_MACHINES", 100);
+    let latency_ms: u64 = env_or("BENCH_MAAS_LATENCY_MS", 50);
+    let deploy_seconds: f64 = env_or("BENCH_DEPLOY_SECONDS", 30.0);
+    let release_seconds: f64 = env_or("BENCH_RELEASE_SECONDS", 5.0);
+    let idle_seconds: u64 = env_or("BENCH_IDLE_SECONDS", 120);
+    let power_offs: usize = env_or("BENCH_POWER_OFFS", 4);
+    assert!(machines > SCALE_CONTROL_PLANE + power_offs);
+    println!(
+        "whole controller: {machines} MaasMachines ({SCALE_CONTROL_PLANE} control plane), MAAS latency {latency_ms} ms, deploy {deploy_seconds}s, release {release_seconds}s, capmaas at its default flags"
+    );
+
+    let cp = support::control_plane();
+    let sim = MaasSim::start(Some(&scale_inventory(
+        machines,
+        latency_ms,
+        deploy_seconds,
+        release_seconds,
+    )));
+    let dir = support::tempdir("bench-scale").unwrap();
+    let mut capmaas = Capmaas::start(
+        &bench_bin(),
+        &cp.kubeconfig,
+        &sim,
+        dir.join("capmaas.log"),
+        &[],
+    );
+    capmaas.wait_ready(60);
+    println!(
+        "capmaas pid {}, log {}; started: {}, CPU {:.2}s",
+        capmaas.pid,
+        capmaas.log.display(),
+        capmaas.memory(),
+        cpu_seconds(capmaas.pid)
+    );
+    let kube = story::kube_client(cp);
+    let ns = cp.new_namespace("bench-scale");
+    let nsr = Some(ns.as_str());
+
+    // The Cluster and its MaasCluster, provisioned (its DNS record made) as
+    // before any machine exists; then Cluster API marks the Cluster's
+    // infrastructure provisioned.
+    let cluster = kube
+        .create(&resources::CLUSTERS, nsr, &story::cluster(&ns))
+        .unwrap();
+    let mut maas_cluster = story::maas_cluster(&ns);
+    maas_cluster["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": CLUSTER});
+    maas_cluster["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": CLUSTER,
+        "uid": cluster["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+    }]);
+    kube.create(&resources::MAAS_CLUSTERS, nsr, &maas_cluster)
+        .unwrap();
+    support::eventually(120, "MaasCluster provisioned", || {
+        capmaas.assert_running();
+        let mc = kube.get(&resources::MAAS_CLUSTERS, nsr, CLUSTER).ok()?;
+        (mc["status"]["initialization"]["provisioned"] == true).then_some(())
+    });
+    kube.patch_status_merge(
+        &resources::CLUSTERS,
+        nsr,
+        CLUSTER,
+        &json!({"status": {"initialization": {"infrastructureProvisioned": true}}}),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+
+    // --- Create → Ready: per machine, what Cluster API creates (the
+    // bootstrap Secret, the Machine, the MaasMachine it owns), as fast as
+    // one client writes them.
+    let start = Phase::now(&capmaas);
+    let calls_start = sim.calls();
+    let names: Vec<String> = (0..machines)
+        .map(|i| {
+            if i < SCALE_CONTROL_PLANE {
+                format!("{CLUSTER}-cp-{i}")
+            } else {
+                format!("{CLUSTER}-w-{i:04}")
+            }
+        })
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        let control_plane = i < SCALE_CONTROL_PLANE;
+        let pool = if control_plane {
+            "cp-pool"
+        } else {
+            "worker-pool"
+        };
+        kube.create(
+            &resources::SECRETS,
+            nsr,
+            &support::capi::bootstrap_secret(&ns, &story::bootstrap_secret_name(name), CLUSTER),
+        )
+        .unwrap();
+        let machine = kube
+            .create(
+                &resources::MACHINES,
+                nsr,
+                &support::objects::machine(&ns, CLUSTER, name, control_plane),
+            )
+            .unwrap();
+        kube.create(
+            &resources::MAAS_MACHINES,
+            nsr,
+            &support::objects::owned_maas_machine(
+                &ns,
+                CLUSTER,
+                name,
+                control_plane,
+                machine["metadata"]["uid"].as_str().unwrap(),
+                json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192, "resourcePool": pool}),
+            ),
+        )
+        .unwrap();
+    }
+    let created = start.at.elapsed().as_secs_f64();
+    println!("created {machines} × (Secret, Machine, MaasMachine) in {created:.1}s");
+    let mut ready_at: BTreeMap<String, f64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while ready_at.len() < machines {
+        capmaas.assert_running();
+        let t = start.at.elapsed().as_secs_f64();
+        for mm in kube
+            .list(&resources::MAAS_MACHINES, nsr, &ListParams::default())
+            .unwrap()
+            .items
+        {
+            if mm["status"]["ready"] == true {
+                let name = mm["metadata"]["name"].as_str().unwrap().to_string();
+                ready_at.entry(name).or_insert(t);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {machines} MaasMachines Ready after 1800s; log {}",
+            ready_at.len(),
+            capmaas.log.display()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let ready = Phase::now(&capmaas);
+    let mut times: Vec<f64> = ready_at.values().copied().collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "RESULT create → Ready, {machines} machines: all created {created:.1}s; Ready: first {:.1}s, median {:.1}s, 90 % {:.1}s, all {:.1}s after the first create (deploy takes {deploy_seconds}s in the simulator)",
+        times[0],
+        quantile(&times, 0.5),
+        quantile(&times, 0.9),
+        times[times.len() - 1]
+    );
+    let provisioning = report_phase("create → Ready", &start, &ready, &capmaas, machines);
+    print_calls(
+        "create → Ready (simulator)",
+        &calls_between(&calls_start, &sim.calls()),
+        machines,
+    );
+
+    // --- Idle: everything Ready, nothing changes.
+    std::thread::sleep(Duration::from_secs(20));
+    report_events(&kube, &ns, machines, &capmaas);
+    let idle_start = Phase::now(&capmaas);
+    std::thread::sleep(Duration::from_secs(idle_seconds));
+    capmaas.assert_running();
+    let idle_end = Phase::now(&capmaas);
+    report_phase(
+        &format!("idle {idle_seconds}s, all Ready"),
+        &idle_start,
+        &idle_end,
+        &capmaas,
+        machines,
+    );
+
+    // --- Power-off reaction: a Deployed worker powered off behind MAAS's
+    // back, timed until capmaas asks MAAS to power it on. Spread over the
+    // watch interval by waits of different lengths in between.
+    let mut reactions = Vec::new();
+    for k in 0..power_offs {
+        let name = &names[SCALE_CONTROL_PLANE + k * (machines - SCALE_CONTROL_PLANE) / power_offs];
+        let system_id = kube.get(&resources::MAAS_MACHINES, nsr, name).unwrap()["spec"]["systemID"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::thread::sleep(Duration::from_millis(2000 + 3700 * k as u64 % 15000));
+        let before = sim.call_count("POST machines/{id}/ op=power_on");
+        let off = Instant::now();
+        sim.power_off(&system_id);
+        let reaction = support::eventually(120, "the power-on call", || {
+            capmaas.assert_running();
+            (sim.call_count("POST machines/{id}/ op=power_on") > before)
+                .then(|| off.elapsed().as_secs_f64())
+        });
+        println!("  power-off of {name} ({system_id}) → power-on call {reaction:.1}s");
+        reactions.push(reaction);
+    }
+    let powered = Phase::now(&capmaas);
+    reactions.sort_by(f64::total_cmp);
+    println!(
+        "RESULT power-off → power-on call ({power_offs} machines one after the other): min {:.1}s, median {:.1}s, max {:.1}s",
+        reactions[0],
+        quantile(&reactions, 0.5),
+        reactions[reactions.len() - 1]
+    );
+    report_phase("power-offs", &idle_end, &powered, &capmaas, machines);
+
+    // --- Deletion: Cluster API deletes every MaasMachine and Machine;
+    // done when every MaasMachine is gone and MAAS owns nothing.
+    std::thread::sleep(Duration::from_secs(20));
+    let delete_start = Phase::now(&capmaas);
+    let calls_delete = sim.calls();
+    cp.kubectl(&[
+        "delete",
+        "maasmachines,machines.cluster.x-k8s.io",
+        "--all",
+        "-n",
+        &ns,
+        "--wait=false",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        capmaas.assert_running();
+        let left = kube
+            .list(&resources::MAAS_MACHINES, nsr, &ListParams::default())
+            .unwrap()
+            .items
+            .len();
+        let owned = sim.state()["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| !m["owner"].is_null() || m["status_name"] != "Ready")
+            .count();
+        if left == 0 && owned == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} MaasMachines left, {owned} MAAS machines owned after 1800s; log {}",
+            capmaas.log.display()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let deleted = Phase::now(&capmaas);
+    println!(
+        "RESULT deletion: every MaasMachine gone and every MAAS machine Ready again {:.1}s after the delete (release takes {release_seconds}s in the simulator)",
+        deleted.at.duration_since(delete_start.at).as_secs_f64()
+    );
+    let deletion = report_phase("deletion", &delete_start, &deleted, &capmaas, machines);
+    print_calls(
+        "deletion (simulator)",
+        &calls_between(&calls_delete, &sim.calls()),
+        machines,
+    );
+    let mut life = provisioning.clone();
+    for (op, n) in &deletion {
+        *life.entry(op.clone()).or_insert(0) += n;
+    }
+    let life_writes: u64 = life
+        .iter()
+        .filter(|(op, _)| WRITE_OPERATIONS.iter().any(|w| op.contains(w)))
+        .map(|(_, v)| v)
+        .sum();
+    println!(
+        "RESULT MAAS requests per machine, create → Ready + deletion (idle and power-offs left out): {:.2} ({:.2} writes); create → Ready {:.2}, deletion {:.2}",
+        total(&life) as f64 / machines as f64,
+        life_writes as f64 / machines as f64,
+        total(&provisioning) as f64 / machines as f64,
+        total(&deletion) as f64 / machines as f64,
+    );
+    println!(
+        "RESULT capmaas CPU over the whole run {:.1}s; {}",
+        deleted.cpu,
+        capmaas.memory()
+    );
+
+    // The cluster goes too; the control plane is left clean.
+    cp.kubectl(&[
+        "delete",
+        "maasclusters,clusters.cluster.x-k8s.io",
+        "--all",
+        "-n",
+        &ns,
+        "--wait=false",
+    ]);
+    support::eventually(120, "MaasCluster deleted", || {
+        capmaas.assert_running();
+        kube.list(&resources::MAAS_CLUSTERS, nsr, &ListParams::default())
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    });
 }

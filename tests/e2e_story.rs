@@ -14,7 +14,8 @@
 //!
 //! At the product's default periods (no `--sync-period`), the MAAS watch
 //! alone notices what happens in MAAS: a power-off, a machine marked Broken
-//! or released out of band, and MAAS's deployment events on the MaasMachine.
+//! or released out of band, MAAS's deployment events on the MaasMachine, a
+//! deployment finishing (within 20 s) or failing (MAAS's reason shown).
 
 mod support;
 
@@ -124,6 +125,27 @@ fn owned_machines(sim: &MaasSim) -> BTreeSet<String> {
         .filter(|m| !m["owner"].is_null())
         .map(|m| m["hostname"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// What Cluster API does when the cluster goes: every MaasMachine (with its
+/// Machine) and the MaasCluster deleted. Waits up to `seconds` until none
+/// is left, MAAS owns no machine and `also` holds.
+fn tear_down(
+    story: &Story,
+    sim: &MaasSim,
+    capmaas: &mut Capmaas,
+    seconds: u64,
+    also: impl Fn(&MaasSim) -> bool,
+) {
+    for mm in story.list("maasmachines") {
+        story.remove_machine(mm["metadata"]["name"].as_str().unwrap());
+    }
+    story.delete("maasclusters", CLUSTER);
+    support::eventually(seconds, "cluster torn down", || {
+        capmaas.assert_running();
+        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
+        (left == 0 && owned_machines(sim).is_empty() && also(sim)).then_some(())
+    });
 }
 
 /// Everything one scenario runs on: its namespace, simulator, node helper
@@ -404,15 +426,7 @@ fn the_story() {
 
     // Delete the cluster: everything released, the record deleted, every
     // finalizer removed.
-    for mm in story.list("maasmachines") {
-        story.remove_machine(mm["metadata"]["name"].as_str().unwrap());
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(180, "cluster torn down", || {
-        capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
-    });
+    tear_down(&story, &sim, &mut capmaas, 180, |_| true);
     assert!(
         sim.client().dns_resources(&fqdn).unwrap().is_empty(),
         "DNS record deleted"
@@ -574,15 +588,97 @@ fn maas_changes_are_seen_within_seconds_at_default_periods() {
 
     // Teardown: the MaasCluster goes with its last MaasMachine, without
     // waiting for a fixed requeue.
-    for name in all {
-        story.remove_machine(name);
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(60, "cluster torn down", || {
+    tear_down(&story, &sim, &mut capmaas, 60, |_| true);
+    story.delete("clusters.cluster.x-k8s.io", CLUSTER);
+}
+
+/// Issue 11's figures for deployments, at the product's defaults (the MAAS
+/// watch at its 15 s interval, no `--sync-period`): a deployment MAAS
+/// finishes is on the MaasMachine (Ready, MachineDeployed True) within 20 s
+/// of MAAS reaching Deployed; a failed one shows MAAS's own words on the
+/// MachineDeployed condition and curtin's reason in a Warning Event within
+/// 30 s, and is left for a human (nothing else allocated) until deleted.
+#[test]
+fn finished_and_failed_deployments_are_seen_within_seconds_at_default_periods() {
+    let (scenario, _fqdn) = start_scenario("deploy", |_| {});
+    let Scenario {
+        story,
+        sim,
+        mut capmaas,
+        _nodes,
+    } = scenario;
+    // Deployments that last until the test finishes or fails them.
+    sim.set_timings(3600.0, 0.5);
+    story.add_machine("w-1", false, worker_spec());
+    story.add_machine("w-2", false, worker_spec());
+    let deploying = |capmaas: &mut Capmaas, name: &str| {
+        support::eventually(60, &format!("{name} Deploying"), || {
+            capmaas.assert_running();
+            let mm = story.maas_machine(name)?;
+            (mm["status"]["machineState"] == "Deploying")
+                .then(|| mm["spec"]["systemID"].as_str().map(str::to_string))?
+        })
+    };
+    let finishing = deploying(&mut capmaas, "w-1");
+    let failing = deploying(&mut capmaas, "w-2");
+
+    // MAAS finishes the deployment now: Ready within 20 s.
+    let finished = std::time::Instant::now();
+    assert_eq!(sim.complete(&finishing), "Deployed");
+    support::eventually(20, "w-1 Ready after MAAS finished deploying it", || {
         capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty()).then_some(())
+        let mm = story.maas_machine("w-1")?;
+        (mm["status"]["ready"] == true && objects::condition_is(&mm, "MachineDeployed", "True"))
+            .then_some(())
     });
+    eprintln!(
+        "MAAS Deployed → MaasMachine Ready: {:?}",
+        finished.elapsed()
+    );
+
+    // Curtin fails the other: MAAS's words on the condition and curtin's
+    // reason as a Warning Event, within 30 s.
+    const REASON: &str = "no disk matches the storage layout";
+    let failed = std::time::Instant::now();
+    assert_eq!(
+        sim.fail_deployment_because(&failing, REASON),
+        "Failed deployment"
+    );
+    let (message, event) = support::eventually(30, "w-2 reports its failed deployment", || {
+        capmaas.assert_running();
+        let mm = story.maas_machine("w-2")?;
+        let c = objects::condition(&mm, "MachineDeployed").cloned()?;
+        let message = c["message"].as_str()?.to_string();
+        // Not True; Unknown, as MAAS's failed states wait for a human.
+        (c["status"] != "True" && message.contains("Failed deployment")).then_some(())?;
+        let event = events_of(&story, "w-2")
+            .into_iter()
+            .find(|(type_, _, message, _)| type_ == "Warning" && message.contains(REASON))?;
+        Some((message, event))
+    });
+    eprintln!(
+        "MAAS Failed deployment → condition and Event: {:?}\n  condition: {message}\n  event: {event:?}",
+        failed.elapsed()
+    );
+    // MAAS's status message for a failed installation, as its machine JSON
+    // reports it.
+    assert!(message.contains("Installation failed"), "{message}");
+    let mm = story.maas_machine("w-2").unwrap();
+    assert_eq!(mm["status"]["ready"], false);
+    assert_eq!(mm["status"]["machineState"], "Failed deployment");
+    assert_eq!(
+        mm["spec"]["systemID"],
+        json!(failing),
+        "the same machine kept"
+    );
+    assert_eq!(
+        owned_machines(&sim).len(),
+        2,
+        "nothing allocated in its place"
+    );
+
+    // Teardown releases both, the failed one too.
+    tear_down(&story, &sim, &mut capmaas, 60, |_| true);
     story.delete("clusters.cluster.x-k8s.io", CLUSTER);
 }
 
@@ -673,15 +769,7 @@ fn lost_answers_and_maas_outages_never_leak_or_wipe() {
     assert_eq!(ips, BTreeSet::from([cp_ip]));
 
     // Teardown leaves nothing behind.
-    for name in ["cp-a", "w-1"] {
-        story.remove_machine(name);
-    }
-    story.delete("maasclusters", CLUSTER);
-    support::eventually(120, "cluster torn down", || {
-        capmaas.assert_running();
-        let left = story.list("maasmachines").len() + story.list("maasclusters").len();
-        (left == 0 && owned_machines(&sim).is_empty() && records(&sim) == 0).then_some(())
-    });
+    tear_down(&story, &sim, &mut capmaas, 120, |sim| records(sim) == 0);
 }
 
 /// SIGTERM: the workers stop, the Lease is handed back, the exit is clean.
