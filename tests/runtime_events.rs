@@ -1,6 +1,7 @@
 //! The event recorder against a real kube-apiserver: repeats aggregate into
 //! one Event with a count, distinct messages make distinct Events, and the
-//! per-object rate limit caps API writes.
+//! per-object rate limit caps API writes, and a burst about many objects is
+//! written whole.
 
 mod support;
 
@@ -103,4 +104,27 @@ fn close_writes_what_was_recorded_then_ends_the_writer() {
         .map(|e| e["reason"].clone())
         .collect();
     assert_eq!(reasons, [json!("Released")]);
+}
+
+#[test]
+fn a_burst_about_many_objects_is_written_whole() {
+    // A thousand machines deploying at once: more events than one writer's
+    // queue holds, all recorded in a moment, none dropped.
+    let cp = support::control_plane();
+    let client = admin();
+    let ns = cp.new_namespace("rt-events-burst");
+    let recorder = EventRecorder::spawn(admin(), "capmaas-test", "test-instance").unwrap();
+    let objects = 1500;
+    for i in 0..objects {
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("m{i}"), "namespace": ns, "uid": format!("uid-{i}")}});
+        recorder.normal(&obj, "MAASDeployed", "deployed");
+    }
+    assert!(recorder.flush(Duration::from_secs(300)));
+    let written = client
+        .list(&EVENTS, Some(&ns), &ListParams::default())
+        .unwrap()
+        .items
+        .len();
+    assert_eq!(written, objects);
 }

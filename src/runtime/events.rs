@@ -2,10 +2,16 @@
 //!
 //! A reconcile calls [`EventRecorder::normal`] or [`EventRecorder::warning`]
 //! and moves on: the call only puts the event on a bounded channel (dropping
-//! it, with a debug log, if the channel is full). One background thread
-//! writes them, so an event never blocks or fails a reconcile.
+//! it, with a debug log, if the channel is full). Background threads write
+//! them, so an event never blocks or fails a reconcile.
 //!
-//! That thread keeps client-go's two protections against floods:
+//! There are [`WRITERS`] writer threads, each with its own channel; an
+//! object's events always go to the same one (by a hash of its uid), so they
+//! are written in order and aggregated in one place. One writer could not
+//! keep up with a thousand machines deploying at once (each deployment
+//! mirrors a dozen MAAS events): a write is one API round trip.
+//!
+//! Each writer keeps client-go's two protections against floods:
 //!
 //! - **Aggregation**: repeats of the same (object uid, type, reason,
 //!   message) within [`DEDUP_WINDOW`] of the previous occurrence do not
@@ -31,9 +37,12 @@ use crate::kube::{self, resources::EVENTS, Client};
 
 /// Repeats closer together than this are aggregated into one Event.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(10 * 60);
-/// Events waiting to be written; more are dropped.
+/// Writer threads (each object's events go to one of them).
+pub const WRITERS: usize = 4;
+/// Events waiting to be written, per writer; more are dropped.
 const CHANNEL_CAPACITY: usize = 1024;
-/// Aggregation entries remembered at most (client-go's LRU size).
+/// Aggregation entries remembered at most, over all writers (client-go's
+/// LRU size).
 const MAX_TRACKED: usize = 4096;
 /// Per-object token bucket: burst and refill interval.
 const OBJECT_BURST: f64 = 25.0;
@@ -43,13 +52,14 @@ const MAX_MESSAGE_BYTES: usize = 1024;
 /// Timeout of each Event write.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Records Events about objects. Cheap to clone; the writer thread ends
+/// Records Events about objects. Cheap to clone; the writer threads end
 /// at [`close`](EventRecorder::close), or when the last clone is dropped.
 #[derive(Clone)]
 pub struct EventRecorder {
-    sender: Sender<Message>,
-    /// The writer thread, joined by `close`.
-    writer: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// One channel per writer thread.
+    senders: Arc<[Sender<Message>]>,
+    /// The writer threads, joined by `close`.
+    writers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 enum Message {
@@ -77,20 +87,34 @@ impl EventRecorder {
     /// `reportingComponent` (e.g. `capmaas`); `instance` is `source.host`
     /// and `reportingInstance` (e.g. the pod name).
     pub fn spawn(client: Client, component: &str, instance: &str) -> io::Result<EventRecorder> {
-        let (sender, receiver) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
-        let mut writer = Writer {
-            client: client.with_timeout(WRITE_TIMEOUT),
-            component: component.to_string(),
-            instance: truncate(instance, 128).to_string(),
-            series: HashMap::new(),
-            buckets: HashMap::new(),
-        };
-        let handle = thread::Builder::new()
-            .name("event-recorder".to_string())
-            .spawn(move || writer.run(receiver))?;
+        let mut senders = Vec::with_capacity(WRITERS);
+        let mut writers = Vec::with_capacity(WRITERS);
+        for index in 0..WRITERS {
+            let (sender, receiver) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+            let mut writer = Writer {
+                client: client.with_timeout(WRITE_TIMEOUT),
+                component: component.to_string(),
+                instance: truncate(instance, 128).to_string(),
+                series: HashMap::new(),
+                buckets: HashMap::new(),
+            };
+            let spawned = thread::Builder::new()
+                .name(format!("event-recorder-{index}"))
+                .spawn(move || writer.run(receiver));
+            match spawned {
+                Ok(handle) => writers.push(handle),
+                Err(e) => {
+                    // The writers already started end when their channels close.
+                    drop(senders);
+                    join_within(writers, WRITE_TIMEOUT);
+                    return Err(e);
+                }
+            }
+            senders.push(sender);
+        }
         Ok(EventRecorder {
-            sender,
-            writer: Arc::new(Mutex::new(Some(handle))),
+            senders: senders.into(),
+            writers: Arc::new(Mutex::new(writers)),
         })
     }
 
@@ -107,31 +131,36 @@ impl EventRecorder {
     /// Waits until every event recorded before this call has been written
     /// (or given up on), at most `timeout`; true if it got there.
     pub fn flush(&self, timeout: Duration) -> bool {
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        if self
-            .sender
-            .send_timeout(Message::Flush(done_tx), timeout)
-            .is_err()
-        {
-            return false;
+        let deadline = Instant::now() + timeout;
+        let (done_tx, done_rx) = crossbeam_channel::bounded(self.senders.len());
+        for sender in self.senders.iter() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if sender
+                .send_timeout(Message::Flush(done_tx.clone()), left)
+                .is_err()
+            {
+                return false;
+            }
         }
-        done_rx.recv_timeout(timeout).is_ok()
+        (0..self.senders.len()).all(|_| done_rx.recv_deadline(deadline).is_ok())
     }
 
     /// Writes every event recorded before this call (for at most
-    /// `timeout`), then ends and joins the writer thread; later events are
-    /// dropped. True if the writer finished in time. For shutdown, when
+    /// `timeout`), then ends and joins the writer threads; later events are
+    /// dropped. True if the writers finished in time. For shutdown, when
     /// clones may still live in threads that did not finish.
     pub fn close(&self, timeout: Duration) -> bool {
-        if self.sender.send_timeout(Message::Close, timeout).is_err() {
-            return false;
+        let deadline = Instant::now() + timeout;
+        for sender in self.senders.iter() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if sender.send_timeout(Message::Close, left).is_err() {
+                return false;
+            }
         }
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        writer.is_none_or(|handle| join_within(vec![handle], timeout))
+        let writers =
+            std::mem::take(&mut *self.writers.lock().unwrap_or_else(PoisonError::into_inner));
+        writers.is_empty()
+            || join_within(writers, deadline.saturating_duration_since(Instant::now()))
     }
 
     fn record(&self, obj: &Value, event_type: &'static str, reason: &str, message: &str) {
@@ -139,7 +168,10 @@ impl EventRecorder {
             log::debug!("event {reason} not recorded: the object has no name");
             return;
         };
-        match self.sender.try_send(Message::Record(occurrence)) {
+        let Some(sender) = self.senders.get(writer_of(&occurrence.object_id)) else {
+            return;
+        };
+        match sender.try_send(Message::Record(occurrence)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 log::debug!("event {reason} dropped: too many events waiting")
@@ -353,12 +385,13 @@ impl Writer {
     /// Keeps the aggregation and bucket maps bounded: forget expired series
     /// first, then the least recently seen.
     fn make_room(&mut self, now: Instant) {
-        if self.series.len() < MAX_TRACKED {
+        const TRACKED_PER_WRITER: usize = MAX_TRACKED / WRITERS;
+        if self.series.len() < TRACKED_PER_WRITER {
             return;
         }
         self.series
             .retain(|_, s| now.duration_since(s.last_seen) < DEDUP_WINDOW);
-        while self.series.len() >= MAX_TRACKED {
+        while self.series.len() >= TRACKED_PER_WRITER {
             let oldest = self
                 .series
                 .iter()
@@ -372,6 +405,15 @@ impl Writer {
         // A full bucket is the same as no bucket.
         self.buckets.retain(|_, b| !b.is_full(now));
     }
+}
+
+/// The writer thread of an object: the same one for all its events.
+fn writer_of(object_id: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    object_id.hash(&mut hasher);
+    // Lossless enough: only the remainder matters.
+    (hasher.finish() % WRITERS as u64) as usize
 }
 
 /// `<object name>.<hex nanoseconds>`, as client-go names Events.
@@ -472,6 +514,14 @@ mod tests {
         assert!(!bucket.take(now));
         assert!(!bucket.take(now + OBJECT_REFILL / 2));
         assert!(bucket.take(now + OBJECT_REFILL));
+    }
+
+    #[test]
+    fn an_object_always_goes_to_the_same_writer_and_objects_spread() {
+        assert_eq!(writer_of("uid-1"), writer_of("uid-1"));
+        let used: std::collections::HashSet<usize> =
+            (0..100).map(|i| writer_of(&format!("uid-{i}"))).collect();
+        assert_eq!(used.len(), WRITERS);
     }
 
     #[test]

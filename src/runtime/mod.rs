@@ -44,7 +44,7 @@
 //! - [`EventRecorder`] (in `events`): `EventRecorder::spawn(client,
 //!   "capmaas", instance)`, `.normal(&obj, reason, message)`,
 //!   `.warning(..)`; never blocks, aggregates repeats, rate-limits per
-//!   object; `.close(deadline)` writes what is queued and joins its thread.
+//!   object; `.close(deadline)` writes what is queued and joins its threads.
 //! - [`Shutdown`], [`listen_for_signals`], [`join_within`] (in `shutdown`):
 //!   SIGTERM/SIGINT → stop.
 //!
