@@ -222,6 +222,39 @@ pub struct Interface {
     pub children: Vec<String>,
 }
 
+/// One of a machine's interfaces with every link MAAS has for it (an
+/// allocated machine's AUTO links have no address until it deploys):
+/// what the interface calls (`link_subnet`, `unlink_subnet`) act on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineInterface {
+    pub id: i64,
+    pub name: String,
+    pub links: Vec<InterfaceLink>,
+}
+
+/// A link of an interface to a subnet (`interface_set[].links[]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterfaceLink {
+    pub id: i64,
+    /// `auto`, `dhcp`, `static`, `link_up`.
+    pub mode: String,
+    pub ip: Option<String>,
+    pub subnet_id: Option<i64>,
+}
+
+/// A MAAS subnet (`GET subnets/`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Subnet {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    /// `10.0.0.0/24`, `2001:db8::/64`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub cidr: String,
+    pub gateway_ip: Option<String>,
+}
+
 /// One address of a machine: on which interface, in which subnet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InterfaceAddress {
@@ -267,6 +300,8 @@ pub struct Machine {
     /// the interface and subnet it is on (`interface_set[].links[]`): which
     /// address is the machine's is a choice on multi-NIC machines.
     pub addresses: Vec<InterfaceAddress>,
+    /// The interfaces with their links, as the interface calls see them.
+    pub interfaces: Vec<MachineInterface>,
     /// The VM host's system_id for LXD/virsh guests.
     pub parent: Option<String>,
     pub locked: bool,
@@ -283,6 +318,7 @@ impl Default for MachineStatus {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawInterface {
+    id: i64,
     #[serde(deserialize_with = "null_as_default")]
     name: String,
     #[serde(deserialize_with = "null_as_default")]
@@ -292,6 +328,9 @@ struct RawInterface {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawLink {
+    id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    mode: String,
     ip_address: Option<String>,
     subnet: Option<RawSubnet>,
 }
@@ -299,6 +338,7 @@ struct RawLink {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawSubnet {
+    id: Option<i64>,
     #[serde(deserialize_with = "null_as_default")]
     name: String,
     #[serde(deserialize_with = "null_as_default")]
@@ -415,19 +455,36 @@ impl<'de> Deserialize<'de> for Machine {
             boot_interface: raw.boot_interface,
             addresses: raw
                 .interface_set
-                .into_iter()
+                .iter()
                 .flat_map(|iface| {
-                    let interface = iface.name;
-                    iface.links.into_iter().filter_map(move |link| {
-                        let ip = link.ip_address.filter(|ip| !ip.is_empty())?;
-                        let subnet = link.subnet.unwrap_or_default();
+                    iface.links.iter().filter_map(|link| {
+                        let ip = link.ip_address.clone().filter(|ip| !ip.is_empty())?;
+                        let subnet = link.subnet.as_ref();
                         Some(InterfaceAddress {
-                            interface: interface.clone(),
+                            interface: iface.name.clone(),
                             ip,
-                            subnet_cidr: subnet.cidr,
-                            subnet_name: subnet.name,
+                            subnet_cidr: subnet.map(|s| s.cidr.clone()).unwrap_or_default(),
+                            subnet_name: subnet.map(|s| s.name.clone()).unwrap_or_default(),
                         })
                     })
+                })
+                .collect(),
+            interfaces: raw
+                .interface_set
+                .into_iter()
+                .map(|iface| MachineInterface {
+                    id: iface.id,
+                    name: iface.name,
+                    links: iface
+                        .links
+                        .into_iter()
+                        .map(|link| InterfaceLink {
+                            id: link.id,
+                            mode: link.mode,
+                            ip: link.ip_address.filter(|ip| !ip.is_empty()),
+                            subnet_id: link.subnet.and_then(|s| s.id),
+                        })
+                        .collect(),
                 })
                 .collect(),
             parent,

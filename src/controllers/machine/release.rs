@@ -75,6 +75,9 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
     for system_id in &to_release {
         release(r, system_id)?;
     }
+    if let Some(wait) = super::ipam::release_static_addresses(r, identity.as_ref())? {
+        return Ok(wait);
+    }
 
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,
