@@ -236,19 +236,34 @@ fn delete_waits_for_maas_to_finish_releasing_before_unlinking() {
     w.maas.finish_deployments();
     let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
     w.delete(MAAS_MACHINE, NS, "m1");
+    // Released by an earlier reconcile; MAAS keeps the owner, its data and
+    // the agent name until the machine is Ready.
+    let before = w.maas.host(&id);
+    let agent = w.maas.agent_names.lock().unwrap()[&id].clone();
     w.maas.release(&id, &Default::default()).unwrap();
     w.maas
         .set_state(&id, MachineStatus::Releasing, "Releasing", PowerState::On);
+    {
+        let mut machines = w.maas.machines.lock().unwrap();
+        let host = machines.get_mut(&id).unwrap();
+        host.owner = before.owner.clone();
+        host.owner_data = before.owner_data.clone();
+    }
+    w.maas.agent_names.lock().unwrap().insert(id.clone(), agent);
     w.maas.clear_calls();
 
     let next = reconcile(&w, "m1").unwrap();
     assert!(matches!(next, Action::RequeueAfter(_)), "{next:?}");
     assert!(calls_starting(&w, "unlink_subnet").is_empty());
+    assert!(
+        calls_starting(&w, "release").is_empty(),
+        "MAAS is releasing it: not released again while waiting"
+    );
     assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_some());
     assert!(message(&w, "m1", STATIC_ADDRESSES_READY).contains("waiting for MAAS to release"));
 
-    w.maas
-        .set_state(&id, MachineStatus::Ready, "Ready", PowerState::Off);
+    w.maas.release(&id, &Default::default()).unwrap();
+    w.maas.clear_calls();
     assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
     assert_eq!(calls_starting(&w, "unlink_subnet").len(), 1);
     assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_none());
