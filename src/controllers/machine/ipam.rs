@@ -293,12 +293,12 @@ fn link_addresses(
             {
                 Ok(()) => {}
                 Err(e) if e.is_refused() => {
-                    return Ok(Err(format!(
-                        "unlinking the {} link of {} on {}: {}",
-                        link.mode,
-                        interface.name,
-                        host.system_id,
-                        e.message()
+                    return Ok(Err(refusal(
+                        format!(
+                            "unlinking the {} link of {} on {}",
+                            link.mode, interface.name, host.system_id
+                        ),
+                        &e,
                     )))
                 }
                 Err(e) => return Err(e.into()),
@@ -310,18 +310,30 @@ fn link_addresses(
         {
             Ok(()) => linked.push(format!("{ip} on {}", interface.name)),
             Err(e) if e.is_refused() => {
-                return Ok(Err(format!(
-                    "linking {ip} STATIC on {} of {} (subnet {}): {}",
-                    interface.name,
-                    host.system_id,
-                    subnet.cidr,
-                    e.message()
+                return Ok(Err(refusal(
+                    format!(
+                        "linking {ip} STATIC on {} of {} (subnet {})",
+                        interface.name, host.system_id, subnet.cidr
+                    ),
+                    &e,
                 )))
             }
             Err(e) => return Err(e.into()),
         }
     }
     Ok(Ok(linked))
+}
+
+/// Why an interface call was refused, in MAAS's words; a 403 says who may.
+fn refusal(doing: String, e: &maas::Error) -> String {
+    if e.is_forbidden() {
+        format!(
+            "{doing}: MAAS lets only administrators edit a machine's interfaces ({})",
+            e.message()
+        )
+    } else {
+        format!("{doing}: {}", e.message())
+    }
 }
 
 /// Whether `cidr` (a MAAS subnet) is the network of `ip`/`prefix`.
@@ -380,7 +392,11 @@ pub(super) fn release_static_addresses(
                 ips.push(address.spec.address);
             }
         }
-        claims.push(name);
+        // Deleted by an earlier reconcile; the IPAM provider's finalizer
+        // keeps it until the address is free.
+        if !claim.metadata.is_being_deleted() {
+            claims.push(name);
+        }
     }
     if let Some(system_id) = r.object.system_id().map(str::to_string) {
         if !ips.is_empty() {

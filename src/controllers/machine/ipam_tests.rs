@@ -315,3 +315,23 @@ fn a_claim_of_the_name_owned_by_something_else_is_not_used() {
     reconcile(&w, "m1").unwrap();
     assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_some());
 }
+
+#[test]
+fn a_restricted_maas_user_is_told_interfaces_are_for_administrators() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "192.168.50.20", 24);
+    w.maas.fail_once("link_subnet", 403, "");
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESS_FAILED
+    );
+    assert!(
+        message(&w, "m1", STATIC_ADDRESSES_READY).contains("only administrators"),
+        "{}",
+        message(&w, "m1", STATIC_ADDRESSES_READY)
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+}
