@@ -417,7 +417,7 @@ fn links(sim: &MaasSim, system_id: &str, name: &str) -> Vec<(String, Option<Stri
     interface
         .links
         .iter()
-        .map(|l| (l.mode.clone(), l.ip.clone()))
+        .map(|l| (l.mode.as_str().to_string(), l.ip.clone()))
         .collect()
 }
 

@@ -1047,7 +1047,11 @@ fn subnets_and_static_links_on_an_allocated_machine() {
     let host = allocate_cp(&client, "ns/static");
     let boot = host.boot_interface.clone().expect("boot interface");
     let eth0 = host.interfaces.iter().find(|i| i.id == boot.id).unwrap();
-    let auto = eth0.links.iter().find(|l| l.mode == "auto").unwrap();
+    let auto = eth0
+        .links
+        .iter()
+        .find(|l| l.mode == capmaas::maas::LinkMode::Auto)
+        .unwrap();
     assert_eq!(auto.subnet_id, Some(lab.id));
 
     // A restricted user may not edit interfaces (403).
@@ -1066,7 +1070,7 @@ fn subnets_and_static_links_on_an_allocated_machine() {
     let read = client.machine(&host.system_id).unwrap();
     let eth0 = read.interfaces.iter().find(|i| i.id == boot.id).unwrap();
     assert_eq!(eth0.links.len(), 1, "{:?}", eth0.links);
-    assert_eq!(eth0.links[0].mode, "static");
+    assert_eq!(eth0.links[0].mode, capmaas::maas::LinkMode::Static);
     assert_eq!(eth0.links[0].ip.as_deref(), Some("10.11.130.240"));
     assert_eq!(eth0.links[0].subnet_id, Some(lab.id));
 

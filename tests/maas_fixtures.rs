@@ -66,22 +66,17 @@ fn allocated_machine() {
         boot_links.links,
         [capmaas::maas::InterfaceLink {
             id: 14,
-            mode: "auto".into(),
+            mode: capmaas::maas::LinkMode::Auto,
             ip: None,
             subnet_id: Some(2),
         }]
     );
     let vlan = &m.interfaces[4].links[0];
     assert_eq!(
-        (
-            vlan.id,
-            vlan.mode.as_str(),
-            vlan.ip.as_deref(),
-            vlan.subnet_id
-        ),
+        (vlan.id, vlan.mode, vlan.ip.as_deref(), vlan.subnet_id),
         (
             18,
-            "static",
+            capmaas::maas::LinkMode::Static,
             Some("2001:db8:42:0:6556:13fa:7452:70da"),
             Some(5)
         )

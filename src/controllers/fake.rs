@@ -399,7 +399,7 @@ impl FakeMaas {
             name: "eth0".into(),
             links: vec![maas::InterfaceLink {
                 id: 1000 + n,
-                mode: "auto".into(),
+                mode: maas::LinkMode::Auto,
                 ip: None,
                 subnet_id: Some(1),
             }],
@@ -612,7 +612,7 @@ impl MaasApi for FakeMaas {
             .interfaces
             .iter()
             .flat_map(|i| &i.links)
-            .filter(|l| l.mode == "static")
+            .filter(|l| l.mode == maas::LinkMode::Static)
             .filter_map(|l| l.ip.clone())
             .collect();
         host.ip_addresses = if static_ips.is_empty() {
@@ -774,10 +774,10 @@ impl MaasApi for FakeMaas {
         *id += 1;
         iface
             .links
-            .retain(|l| l.mode != "dhcp" && l.mode != "link_up");
+            .retain(|l| !matches!(l.mode, maas::LinkMode::Dhcp | maas::LinkMode::LinkUp));
         iface.links.push(maas::InterfaceLink {
             id: *id,
-            mode: "static".into(),
+            mode: maas::LinkMode::Static,
             ip: Some(ip.into()),
             subnet_id: Some(subnet_id),
         });

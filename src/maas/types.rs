@@ -236,10 +236,36 @@ pub struct MachineInterface {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InterfaceLink {
     pub id: i64,
-    /// `auto`, `dhcp`, `static`, `link_up`.
-    pub mode: String,
+    pub mode: LinkMode,
     pub ip: Option<String>,
     pub subnet_id: Option<i64>,
+}
+
+/// How an interface is linked to a subnet (`INTERFACE_LINK_TYPE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkMode {
+    /// An address from the subnet when the machine deploys.
+    Auto,
+    Dhcp,
+    Static,
+    /// Up, without an address.
+    LinkUp,
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+impl LinkMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkMode::Auto => "auto",
+            LinkMode::Dhcp => "dhcp",
+            LinkMode::Static => "static",
+            LinkMode::LinkUp => "link_up",
+            LinkMode::Other => "other",
+        }
+    }
 }
 
 /// A MAAS subnet (`GET subnets/`).
@@ -330,7 +356,7 @@ struct RawInterface {
 struct RawLink {
     id: i64,
     #[serde(deserialize_with = "null_as_default")]
-    mode: String,
+    mode: LinkMode,
     ip_address: Option<String>,
     subnet: Option<RawSubnet>,
 }
@@ -419,6 +445,7 @@ impl<'de> Deserialize<'de> for Machine {
         // MAAS only has owner_data, a future one may only have the other.
         let mut owner_data = raw.workload_annotations;
         owner_data.extend(raw.owner_data);
+        let (addresses, interfaces) = interfaces_and_addresses(raw.interface_set);
         let parent = raw.parent.and_then(|p| match p {
             Value::String(s) => Some(s),
             Value::Object(o) => o
@@ -453,45 +480,52 @@ impl<'de> Deserialize<'de> for Machine {
             owner_data,
             tag_names: raw.tag_names,
             boot_interface: raw.boot_interface,
-            addresses: raw
-                .interface_set
-                .iter()
-                .flat_map(|iface| {
-                    iface.links.iter().filter_map(|link| {
-                        let ip = link.ip_address.clone().filter(|ip| !ip.is_empty())?;
-                        let subnet = link.subnet.as_ref();
-                        Some(InterfaceAddress {
-                            interface: iface.name.clone(),
-                            ip,
-                            subnet_cidr: subnet.map(|s| s.cidr.clone()).unwrap_or_default(),
-                            subnet_name: subnet.map(|s| s.name.clone()).unwrap_or_default(),
-                        })
-                    })
-                })
-                .collect(),
-            interfaces: raw
-                .interface_set
-                .into_iter()
-                .map(|iface| MachineInterface {
-                    id: iface.id,
-                    name: iface.name,
-                    links: iface
-                        .links
-                        .into_iter()
-                        .map(|link| InterfaceLink {
-                            id: link.id,
-                            mode: link.mode,
-                            ip: link.ip_address.filter(|ip| !ip.is_empty()),
-                            subnet_id: link.subnet.and_then(|s| s.id),
-                        })
-                        .collect(),
-                })
-                .collect(),
+            addresses,
+            interfaces,
             parent,
             locked: raw.locked,
             description: raw.description,
         })
     }
+}
+
+/// The interfaces with their links, and the addresses among them, in one
+/// pass that moves what it can (machine lists decode thousands of these).
+fn interfaces_and_addresses(
+    interface_set: Vec<RawInterface>,
+) -> (Vec<InterfaceAddress>, Vec<MachineInterface>) {
+    let mut addresses = Vec::new();
+    let mut interfaces = Vec::with_capacity(interface_set.len());
+    for iface in interface_set {
+        let mut links = Vec::with_capacity(iface.links.len());
+        for link in iface.links {
+            let ip = link.ip_address.filter(|ip| !ip.is_empty());
+            let (subnet_id, subnet_cidr, subnet_name) = match link.subnet {
+                Some(s) => (s.id, s.cidr, s.name),
+                None => (None, String::new(), String::new()),
+            };
+            if let Some(ip) = &ip {
+                addresses.push(InterfaceAddress {
+                    interface: iface.name.clone(),
+                    ip: ip.clone(),
+                    subnet_cidr,
+                    subnet_name,
+                });
+            }
+            links.push(InterfaceLink {
+                id: link.id,
+                mode: link.mode,
+                ip,
+                subnet_id,
+            });
+        }
+        interfaces.push(MachineInterface {
+            id: iface.id,
+            name: iface.name,
+            links,
+        });
+    }
+    (addresses, interfaces)
 }
 
 impl Machine {

@@ -27,7 +27,7 @@ use crate::api::{Desired, MaasMachine};
 use crate::controllers::identity::{self, Identity, Ownership};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{self, MachineStatus};
+use crate::maas::{self, LinkMode, MachineStatus};
 use crate::runtime::Action;
 
 /// Condition: whether the static addresses are set on the machine in MAAS.
@@ -263,7 +263,7 @@ fn link_addresses(
         if interface
             .links
             .iter()
-            .any(|l| l.mode == "static" && l.ip.as_deref() == Some(ip))
+            .any(|l| l.mode == LinkMode::Static && l.ip.as_deref() == Some(ip))
         {
             continue;
         }
@@ -296,7 +296,9 @@ fn link_addresses(
                     return Ok(Err(refusal(
                         format!(
                             "unlinking the {} link of {} on {}",
-                            link.mode, interface.name, host.system_id
+                            link.mode.as_str(),
+                            interface.name,
+                            host.system_id
                         ),
                         &e,
                     )))
@@ -433,7 +435,9 @@ fn unlink_addresses(
         .flat_map(|i| {
             i.links
                 .iter()
-                .filter(|l| l.mode == "static" && l.ip.as_ref().is_some_and(|ip| ips.contains(ip)))
+                .filter(|l| {
+                    l.mode == LinkMode::Static && l.ip.as_ref().is_some_and(|ip| ips.contains(ip))
+                })
                 .map(|l| (i.id, l.id, l.ip.clone().unwrap_or_default()))
         })
         .collect();

@@ -116,7 +116,7 @@ fn the_address_is_claimed_answered_and_linked_static_before_deploy() {
     let host = w.maas.host(&id);
     let links = &host.interfaces[0].links;
     assert_eq!(links.len(), 1, "{links:?}");
-    assert_eq!(links[0].mode, "static");
+    assert_eq!(links[0].mode, crate::maas::LinkMode::Static);
     assert_eq!(links[0].ip.as_deref(), Some("10.0.0.77"));
     assert_eq!(links[0].subnet_id, Some(1));
     assert_eq!(
