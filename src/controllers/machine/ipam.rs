@@ -53,6 +53,9 @@ fn network(mm: &MaasMachine) -> Option<&MachineNetwork> {
 
 /// The claim for the `index`th pool: named after the MaasMachine, so every
 /// reconcile of it (after a crash, for a new allocation) finds it again.
+/// Always a valid name: a MaasMachine gets this far only with an identity,
+/// `capmaas/<namespace>/<name>/<uid>` in at most 255 characters, so its
+/// name is far shorter than the 253 a claim's may have.
 pub fn claim_name(mm: &MaasMachine, index: usize) -> String {
     format!("{}-{index}", mm.metadata.name)
 }
