@@ -59,6 +59,16 @@ fn answer(w: &World, claim: &str, address: &str, prefix: u8) {
     });
 }
 
+/// Worker `m1` deployed with 10.0.0.77 from pool `nodes`; its system ID.
+fn deployed_with_a_static_address(w: &World) -> String {
+    worker_with_pool(w, json!({"addressesFromPools": [pool()]}));
+    reconcile(w, "m1").unwrap();
+    answer(w, "m1-0", "10.0.0.77", 24);
+    reconcile(w, "m1").unwrap();
+    w.maas.finish_deployments();
+    w.maas_machine(NS, "m1").spec.system_id.unwrap()
+}
+
 fn calls_starting(w: &World, prefix: &str) -> Vec<String> {
     w.maas
         .calls()
@@ -204,12 +214,7 @@ fn a_new_allocation_for_the_same_maas_machine_gets_the_same_claim() {
 #[test]
 fn delete_releases_then_unlinks_and_deletes_the_claim() {
     let w = World::new(1);
-    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
-    reconcile(&w, "m1").unwrap();
-    answer(&w, "m1-0", "10.0.0.77", 24);
-    reconcile(&w, "m1").unwrap();
-    w.maas.finish_deployments();
-    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    let id = deployed_with_a_static_address(&w);
 
     w.delete(MAAS_MACHINE, NS, "m1");
     w.maas.clear_calls();
@@ -229,12 +234,7 @@ fn delete_releases_then_unlinks_and_deletes_the_claim() {
 #[test]
 fn delete_waits_for_maas_to_finish_releasing_before_unlinking() {
     let w = World::new(1);
-    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
-    reconcile(&w, "m1").unwrap();
-    answer(&w, "m1-0", "10.0.0.77", 24);
-    reconcile(&w, "m1").unwrap();
-    w.maas.finish_deployments();
-    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    let id = deployed_with_a_static_address(&w);
     w.delete(MAAS_MACHINE, NS, "m1");
     // Released by an earlier reconcile; MAAS keeps the owner, its data and
     // the agent name until the machine is Ready.
