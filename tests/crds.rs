@@ -1074,3 +1074,49 @@ fn cluster_control_plane_vip_is_one_of_address_or_subnet_chosen_once() {
     .unwrap_err();
     assert!(err.contains("status.controlPlaneVIP.phase"), "{err}");
 }
+
+/// `spec.network` (static addresses from IPAM pools) is set at creation
+/// and never changed, added or removed: the claims and MAAS links follow
+/// it once, before the machine deploys.
+#[test]
+fn machine_network_is_chosen_once_at_creation() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-network");
+    let pools = "  network:\n    interface: eth1\n    addressesFromPools:\n    \
+                 - {apiGroup: ipam.cluster.x-k8s.io, kind: InClusterIPPool, name: nodes}\n";
+    apply(
+        cp,
+        &ns,
+        &maas_machine("with", &format!("{VALID_SPEC}{pools}")),
+    )
+    .unwrap();
+    let spec = get_json(cp, &["-n", &ns, "maasmachine", "with"])["spec"].clone();
+    assert_eq!(spec["network"]["addressesFromPools"][0]["name"], "nodes");
+    let message = "maas machine network change is not allowed";
+    for patch in [
+        r#"{"spec":{"network":{"interface":"eth0"}}}"#,
+        r#"{"spec":{"network":null}}"#,
+    ] {
+        let err = merge_patch(cp, &ns, "maasmachine/with", patch).unwrap_err();
+        assert!(err.contains(message), "{patch}: {err}");
+    }
+    apply(cp, &ns, &maas_machine("without", VALID_SPEC)).unwrap();
+    let err = merge_patch(
+        cp,
+        &ns,
+        "maasmachine/without",
+        r#"{"spec":{"network":{"addressesFromPools":[{"apiGroup":"ipam.cluster.x-k8s.io","kind":"InClusterIPPool","name":"x"}]}}}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains(message), "{err}");
+    let err = apply(
+        cp,
+        &ns,
+        &maas_machine(
+            "no-pool",
+            &format!("{VALID_SPEC}  network:\n    addressesFromPools: []\n"),
+        ),
+    )
+    .unwrap_err();
+    assert!(err.contains("spec.network.addressesFromPools"), "{err}");
+}

@@ -213,6 +213,13 @@ fn service_account_may_do_what_the_manager_does() {
         "list maasmachinetemplates *",
         "watch maasmachinetemplates *",
         "patch maasmachinetemplates/status ns",
+        // Static addresses: our machines' IPAddressClaims and the
+        // IPAddresses the IPAM provider answers with, by name (Kubernetes
+        // has an `ipaddresses` of its own in networking.k8s.io).
+        "get ipaddressclaims ns",
+        "create ipaddressclaims ns",
+        "delete ipaddressclaims ns",
+        "get ipaddresses.ipam.cluster.x-k8s.io ns",
         // Bootstrap data and workload kubeconfig, by name.
         "get secrets ns",
         // Events in any namespace, deduplicated by patching.
@@ -256,7 +263,14 @@ fn service_account_may_not_do_more() {
         // Every write is a patch.
         "update maasmachines ns",
         "update maasclusters/status ns",
-        // No object the manager creates is owned by ours.
+        // IPAM: claims by name only, addresses are the IPAM provider's.
+        "list ipaddressclaims *",
+        "patch ipaddressclaims ns",
+        "patch ipaddressclaims/status ns",
+        "create ipaddresses.ipam.cluster.x-k8s.io ns",
+        "delete ipaddresses.ipam.cluster.x-k8s.io ns",
+        // The IPAddressClaims the manager creates name their MaasMachine
+        // as owner without blockOwnerDeletion.
         "update maasmachines/finalizers ns",
         // Cluster API's objects are read only.
         "patch machines ns",

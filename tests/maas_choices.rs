@@ -10,7 +10,11 @@
 //! - MAAS refuses the swap edit to a non-admin (403): the machine still
 //!   deploys and says so on `SwapDisabled` (reason `SwapUpdateSkipped`) and
 //!   in a Warning event; `disableSwap: false` skips the edit;
-//! - `diskErase` picks MAAS's erase mode on release, per machine.
+//! - `diskErase` picks MAAS's erase mode on release, per machine;
+//! - `network.addressesFromPools` (with the controller's admin credentials:
+//!   MAAS lets only administrators edit interfaces): static addresses from
+//!   Cluster API IPAM, the test playing the IPAM provider, set STATIC in
+//!   MAAS before deploy and released on delete.
 //!
 //! MAAS reserves DNS edits for administrators, so this cluster's API record
 //! is refused (LoadBalancerReady stays False); workers do not need it.
@@ -379,5 +383,198 @@ fn multi_nic_control_plane_publishes_the_selected_addresses() {
             !ips.is_empty() && ips.iter().all(|ip| ip.starts_with("10.20.0.")),
             "{name}: status.addresses lists only the selected network: {ips:?}"
         );
+    }
+}
+
+/// The story inventory with a second network, `nodes` (10.30.0.0/24 on its
+/// own VLAN), on every worker's eth1 (an AUTO link, as commissioning
+/// leaves it).
+fn two_network_inventory() -> Value {
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["subnets"] = json!([{"cidr": "10.30.0.0/24", "name": "nodes", "gateway_ip": "10.30.0.1",
+                                   "vlan": {"vid": 30, "fabric": "fabric-nodes"}}]);
+    for machine in inventory["machines"].as_array_mut().unwrap() {
+        if machine["pool"] == "worker-pool" {
+            let pxe = machine["ip_addresses"][0].clone();
+            machine["interfaces"] = json!([
+                {"name": "eth0", "links": [{"ip_address": pxe}]},
+                {"name": "eth1", "links": [{"subnet": "nodes", "mode": "auto"}]},
+            ]);
+            machine.as_object_mut().unwrap().remove("ip_addresses");
+        }
+    }
+    inventory
+}
+
+fn pool_ref(name: &str) -> Value {
+    json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": name})
+}
+
+/// The links of interface `name` as MAAS shows them: (mode, address).
+fn links(sim: &MaasSim, system_id: &str, name: &str) -> Vec<(String, Option<String>)> {
+    let machine = sim.client().machine(system_id).unwrap();
+    let interface = machine.interfaces.iter().find(|i| i.name == name).unwrap();
+    interface
+        .links
+        .iter()
+        .map(|l| (l.mode.as_str().to_string(), l.ip.clone()))
+        .collect()
+}
+
+fn internal_ips(mm: &Value) -> Vec<String> {
+    mm["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["type"] == "InternalIP")
+        .map(|a| objects::string(&a["address"]))
+        .collect()
+}
+
+/// Static addresses from Cluster API IPAM pools: the test answers the
+/// IPAddressClaims as an IPAM provider; capmaas sets each address STATIC
+/// on the chosen interface in MAAS before deploying, reports it, releases
+/// it (MAAS link and claim) on delete, and a MaasMachine made again with
+/// the same name claims under the same name and gets the address back.
+#[test]
+fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
+    use std::net::Ipv4Addr;
+    use support::ipam::{IpamProvider, Pool};
+
+    let mut lab = start(&two_network_inventory(), None);
+    let pools = [
+        (
+            "lab-pool".to_string(),
+            Pool {
+                first: Ipv4Addr::new(10, 11, 130, 200),
+                last: Ipv4Addr::new(10, 11, 130, 209),
+                prefix: 24,
+                gateway: Ipv4Addr::new(10, 11, 130, 1),
+            },
+        ),
+        (
+            "nodes-pool".to_string(),
+            Pool {
+                first: Ipv4Addr::new(10, 30, 0, 100),
+                last: Ipv4Addr::new(10, 30, 0, 109),
+                prefix: 24,
+                gateway: Ipv4Addr::new(10, 30, 0, 1),
+            },
+        ),
+    ];
+    let _ipam = IpamProvider::start(
+        support::story::kube_client(lab.cp),
+        &lab.ns,
+        pools.into_iter().collect(),
+    );
+
+    // On the boot interface (eth0, the PXE network) by default; on eth1
+    // when named.
+    let boot_spec = worker(json!({"network": {"addressesFromPools": [pool_ref("lab-pool")]}}));
+    lab.add_worker("static-boot", boot_spec.clone());
+    lab.add_worker(
+        "static-eth1",
+        worker(json!({"network": {"interface": "eth1",
+                                  "addressesFromPools": [pool_ref("nodes-pool")]}})),
+    );
+
+    let (boot, _) = lab.deployed("static-boot");
+    let boot_id = objects::string(&boot["spec"]["systemID"]);
+    assert_eq!(
+        links(&lab.sim, &boot_id, "eth0"),
+        [("static".to_string(), Some("10.11.130.200".to_string()))],
+        "the AUTO link on the PXE network made way for the STATIC one"
+    );
+    let (eth1, _) = lab.deployed("static-eth1");
+    let eth1_id = objects::string(&eth1["spec"]["systemID"]);
+    assert_eq!(
+        links(&lab.sim, &eth1_id, "eth1"),
+        [("static".to_string(), Some("10.30.0.100".to_string()))]
+    );
+    let eth0 = links(&lab.sim, &eth1_id, "eth0");
+    assert!(
+        eth0.len() == 1 && eth0[0].0 == "auto" && eth0[0].1.is_some(),
+        "eth0 keeps its AUTO address: {eth0:?}"
+    );
+
+    // The claim per the contract, owned by the MaasMachine.
+    let claim = lab
+        .get("ipaddressclaims.ipam.cluster.x-k8s.io", "static-boot-0")
+        .expect("claim static-boot-0");
+    assert_eq!(claim["spec"]["poolRef"], pool_ref("lab-pool"));
+    assert_eq!(
+        claim["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        CLUSTER
+    );
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["kind"],
+        "MaasMachine"
+    );
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["uid"],
+        boot["metadata"]["uid"]
+    );
+
+    // status.addresses shows the static addresses once MAAS reports them.
+    for (name, ip) in [
+        ("static-boot", "10.11.130.200"),
+        ("static-eth1", "10.30.0.100"),
+    ] {
+        let mm = support::eventually(30, &format!("{name}'s address in status"), || {
+            let mm = lab.get("maasmachines", name)?;
+            internal_ips(&mm).contains(&ip.to_string()).then_some(mm)
+        });
+        let ready = objects::condition(&mm, "StaticAddressesReady").unwrap();
+        assert_eq!(ready["status"], "True", "{ready}");
+    }
+
+    // Delete: the machine is released, the address unlinked in MAAS (which
+    // keeps STATIC links on release) and the claim deleted, which the
+    // IPAM provider answers by releasing the address.
+    lab.remove_worker("static-boot");
+    support::eventually(90, "static-boot released and gone", || {
+        lab.capmaas.assert_running();
+        let state = lab.sim.machine_state(&boot_id);
+        (state["owner"].is_null() && lab.get("maasmachines", "static-boot").is_none()).then_some(())
+    });
+    assert!(
+        !links(&lab.sim, &boot_id, "eth0")
+            .iter()
+            .any(|(_, ip)| ip.as_deref() == Some("10.11.130.200")),
+        "unlinked from the released machine"
+    );
+    support::eventually(30, "the claim and its address gone", || {
+        (lab.get("ipaddressclaims.ipam.cluster.x-k8s.io", "static-boot-0")
+            .is_none()
+            && lab
+                .get("ipaddresses.ipam.cluster.x-k8s.io", "static-boot-0")
+                .is_none())
+        .then_some(())
+    });
+
+    // Made again with the same name: the same claim name, the same address.
+    lab.add_worker("static-boot", boot_spec);
+    let (again, _) = lab.deployed("static-boot");
+    let again_id = objects::string(&again["spec"]["systemID"]);
+    assert_eq!(
+        links(&lab.sim, &again_id, "eth0"),
+        [("static".to_string(), Some("10.11.130.200".to_string()))]
+    );
+    let claim = lab
+        .get("ipaddressclaims.ipam.cluster.x-k8s.io", "static-boot-0")
+        .expect("claim static-boot-0 again");
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["uid"],
+        again["metadata"]["uid"]
+    );
+
+    for name in ["static-boot", "static-eth1"] {
+        lab.remove_worker(name);
+    }
+    for name in ["static-boot", "static-eth1"] {
+        support::eventually(90, &format!("{name} gone"), || {
+            lab.capmaas.assert_running();
+            lab.get("maasmachines", name).is_none().then_some(())
+        });
     }
 }

@@ -1029,3 +1029,71 @@ fn concurrent_allocations_never_share_a_machine() {
     assert_eq!(won.len(), 4, "{results:?}");
     assert_eq!(lost, 4, "{results:?}");
 }
+
+/// The interface calls of static addresses: subnets, unlink of the AUTO
+/// link, link STATIC, as MAAS answers them (an address in use, a machine
+/// past Allocated, a non-admin).
+#[test]
+fn subnets_and_static_links_on_an_allocated_machine() {
+    let sim = sim();
+    let client = sim.client();
+    let subnets = client.subnets().unwrap();
+    let lab = subnets
+        .iter()
+        .find(|s| s.cidr == "10.11.130.0/24")
+        .expect("the lab subnet");
+    assert_eq!(lab.gateway_ip.as_deref(), Some("10.11.130.1"));
+
+    let host = allocate_cp(&client, "ns/static");
+    let boot = host.boot_interface.clone().expect("boot interface");
+    let eth0 = host.interfaces.iter().find(|i| i.id == boot.id).unwrap();
+    let auto = eth0
+        .links
+        .iter()
+        .find(|l| l.mode == capmaas::maas::LinkMode::Auto)
+        .unwrap();
+    assert_eq!(auto.subnet_id, Some(lab.id));
+
+    // A restricted user may not edit interfaces (403).
+    let operator = sim.client_for("operator");
+    let err = operator
+        .link_subnet_static(&host.system_id, eth0.id, lab.id, "10.11.130.240")
+        .unwrap_err();
+    assert!(err.is_forbidden(), "{err}");
+
+    client
+        .unlink_subnet(&host.system_id, eth0.id, auto.id)
+        .unwrap();
+    client
+        .link_subnet_static(&host.system_id, eth0.id, lab.id, "10.11.130.240")
+        .unwrap();
+    let read = client.machine(&host.system_id).unwrap();
+    let eth0 = read.interfaces.iter().find(|i| i.id == boot.id).unwrap();
+    assert_eq!(eth0.links.len(), 1, "{:?}", eth0.links);
+    assert_eq!(eth0.links[0].mode, capmaas::maas::LinkMode::Static);
+    assert_eq!(eth0.links[0].ip.as_deref(), Some("10.11.130.240"));
+    assert_eq!(eth0.links[0].subnet_id, Some(lab.id));
+
+    // The same address again is "already in use"; an unknown link id is a
+    // form error.
+    let err = client
+        .link_subnet_static(&host.system_id, eth0.id, lab.id, "10.11.130.240")
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let err = client
+        .unlink_subnet(&host.system_id, eth0.id, 999_999)
+        .unwrap_err();
+    assert!(err.is_bad_request(), "{err}");
+
+    // Deploying: MAAS refuses interface edits (409).
+    client
+        .deploy(&host.system_id, &DeployRequest::default())
+        .unwrap();
+    let err = client
+        .unlink_subnet(&host.system_id, eth0.id, eth0.links[0].id)
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    client
+        .release(&host.system_id, &ReleaseRequest::default())
+        .unwrap();
+}

@@ -54,6 +54,33 @@ fn allocated_machine() {
         (37, "eth-lKRYAa", "physical")
     );
     assert_eq!(boot.children, vec!["eth-lKRYAa.42"]);
+    // Every interface with every link, AUTO ones without an address yet:
+    // what the static-address step (link_subnet/unlink_subnet) acts on.
+    assert_eq!(m.interfaces.len(), 6);
+    let boot_links = &m.interfaces[0];
+    assert_eq!(
+        (boot_links.id, boot_links.name.as_str()),
+        (37, "eth-lKRYAa")
+    );
+    assert_eq!(
+        boot_links.links,
+        [capmaas::maas::InterfaceLink {
+            id: 14,
+            mode: capmaas::maas::LinkMode::Auto,
+            ip: None,
+            subnet_id: Some(2),
+        }]
+    );
+    let vlan = &m.interfaces[4].links[0];
+    assert_eq!(
+        (vlan.id, vlan.mode, vlan.ip.as_deref(), vlan.subnet_id),
+        (
+            18,
+            capmaas::maas::LinkMode::Static,
+            Some("2001:db8:42:0:6556:13fa:7452:70da"),
+            Some(5)
+        )
+    );
 }
 
 #[test]

@@ -160,6 +160,26 @@ pub struct MaasMachineSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub address_selector: Option<AddressSelector>,
+    /// Static addresses from Cluster API IPAM pools, set on one interface
+    /// in MAAS before the machine deploys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<MachineNetwork>,
+}
+
+/// `spec.network`: one address is claimed from each pool
+/// (`IPAddressClaim` `<MaasMachine name>-<n>`, n counting from 0) and
+/// linked STATIC on `interface` (default: the machine's boot interface),
+/// in the MAAS subnet whose CIDR is the address's network and prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineNetwork {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    #[serde(
+        rename = "addressesFromPools",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub addresses_from_pools: Vec<super::ipam::PoolRef>,
 }
 
 /// Addresses by MAAS subnet (CIDR or name) and/or interface name; an

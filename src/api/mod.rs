@@ -14,9 +14,11 @@
 //!   Metal3Remediation shape).
 //! - [`capi`]: the fields of Cluster API's `Cluster` and `Machine` we read.
 //! - [`conditions`]: metav1 conditions (`set`, `set_ready_summary`).
+//! - [`ipam`]: Cluster API's `IPAddressClaim` and `IPAddress`.
 
 pub mod capi;
 pub mod conditions;
+pub mod ipam;
 pub mod maas_cluster;
 pub mod maas_machine;
 pub mod maas_remediation;

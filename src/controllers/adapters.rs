@@ -14,9 +14,11 @@ use serde_json::{json, Value};
 use super::caches::Caches;
 use super::ports::*;
 use crate::api::capi::{self, Cluster};
+use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube::resources::{
-    MAAS_CLUSTERS, MAAS_MACHINES, MAAS_REMEDIATIONS, MACHINES, NODES, SECRETS,
+    IP_ADDRESSES, IP_ADDRESS_CLAIMS, MAAS_CLUSTERS, MAAS_MACHINES, MAAS_REMEDIATIONS, MACHINES,
+    NODES, SECRETS,
 };
 use crate::kube::{self, Resource};
 use crate::maas::{
@@ -104,6 +106,34 @@ impl KubeApi for Kube {
                 request: format!("Secret {namespace}/{name}"),
                 message: format!("key {key}: {e}"),
             })
+    }
+
+    fn ip_address_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<IpAddressClaim>, kube::Error> {
+        get_typed(&self.client, &IP_ADDRESS_CLAIMS, namespace, name)
+    }
+
+    fn create_ip_address_claim(&self, namespace: &str, claim: &Value) -> Result<(), kube::Error> {
+        self.client
+            .create(&IP_ADDRESS_CLAIMS, Some(namespace), claim)
+            .map(|_| ())
+    }
+
+    fn delete_ip_address_claim(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        match self
+            .client
+            .delete(&IP_ADDRESS_CLAIMS, Some(namespace), name, None)
+        {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    fn ip_address(&self, namespace: &str, name: &str) -> Result<Option<IpAddress>, kube::Error> {
+        get_typed(&self.client, &IP_ADDRESSES, namespace, name)
     }
 
     fn patch(
@@ -261,6 +291,30 @@ impl MaasApi for Maas {
         value: &str,
     ) -> Result<maas::Machine, maas::Error> {
         self.client.set_owner_data(system_id, &[(key, Some(value))])
+    }
+
+    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {
+        self.client.subnets()
+    }
+
+    fn link_subnet_static(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        subnet_id: i64,
+        ip: &str,
+    ) -> Result<(), maas::Error> {
+        self.client
+            .link_subnet_static(system_id, interface_id, subnet_id, ip)
+    }
+
+    fn unlink_subnet(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        link_id: i64,
+    ) -> Result<(), maas::Error> {
+        self.client.unlink_subnet(system_id, interface_id, link_id)
     }
 }
 
@@ -449,6 +503,26 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
     }
+}
+
+/// One object by a direct GET, decoded into `T`; `Ok(None)` on 404.
+fn get_typed<T: serde::de::DeserializeOwned>(
+    client: &kube::Client,
+    resource: &Resource,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<T>, kube::Error> {
+    let obj = match client.get(resource, Some(namespace), name) {
+        Ok(obj) => obj,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    serde_json::from_value(obj)
+        .map(Some)
+        .map_err(|e| kube::Error::Decode {
+            request: format!("GET {} {namespace}/{name}", resource.kind),
+            message: e.to_string(),
+        })
 }
 
 /// A Secret's `data[key]` (base64), if present.

@@ -19,6 +19,7 @@ use super::maas_view::{MaasView, WatchView};
 use super::ports::*;
 use super::{Context, Options};
 use crate::api::capi::{self, Cluster};
+use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas;
@@ -51,10 +52,14 @@ pub struct FakeKube {
     pub next_rv: Mutex<u64>,
     /// Serve this object instead of the stored one once (a stale cache).
     pub stale: Mutex<HashMap<(&'static str, String, String), Value>>,
+    /// IPAddressClaim creates and deletes, in order (`create <name>`).
+    pub ipam_calls: Mutex<Vec<String>>,
 }
 
 const CLUSTER: &str = "Cluster";
 const MACHINE: &str = "Machine";
+pub const IP_ADDRESS_CLAIM: &str = "IPAddressClaim";
+pub const IP_ADDRESS: &str = "IPAddress";
 
 impl FakeKube {
     pub fn put(&self, kind: &'static str, obj: Value) {
@@ -228,6 +233,37 @@ impl KubeApi for FakeKube {
             .get(&(namespace.into(), name.into()))
             .and_then(|s| s.get(key).cloned()))
     }
+    fn ip_address_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<IpAddressClaim>, kube::Error> {
+        Ok(self
+            .read(IP_ADDRESS_CLAIM, namespace, name)
+            .map(Arc::unwrap_or_clone))
+    }
+    fn create_ip_address_claim(&self, namespace: &str, claim: &Value) -> Result<(), kube::Error> {
+        let name = claim["metadata"]["name"].as_str().unwrap_or_default();
+        if self.get(IP_ADDRESS_CLAIM, namespace, name).is_some() {
+            return Err(kube::Error::AlreadyExists {
+                request: format!("POST ipaddressclaims/{name}"),
+                message: format!("ipaddressclaims {name:?} already exists"),
+            });
+        }
+        lock(&self.ipam_calls).push(format!("create {name}"));
+        self.put(IP_ADDRESS_CLAIM, claim.clone());
+        Ok(())
+    }
+    fn delete_ip_address_claim(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        lock(&self.ipam_calls).push(format!("delete {name}"));
+        self.remove(IP_ADDRESS_CLAIM, namespace, name);
+        Ok(())
+    }
+    fn ip_address(&self, namespace: &str, name: &str) -> Result<Option<IpAddress>, kube::Error> {
+        Ok(self
+            .read(IP_ADDRESS, namespace, name)
+            .map(Arc::unwrap_or_clone))
+    }
     fn patch(
         &self,
         kind: Kind,
@@ -301,6 +337,7 @@ pub struct FakeMaas {
     pub deploys: Mutex<Vec<(String, DeployRequest)>>,
     pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
     pub allocations: Mutex<Vec<AllocateRequest>>,
+    pub subnets: Mutex<Vec<maas::Subnet>>,
     next_dns_id: Mutex<i64>,
     /// This user's address reservations (`ipaddresses/?op=reserve`).
     pub reservations: Mutex<Vec<IpReservation>>,
@@ -308,7 +345,8 @@ pub struct FakeMaas {
     pub addresses_in_use: Mutex<HashSet<String>>,
     /// Subnets (by the name or CIDR a spec gives) and their free addresses,
     /// lowest first.
-    pub subnets: Mutex<BTreeMap<String, Vec<String>>>,
+    pub free_addresses: Mutex<BTreeMap<String, Vec<String>>>,
+    next_link_id: Mutex<i64>,
     /// The MAAS user this fake's key authenticates as.
     pub user: String,
 }
@@ -323,6 +361,20 @@ impl FakeMaas {
             maas.add_ready(&format!("sys{i:03}"), &format!("host-{i}"), "az1", 4, 8192);
         }
         *lock(&maas.zones) = vec!["az1".into(), "az2".into()];
+        *lock(&maas.subnets) = vec![
+            maas::Subnet {
+                id: 1,
+                name: "pxe".into(),
+                cidr: "10.0.0.0/24".into(),
+                gateway_ip: Some("10.0.0.1".into()),
+            },
+            maas::Subnet {
+                id: 2,
+                name: "public".into(),
+                cidr: "192.168.50.0/24".into(),
+                gateway_ip: Some("192.168.50.1".into()),
+            },
+        ];
         *lock(&maas.images) = vec![
             BootResource {
                 id: 1,
@@ -343,7 +395,27 @@ impl FakeMaas {
     }
 
     pub fn add_ready(&self, system_id: &str, hostname: &str, zone: &str, cpus: u32, memory: u64) {
+        let n: i64 = system_id.trim_start_matches("sys").parse().unwrap_or(0);
+        let boot = maas::Interface {
+            id: n * 10,
+            name: "eth0".into(),
+            kind: "physical".into(),
+            ..maas::Interface::default()
+        };
+        // An AUTO link on subnet 1, as commissioning leaves it.
+        let interfaces = vec![maas::MachineInterface {
+            id: n * 10,
+            name: "eth0".into(),
+            links: vec![maas::InterfaceLink {
+                id: 1000 + n,
+                mode: maas::LinkMode::Auto,
+                ip: None,
+                subnet_id: Some(1),
+            }],
+        }];
         let host = maas::Machine {
+            boot_interface: Some(boot),
+            interfaces,
             system_id: system_id.into(),
             hostname: hostname.into(),
             fqdn: format!("{hostname}.maas"),
@@ -449,6 +521,24 @@ impl FakeMaas {
         }
     }
 
+    fn interface_editable(host: &maas::Machine, operation: &str) -> Result<(), maas::Error> {
+        match host.status {
+            MachineStatus::New
+            | MachineStatus::Ready
+            | MachineStatus::Allocated
+            | MachineStatus::Broken => Ok(()),
+            _ => Err(maas::Error::from_response(
+                "interface",
+                409,
+                &format!(
+                    "Cannot {operation} interface because the machine is not New, Ready, \
+                     Allocated, or Broken."
+                ),
+                None,
+            )),
+        }
+    }
+
     fn not_found(op: &'static str) -> maas::Error {
         maas::Error::from_response(op, 404, "No Machine matches the given query.", None)
     }
@@ -546,7 +636,18 @@ impl MaasApi for FakeMaas {
             .trim_start_matches("sys")
             .parse::<u32>()
             .unwrap_or(0);
-        host.ip_addresses = vec![format!("10.0.0.{}", n + 10)];
+        let static_ips: Vec<String> = host
+            .interfaces
+            .iter()
+            .flat_map(|i| &i.links)
+            .filter(|l| l.mode == maas::LinkMode::Static)
+            .filter_map(|l| l.ip.clone())
+            .collect();
+        host.ip_addresses = if static_ips.is_empty() {
+            vec![format!("10.0.0.{}", n + 10)]
+        } else {
+            static_ips
+        };
         if let Some(agent) = &req.agent_name {
             lock(&self.agent_names).insert(system_id.into(), agent.clone());
         }
@@ -691,7 +792,7 @@ impl MaasApi for FakeMaas {
             }
             ReserveFrom::Address(ip) => ip.clone(),
             ReserveFrom::Subnet(subnet) => {
-                let Some(free) = lock(&self.subnets).get(subnet).cloned() else {
+                let Some(free) = lock(&self.free_addresses).get(subnet).cloned() else {
                     return Err(maas::Error::from_response(
                         "reserve_ip",
                         400,
@@ -743,6 +844,89 @@ impl MaasApi for FakeMaas {
                 None,
             )),
         }
+    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {
+        self.call("subnets", "")?;
+        Ok(lock(&self.subnets).clone())
+    }
+
+    /// As MAAS: only while New, Ready, Allocated or Broken; an address
+    /// any machine has already is "in use"; a STATIC link replaces the
+    /// interface's DHCP link.
+    fn link_subnet_static(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        subnet_id: i64,
+        ip: &str,
+    ) -> Result<(), maas::Error> {
+        self.call("link_subnet", &format!("{system_id} {interface_id} {ip}"))?;
+        let mut machines = lock(&self.machines);
+        if machines
+            .values()
+            .flat_map(|m| m.interfaces.iter().flat_map(|i| &i.links))
+            .any(|l| l.ip.as_deref() == Some(ip))
+        {
+            return Err(maas::Error::from_response(
+                "link_subnet",
+                404,
+                "IP address is already in use.",
+                None,
+            ));
+        }
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("link_subnet"))?;
+        Self::interface_editable(host, "link subnet")?;
+        let iface = host
+            .interfaces
+            .iter_mut()
+            .find(|i| i.id == interface_id)
+            .ok_or_else(|| Self::not_found("link_subnet"))?;
+        let mut id = lock(&self.next_link_id);
+        *id += 1;
+        iface
+            .links
+            .retain(|l| !matches!(l.mode, maas::LinkMode::Dhcp | maas::LinkMode::LinkUp));
+        iface.links.push(maas::InterfaceLink {
+            id: *id,
+            mode: maas::LinkMode::Static,
+            ip: Some(ip.into()),
+            subnet_id: Some(subnet_id),
+        });
+        Ok(())
+    }
+
+    fn unlink_subnet(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        link_id: i64,
+    ) -> Result<(), maas::Error> {
+        self.call(
+            "unlink_subnet",
+            &format!("{system_id} {interface_id} {link_id}"),
+        )?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("unlink_subnet"))?;
+        Self::interface_editable(host, "unlink subnet")?;
+        let iface = host
+            .interfaces
+            .iter_mut()
+            .find(|i| i.id == interface_id)
+            .ok_or_else(|| Self::not_found("unlink_subnet"))?;
+        let before = iface.links.len();
+        iface.links.retain(|l| l.id != link_id);
+        if iface.links.len() == before {
+            return Err(maas::Error::from_response(
+                "unlink_subnet",
+                400,
+                &format!("{{\"id\": [\"'{link_id}' is not a valid id.\"]}}"),
+                None,
+            ));
+        }
+        Ok(())
     }
 
     fn set_owner_data(

@@ -323,6 +323,32 @@ impl MaasApi for MaasView {
         self.recorded(self.api.set_owner_data(system_id, key, value))
     }
 
+    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {
+        self.api.subnets()
+    }
+
+    fn link_subnet_static(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        subnet_id: i64,
+        ip: &str,
+    ) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api
+            .link_subnet_static(system_id, interface_id, subnet_id, ip)
+    }
+
+    fn unlink_subnet(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        link_id: i64,
+    ) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.unlink_subnet(system_id, interface_id, link_id)
+    }
+
     fn chose_identity(&self, identity: &str) {
         let mut identities = lock(&self.new_identities);
         if identities.len() >= MAX_NEW_IDENTITIES {

@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use super::credentials::CredentialsError;
 use crate::api::capi::{self, Cluster};
+use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, IdentityRef, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
 use crate::maas::watch::Lookup;
@@ -64,6 +65,23 @@ pub trait MaasApi: Send + Sync {
     fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error>;
     /// Releases one of this MAAS user's reservations.
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error>;
+    /// MAAS's subnets (`GET subnets/`).
+    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error>;
+    /// `op=link_subnet mode=STATIC` of `ip` in `subnet_id` on an interface.
+    fn link_subnet_static(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        subnet_id: i64,
+        ip: &str,
+    ) -> Result<(), maas::Error>;
+    /// `op=unlink_subnet` of one link of an interface.
+    fn unlink_subnet(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        link_id: i64,
+    ) -> Result<(), maas::Error>;
     /// Sets one owner data key of a machine we own (MAAS refuses it for
     /// anyone but the owner); returns the machine as MAAS has it now.
     fn set_owner_data(
@@ -160,6 +178,21 @@ pub trait KubeApi: Send + Sync {
         name: &str,
         key: &str,
     ) -> Result<Option<Vec<u8>>, kube::Error>;
+
+    // Cluster API IPAM, by direct requests (claims are few and read only
+    // while a machine waits for its addresses).
+    /// `Ok(None)` when the claim does not exist.
+    fn ip_address_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<IpAddressClaim>, kube::Error>;
+    /// Creates the claim (the whole object); `AlreadyExists` is an error.
+    fn create_ip_address_claim(&self, namespace: &str, claim: &Value) -> Result<(), kube::Error>;
+    /// Deletes the claim; one that does not exist is not an error.
+    fn delete_ip_address_claim(&self, namespace: &str, name: &str) -> Result<(), kube::Error>;
+    /// `Ok(None)` when the address does not exist.
+    fn ip_address(&self, namespace: &str, name: &str) -> Result<Option<IpAddress>, kube::Error>;
 
     /// JSON merge patch of the object (metadata, spec). A patch carrying
     /// `metadata.resourceVersion` fails with `Conflict` if the object changed.

@@ -109,6 +109,20 @@ pub const KUBEADM_CONTROL_PLANES: Resource = Resource {
     kind: "KubeadmControlPlane",
     namespaced: true,
 };
+pub const IP_ADDRESS_CLAIMS: Resource = Resource {
+    group: "ipam.cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "ipaddressclaims",
+    kind: "IPAddressClaim",
+    namespaced: true,
+};
+pub const IP_ADDRESSES: Resource = Resource {
+    group: "ipam.cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "ipaddresses",
+    kind: "IPAddress",
+    namespaced: true,
+};
 pub const MAAS_CLUSTERS: Resource = infra("maasclusters", "MaasCluster");
 pub const MAAS_MACHINES: Resource = infra("maasmachines", "MaasMachine");
 pub const MAAS_MACHINE_TEMPLATES: Resource = infra("maasmachinetemplates", "MaasMachineTemplate");

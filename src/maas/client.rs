@@ -605,6 +605,57 @@ impl Client {
         self.machine_op("set_owner_data", system_id, form, Repeat::Safe)
     }
 
+    // ---- interfaces and subnets -----------------------------------------
+
+    pub fn subnets(&self) -> Result<Vec<Subnet>, Error> {
+        self.list("subnets_list", "subnets/")
+    }
+
+    /// `op=link_subnet mode=STATIC`: `ip` on interface `interface_id` of
+    /// the machine, in `subnet_id`. MAAS allows it only while the machine
+    /// is New, Ready, Allocated or Broken. Sent at most once: a repeat of a
+    /// link that was made answers "already in use"; read the machine first.
+    pub fn link_subnet_static(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        subnet_id: i64,
+        ip: &str,
+    ) -> Result<(), Error> {
+        self.call(Call {
+            op: "interface_link_subnet",
+            method: Method::Post,
+            path: interface_path(system_id, interface_id),
+            query: vec![("op", "link_subnet".into())],
+            form: vec![
+                ("mode", "STATIC".into()),
+                ("subnet", subnet_id.to_string()),
+                ("ip_address", ip.to_owned()),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
+    /// `op=unlink_subnet`: removes link `link_id` of the interface (and
+    /// frees its address). Sent at most once, like the link.
+    pub fn unlink_subnet(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        link_id: i64,
+    ) -> Result<(), Error> {
+        self.call(Call {
+            op: "interface_unlink_subnet",
+            method: Method::Post,
+            path: interface_path(system_id, interface_id),
+            query: vec![("op", "unlink_subnet".into())],
+            form: vec![("id", link_id.to_string())],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
     // ---- events ----------------------------------------------------------
 
     /// `GET events/?op=query`: the machines' event log, **newest first**
@@ -1075,6 +1126,13 @@ fn warn_once(root: &str, warning: &str) {
 
 fn machine_path(system_id: &str) -> String {
     format!("machines/{}/", percent_encode(system_id))
+}
+
+fn interface_path(system_id: &str, interface_id: i64) -> String {
+    format!(
+        "nodes/{}/interfaces/{interface_id}/",
+        percent_encode(system_id)
+    )
 }
 
 fn snippet(body: &str) -> String {

@@ -222,6 +222,65 @@ pub struct Interface {
     pub children: Vec<String>,
 }
 
+/// One of a machine's interfaces with every link MAAS has for it (an
+/// allocated machine's AUTO links have no address until it deploys):
+/// what the interface calls (`link_subnet`, `unlink_subnet`) act on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineInterface {
+    pub id: i64,
+    pub name: String,
+    pub links: Vec<InterfaceLink>,
+}
+
+/// A link of an interface to a subnet (`interface_set[].links[]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterfaceLink {
+    pub id: i64,
+    pub mode: LinkMode,
+    pub ip: Option<String>,
+    pub subnet_id: Option<i64>,
+}
+
+/// How an interface is linked to a subnet (`INTERFACE_LINK_TYPE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkMode {
+    /// An address from the subnet when the machine deploys.
+    Auto,
+    Dhcp,
+    Static,
+    /// Up, without an address.
+    LinkUp,
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+impl LinkMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkMode::Auto => "auto",
+            LinkMode::Dhcp => "dhcp",
+            LinkMode::Static => "static",
+            LinkMode::LinkUp => "link_up",
+            LinkMode::Other => "other",
+        }
+    }
+}
+
+/// A MAAS subnet (`GET subnets/`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Subnet {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    /// `10.0.0.0/24`, `2001:db8::/64`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub cidr: String,
+    pub gateway_ip: Option<String>,
+}
+
 /// One address of a machine: on which interface, in which subnet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InterfaceAddress {
@@ -267,6 +326,8 @@ pub struct Machine {
     /// the interface and subnet it is on (`interface_set[].links[]`): which
     /// address is the machine's is a choice on multi-NIC machines.
     pub addresses: Vec<InterfaceAddress>,
+    /// The interfaces with their links, as the interface calls see them.
+    pub interfaces: Vec<MachineInterface>,
     /// The VM host's system_id for LXD/virsh guests.
     pub parent: Option<String>,
     pub locked: bool,
@@ -283,6 +344,7 @@ impl Default for MachineStatus {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawInterface {
+    id: i64,
     #[serde(deserialize_with = "null_as_default")]
     name: String,
     #[serde(deserialize_with = "null_as_default")]
@@ -292,6 +354,9 @@ struct RawInterface {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawLink {
+    id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    mode: LinkMode,
     ip_address: Option<String>,
     subnet: Option<RawSubnet>,
 }
@@ -299,6 +364,7 @@ struct RawLink {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct RawSubnet {
+    id: Option<i64>,
     #[serde(deserialize_with = "null_as_default")]
     name: String,
     #[serde(deserialize_with = "null_as_default")]
@@ -379,6 +445,7 @@ impl<'de> Deserialize<'de> for Machine {
         // MAAS only has owner_data, a future one may only have the other.
         let mut owner_data = raw.workload_annotations;
         owner_data.extend(raw.owner_data);
+        let (addresses, interfaces) = interfaces_and_addresses(raw.interface_set);
         let parent = raw.parent.and_then(|p| match p {
             Value::String(s) => Some(s),
             Value::Object(o) => o
@@ -413,28 +480,52 @@ impl<'de> Deserialize<'de> for Machine {
             owner_data,
             tag_names: raw.tag_names,
             boot_interface: raw.boot_interface,
-            addresses: raw
-                .interface_set
-                .into_iter()
-                .flat_map(|iface| {
-                    let interface = iface.name;
-                    iface.links.into_iter().filter_map(move |link| {
-                        let ip = link.ip_address.filter(|ip| !ip.is_empty())?;
-                        let subnet = link.subnet.unwrap_or_default();
-                        Some(InterfaceAddress {
-                            interface: interface.clone(),
-                            ip,
-                            subnet_cidr: subnet.cidr,
-                            subnet_name: subnet.name,
-                        })
-                    })
-                })
-                .collect(),
+            addresses,
+            interfaces,
             parent,
             locked: raw.locked,
             description: raw.description,
         })
     }
+}
+
+/// The interfaces with their links, and the addresses among them, in one
+/// pass that moves what it can (machine lists decode thousands of these).
+fn interfaces_and_addresses(
+    interface_set: Vec<RawInterface>,
+) -> (Vec<InterfaceAddress>, Vec<MachineInterface>) {
+    let mut addresses = Vec::new();
+    let mut interfaces = Vec::with_capacity(interface_set.len());
+    for iface in interface_set {
+        let mut links = Vec::with_capacity(iface.links.len());
+        for link in iface.links {
+            let ip = link.ip_address.filter(|ip| !ip.is_empty());
+            let (subnet_id, subnet_cidr, subnet_name) = match link.subnet {
+                Some(s) => (s.id, s.cidr, s.name),
+                None => (None, String::new(), String::new()),
+            };
+            if let Some(ip) = &ip {
+                addresses.push(InterfaceAddress {
+                    interface: iface.name.clone(),
+                    ip: ip.clone(),
+                    subnet_cidr,
+                    subnet_name,
+                });
+            }
+            links.push(InterfaceLink {
+                id: link.id,
+                mode: link.mode,
+                ip,
+                subnet_id,
+            });
+        }
+        interfaces.push(MachineInterface {
+            id: iface.id,
+            name: iface.name,
+            links,
+        });
+    }
+    (addresses, interfaces)
 }
 
 impl Machine {

@@ -19,6 +19,7 @@ pub mod capi;
 pub mod clusterctl;
 pub mod go_provider;
 pub mod guard;
+pub mod ipam;
 pub mod kcp_lab;
 pub mod maas_sim;
 pub mod maas_timeline;

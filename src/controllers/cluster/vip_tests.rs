@@ -45,7 +45,7 @@ fn dns_calls(maas: &FakeMaas) -> Vec<String> {
 }
 
 fn with_subnet(w: &World) {
-    w.maas.subnets.lock().unwrap().insert(
+    w.maas.free_addresses.lock().unwrap().insert(
         "10.0.0.0/24".into(),
         vec!["10.0.0.50".into(), "10.0.0.51".into(), "10.0.0.52".into()],
     );

@@ -4,9 +4,11 @@
 //! ```text
 //! owners ─► paused? ─► deleting? ─► finalizer ─► identity ─► MAAS credentials
 //!   ─► cluster infrastructure? ─► bootstrap data?
-//!   ─► find our allocation (proven ours) or allocate (allocate.rs) ─► deploy (deploy.rs)
+//!   ─► find our allocation (proven ours) or allocate (allocate.rs)
+//!   ─► static addresses from IPAM pools (ipam.rs) ─► deploy (deploy.rs)
 //!   ─► observe MAAS: status, power on, DNS attachment, Node providerID (observe.rs, dns.rs, node.rs)
-//! delete: leave DNS ─► release what MAAS shows under our identity (release.rs) ─► finalizer
+//! delete: leave DNS ─► release what MAAS shows under our identity (release.rs)
+//!   ─► unlink static addresses, delete IPAddressClaims (ipam.rs) ─► finalizer
 //! ```
 //!
 //! Each step is a function of `MachineReconciling` (the shared scaffold
@@ -19,6 +21,9 @@ mod deploy;
 mod dns;
 #[cfg(test)]
 mod identity_tests;
+pub mod ipam;
+#[cfg(test)]
+mod ipam_tests;
 mod node;
 mod observe;
 mod release;
@@ -196,6 +201,10 @@ impl MachineReconciling<'_> {
             return Ok(Action::Done);
         };
         let host = match allocate::find_or_allocate(self, machine, &identity)? {
+            Step::Continue(host) => host,
+            Step::Stop(action) => return Ok(action),
+        };
+        let host = match ipam::ensure_static_addresses(self, host, &cluster.metadata.name)? {
             Step::Continue(host) => host,
             Step::Stop(action) => return Ok(action),
         };

@@ -15,7 +15,7 @@ use crate::api::{conditions, Desired};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{MachineStatus, ReleaseRequest};
+use crate::maas::{self, MachineStatus, ReleaseRequest};
 use crate::runtime::Action;
 
 /// How long a deletion waits before looking again at a recorded machine
@@ -75,6 +75,9 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
     for system_id in &to_release {
         release(r, system_id)?;
     }
+    if let Some(wait) = super::ipam::release_static_addresses(r, identity.as_ref())? {
+        return Ok(wait);
+    }
 
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,
@@ -111,6 +114,7 @@ fn machines_to_release(
             .maas()?
             .machines_by_agent_name(identity.as_str())?
             .into_iter()
+            .filter(|host| !being_released(host))
             .map(|host| host.system_id)
             .collect(),
         None => Vec::new(),
@@ -144,6 +148,9 @@ fn machines_to_release(
     };
     let ownership = identity.map(|id| identity::ownership(&host, id));
     match ownership {
+        // Released already by an earlier reconcile (that waits for MAAS to
+        // finish, e.g. to unlink static addresses): not again.
+        Some(Ownership::Ours) if being_released(&host) => {}
         Some(Ownership::Ours) => system_ids.push(recorded),
         // Released already (its answer lost in a crash), or never ours: no
         // owner means nothing to release and nobody to warn about.
@@ -165,6 +172,14 @@ fn machines_to_release(
         ),
     }
     Ok(ToRelease::Machines(system_ids))
+}
+
+/// MAAS is releasing the machine already (Releasing, Disk erasing).
+fn being_released(host: &maas::Machine) -> bool {
+    matches!(
+        host.status,
+        MachineStatus::Releasing | MachineStatus::DiskErasing
+    )
 }
 
 fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
@@ -200,7 +215,12 @@ fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
         // 409: MAAS cannot release it in its current state. Fine if it is
         // no longer ours anyway (already released, never commissioned).
         Err(e) if e.is_conflict() => match r.maas()?.machine(system_id) {
-            Ok(host) if matches!(host.status, MachineStatus::Ready | MachineStatus::New) => Ok(()),
+            Ok(host)
+                if being_released(&host)
+                    || matches!(host.status, MachineStatus::Ready | MachineStatus::New) =>
+            {
+                Ok(())
+            }
             Err(get) if get.is_not_found() => Ok(()),
             _ => {
                 r.event(EventType::Warning, "MachineReleaseFailed", &e.message());

@@ -1,0 +1,511 @@
+//! Static addresses from Cluster API IPAM (`spec.network`): one
+//! `IPAddressClaim` per pool, named `<MaasMachine>-<n>` so that a crash, a
+//! repeat or a new allocation for the same MaasMachine finds the same claim
+//! (and so the same address); the IPAM provider answers with an
+//! `IPAddress`; each address is linked STATIC on the chosen interface in
+//! MAAS, in the subnet whose CIDR is its network, while the machine is
+//! Allocated (MAAS allows interface edits only then, not once deploying).
+//!
+//! ```text
+//! allocated ─► claims exist? (create) ─► answered? (wait) ─► IPAddresses
+//!   ─► interface has a STATIC link with the address? ─► else unlink the
+//!      interface's other links on that subnet, link_subnet mode=STATIC
+//! delete (after release): MAAS done releasing ─► unlink our addresses
+//!   (MAAS keeps STATIC links on release) ─► delete the claims
+//! ```
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{poll_interval, retry, MachineReconciling, Step};
+use crate::api::capi;
+use crate::api::ipam::{self, IpAddress, IpAddressClaim, PoolRef};
+use crate::api::maas_machine::{self as mm_api, MachineNetwork};
+use crate::api::{Desired, MaasMachine};
+use crate::controllers::identity::{self, Identity, Ownership};
+use crate::controllers::ports::EventType;
+use crate::controllers::Error;
+use crate::maas::{self, LinkMode, MachineStatus};
+use crate::runtime::Action;
+
+/// Condition: whether the static addresses are set on the machine in MAAS.
+pub const STATIC_ADDRESSES_READY: &str = "StaticAddressesReady";
+/// The IPAM provider has not answered a claim yet.
+pub const WAITING_FOR_IP_ADDRESS: &str = "WaitingForIPAddress";
+/// The addresses are linked STATIC on the interface in MAAS.
+pub const STATIC_ADDRESSES_LINKED: &str = "StaticAddressesLinked";
+/// An address cannot be set (no such interface or subnet, MAAS refused).
+pub const STATIC_ADDRESS_FAILED: &str = "StaticAddressFailed";
+
+/// How long a deletion waits for MAAS to finish releasing the machine
+/// before the static addresses can be unlinked.
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+/// The pools of `spec.network`, if any.
+fn network(mm: &MaasMachine) -> Option<&MachineNetwork> {
+    mm.spec
+        .network
+        .as_ref()
+        .filter(|n| !n.addresses_from_pools.is_empty())
+}
+
+/// The claim for the `index`th pool: named after the MaasMachine, so every
+/// reconcile of it (after a crash, for a new allocation) finds it again.
+/// Always a valid name: a MaasMachine gets this far only with an identity,
+/// `capmaas/<namespace>/<name>/<uid>` in at most 255 characters, so its
+/// name is far shorter than the 253 a claim's may have.
+pub fn claim_name(mm: &MaasMachine, index: usize) -> String {
+    format!("{}-{index}", mm.metadata.name)
+}
+
+/// Before deploying an allocated machine: its addresses claimed, answered
+/// and linked STATIC in MAAS; otherwise the reconcile stops here (waiting
+/// for the IPAM provider, or MAAS refused and the step is tried again
+/// later). A machine past Allocated passes unchanged: its links were set
+/// before it deployed, and MAAS would not change them now.
+pub(super) fn ensure_static_addresses(
+    r: &mut MachineReconciling,
+    host: maas::Machine,
+    cluster: &str,
+) -> Result<Step<maas::Machine>, Error> {
+    let Some(network) = network(&r.object).cloned() else {
+        return Ok(Step::Continue(host));
+    };
+    if host.status != MachineStatus::Allocated {
+        return Ok(Step::Continue(host));
+    }
+    let addresses = match claimed_addresses(r, &network, cluster)? {
+        Ok(addresses) => addresses,
+        Err(waiting_for) => {
+            let message = format!("waiting for {waiting_for}");
+            r.set(Desired::false_(
+                STATIC_ADDRESSES_READY,
+                WAITING_FOR_IP_ADDRESS,
+                message.clone(),
+            ));
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                WAITING_FOR_IP_ADDRESS,
+                message,
+            ));
+            let age = r.condition_age(STATIC_ADDRESSES_READY);
+            return Ok(Step::Stop(Action::RequeueAfter(poll_interval(age))));
+        }
+    };
+    if let Some(wait) = retry::waiting(r) {
+        return Ok(Step::Stop(wait));
+    }
+    match link_addresses(r, &host, &network, &addresses)? {
+        Ok(linked) => {
+            r.set(Desired::true_(
+                STATIC_ADDRESSES_READY,
+                STATIC_ADDRESSES_LINKED,
+            ));
+            if !linked.is_empty() {
+                r.event(
+                    EventType::Normal,
+                    STATIC_ADDRESSES_LINKED,
+                    &format!(
+                        "Linked {} STATIC on MAAS machine {}",
+                        linked.join(", "),
+                        host.system_id
+                    ),
+                );
+            }
+            Ok(Step::Continue(host))
+        }
+        Err(message) => {
+            r.set(Desired::false_(
+                STATIC_ADDRESSES_READY,
+                STATIC_ADDRESS_FAILED,
+                message.clone(),
+            ));
+            Ok(Step::Stop(retry::refused(
+                r,
+                STATIC_ADDRESS_FAILED,
+                &message,
+            )))
+        }
+    }
+}
+
+/// One address per pool, in pool order; `Err(what)` while a claim is
+/// created now or not answered yet (or a claim of the name is left from a
+/// deleted MaasMachine and still going away).
+fn claimed_addresses(
+    r: &mut MachineReconciling,
+    network: &MachineNetwork,
+    cluster: &str,
+) -> Result<Result<Vec<IpAddress>, String>, Error> {
+    let namespace = r.object.metadata.namespace.clone();
+    let mut addresses = Vec::new();
+    let mut waiting = Vec::new();
+    for (index, pool) in network.addresses_from_pools.iter().enumerate() {
+        let name = claim_name(&r.object, index);
+        let pool_text = format!("{}/{}", pool.kind, pool.name);
+        let Some(claim) = r.ctx.kube.ip_address_claim(&namespace, &name)? else {
+            create_claim(r, &name, pool, cluster)?;
+            waiting.push(format!("IPAddressClaim {name} (pool {pool_text})"));
+            continue;
+        };
+        if !is_ours(&r.object, &claim) {
+            let message = format!(
+                "IPAddressClaim {namespace}/{name} exists and is not this MaasMachine's; \
+                 delete it or rename the MaasMachine"
+            );
+            r.set(Desired::false_(
+                STATIC_ADDRESSES_READY,
+                STATIC_ADDRESS_FAILED,
+                message.clone(),
+            ));
+            return Err(Error::Retry(message));
+        }
+        if claim.metadata.is_being_deleted() {
+            waiting.push(format!(
+                "IPAddressClaim {name} of a former MaasMachine of this name to go away"
+            ));
+            continue;
+        }
+        let address = match &claim.status.address_ref {
+            Some(address_ref) if !address_ref.name.is_empty() => r
+                .ctx
+                .kube
+                .ip_address(&namespace, &address_ref.name)?
+                .filter(|a| !a.spec.address.is_empty()),
+            _ => None,
+        };
+        match address {
+            Some(address) => addresses.push(address),
+            None => waiting.push(format!(
+                "an address for IPAddressClaim {name} from pool {pool_text}"
+            )),
+        }
+    }
+    if waiting.is_empty() {
+        Ok(Ok(addresses))
+    } else {
+        Ok(Err(waiting.join(", ")))
+    }
+}
+
+/// A claim of our name is ours if a MaasMachine of our name owns it (the
+/// UID is not compared: `clusterctl move` gives both new UIDs).
+fn is_ours(mm: &MaasMachine, claim: &IpAddressClaim) -> bool {
+    claim
+        .metadata
+        .owner(crate::api::GROUP, mm_api::KIND)
+        .is_some_and(|o| o.name == mm.metadata.name)
+}
+
+fn create_claim(
+    r: &mut MachineReconciling,
+    name: &str,
+    pool: &PoolRef,
+    cluster: &str,
+) -> Result<(), Error> {
+    let meta = &r.object.metadata;
+    let claim: Value = json!({
+        "apiVersion": ipam::API_VERSION,
+        "kind": ipam::CLAIM_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": meta.namespace,
+            "labels": {capi::CLUSTER_NAME_LABEL: cluster},
+            "ownerReferences": [{
+                "apiVersion": crate::api::API_VERSION,
+                "kind": mm_api::KIND,
+                "name": meta.name,
+                "uid": meta.uid,
+                "controller": true,
+            }],
+        },
+        "spec": {"clusterName": cluster, "poolRef": pool},
+    });
+    match r.ctx.kube.create_ip_address_claim(&meta.namespace, &claim) {
+        // Created by a reconcile whose answer was lost: read next time.
+        Err(e) if e.is_already_exists() => Ok(()),
+        Err(e) => Err(e.into()),
+        Ok(()) => {
+            r.event(
+                EventType::Normal,
+                "IPAddressClaimCreated",
+                &format!("Claimed an address from {} {}", pool.kind, pool.name),
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Links each address STATIC on the interface unless MAAS shows it so
+/// already; returns the addresses linked now, or why it cannot be done.
+fn link_addresses(
+    r: &MachineReconciling,
+    host: &maas::Machine,
+    network: &MachineNetwork,
+    addresses: &[IpAddress],
+) -> Result<Result<Vec<String>, String>, Error> {
+    let wanted = network.interface.as_deref();
+    let boot = host.boot_interface.as_ref().map(|i| i.id);
+    let interface = host.interfaces.iter().find(|i| match wanted {
+        Some(name) => i.name == name,
+        None => Some(i.id) == boot,
+    });
+    let Some(interface) = interface else {
+        return Ok(Err(format!(
+            "MAAS machine {} has no interface {}",
+            host.system_id,
+            wanted.unwrap_or("to boot from")
+        )));
+    };
+    let mut subnets: Option<Vec<maas::Subnet>> = None;
+    let mut linked = Vec::new();
+    for address in addresses {
+        let ip = &address.spec.address;
+        if interface
+            .links
+            .iter()
+            .any(|l| l.mode == LinkMode::Static && l.ip.as_deref() == Some(ip))
+        {
+            continue;
+        }
+        let subnets = match &subnets {
+            Some(subnets) => subnets,
+            None => subnets.insert(r.maas()?.subnets()?),
+        };
+        let Some(subnet) = subnets
+            .iter()
+            .find(|s| subnet_holds(&s.cidr, ip, address.spec.prefix))
+        else {
+            return Ok(Err(format!(
+                "no MAAS subnet is {ip}/{}'s network (IPAddress {})",
+                address.spec.prefix, address.metadata.name
+            )));
+        };
+        // The interface's AUTO or DHCP link on this subnet would give it a
+        // second address there when it deploys.
+        for link in interface
+            .links
+            .iter()
+            .filter(|l| l.subnet_id == Some(subnet.id))
+        {
+            match r
+                .maas()?
+                .unlink_subnet(&host.system_id, interface.id, link.id)
+            {
+                Ok(()) => {}
+                Err(e) if e.is_refused() => {
+                    return Ok(Err(refusal(
+                        format!(
+                            "unlinking the {} link of {} on {}",
+                            link.mode.as_str(),
+                            interface.name,
+                            host.system_id
+                        ),
+                        &e,
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match r
+            .maas()?
+            .link_subnet_static(&host.system_id, interface.id, subnet.id, ip)
+        {
+            Ok(()) => linked.push(format!("{ip} on {}", interface.name)),
+            Err(e) if e.is_refused() => {
+                return Ok(Err(refusal(
+                    format!(
+                        "linking {ip} STATIC on {} of {} (subnet {})",
+                        interface.name, host.system_id, subnet.cidr
+                    ),
+                    &e,
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Ok(linked))
+}
+
+/// Why an interface call was refused, in MAAS's words; a 403 says who may.
+fn refusal(doing: String, e: &maas::Error) -> String {
+    if e.is_forbidden() {
+        format!(
+            "{doing}: MAAS lets only administrators edit a machine's interfaces ({})",
+            e.message()
+        )
+    } else {
+        format!("{doing}: {}", e.message())
+    }
+}
+
+/// Whether `cidr` (a MAAS subnet) is the network of `ip`/`prefix`.
+fn subnet_holds(cidr: &str, ip: &str, prefix: u8) -> bool {
+    let Some((network, bits)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(network), Ok(bits), Ok(ip)) = (
+        network.parse::<IpAddr>(),
+        bits.parse::<u8>(),
+        ip.parse::<IpAddr>(),
+    ) else {
+        return false;
+    };
+    network.is_ipv4() == ip.is_ipv4()
+        && bits == prefix
+        && masked(ip, bits).is_some_and(|net| masked(network, bits) == Some(net))
+}
+
+fn masked(ip: IpAddr, bits: u8) -> Option<u128> {
+    let (value, width) = match ip {
+        IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
+        IpAddr::V6(v6) => (u128::from(v6), 128),
+    };
+    if bits > width {
+        return None;
+    }
+    let host_bits = u32::from(width - bits);
+    Some(value.checked_shr(host_bits).unwrap_or(0))
+}
+
+/// On delete, after the release: MAAS keeps STATIC links when it releases
+/// a machine, so our addresses are unlinked once MAAS is done releasing
+/// (interface edits are refused before), then the claims are deleted and
+/// the IPAM provider frees the addresses. `Some`: wait for MAAS.
+pub(super) fn release_static_addresses(
+    r: &mut MachineReconciling,
+    identity: Option<&Identity>,
+) -> Result<Option<Action>, Error> {
+    let Some(network) = network(&r.object).cloned() else {
+        return Ok(None);
+    };
+    let namespace = r.object.metadata.namespace.clone();
+    let mut claims = Vec::new();
+    let mut ips = Vec::new();
+    for index in 0..network.addresses_from_pools.len() {
+        let name = claim_name(&r.object, index);
+        let Some(claim) = r.ctx.kube.ip_address_claim(&namespace, &name)? else {
+            continue;
+        };
+        if !is_ours(&r.object, &claim) {
+            continue;
+        }
+        if let Some(address_ref) = &claim.status.address_ref {
+            if let Some(address) = r.ctx.kube.ip_address(&namespace, &address_ref.name)? {
+                ips.push(address.spec.address);
+            }
+        }
+        // Deleted by an earlier reconcile; the IPAM provider's finalizer
+        // keeps it until the address is free.
+        if !claim.metadata.is_being_deleted() {
+            claims.push(name);
+        }
+    }
+    if let Some(system_id) = r.object.system_id().map(str::to_string) {
+        if !ips.is_empty() {
+            if let Some(wait) = unlink_addresses(r, &system_id, &ips, identity)? {
+                return Ok(Some(wait));
+            }
+        }
+    }
+    for name in claims {
+        r.ctx.kube.delete_ip_address_claim(&namespace, &name)?;
+        r.event(
+            EventType::Normal,
+            "IPAddressClaimDeleted",
+            &format!("Deleted IPAddressClaim {name}"),
+        );
+    }
+    Ok(None)
+}
+
+fn unlink_addresses(
+    r: &mut MachineReconciling,
+    system_id: &str,
+    ips: &[String],
+    identity: Option<&Identity>,
+) -> Result<Option<Action>, Error> {
+    let host = match r.maas()?.machine(system_id) {
+        Ok(host) => host,
+        Err(e) if e.is_not_found() || e.is_forbidden() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let ours: Vec<(i64, i64, String)> = host
+        .interfaces
+        .iter()
+        .flat_map(|i| {
+            i.links
+                .iter()
+                .filter(|l| {
+                    l.mode == LinkMode::Static && l.ip.as_ref().is_some_and(|ip| ips.contains(ip))
+                })
+                .map(|l| (i.id, l.id, l.ip.clone().unwrap_or_default()))
+        })
+        .collect();
+    if ours.is_empty() {
+        return Ok(None);
+    }
+    match host.status {
+        MachineStatus::Releasing | MachineStatus::DiskErasing => {
+            r.set(Desired::false_(
+                STATIC_ADDRESSES_READY,
+                mm_api::DELETED,
+                format!("waiting for MAAS to release {system_id} to unlink its static addresses"),
+            ));
+            return Ok(Some(Action::RequeueAfter(RELEASE_WAIT)));
+        }
+        MachineStatus::New | MachineStatus::Ready | MachineStatus::Broken => {}
+        // Allocated again: only if it is still ours (never released).
+        MachineStatus::Allocated
+            if identity.is_some_and(|id| identity::ownership(&host, id) == Ownership::Ours) => {}
+        _ => {
+            r.event(
+                EventType::Warning,
+                STATIC_ADDRESS_FAILED,
+                &format!(
+                    "MAAS machine {system_id} is {:?}: its static addresses {} stay linked",
+                    host.status_name,
+                    ips.join(", ")
+                ),
+            );
+            return Ok(None);
+        }
+    }
+    for (interface_id, link_id, ip) in ours {
+        match r.maas()?.unlink_subnet(system_id, interface_id, link_id) {
+            Ok(()) => {}
+            Err(e) if e.is_refused() => r.event(
+                EventType::Warning,
+                STATIC_ADDRESS_FAILED,
+                &format!(
+                    "unlinking {ip} from MAAS machine {system_id}: {}",
+                    e.message()
+                ),
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subnet_holds_an_address_of_its_network_and_prefix() {
+        assert!(subnet_holds("10.0.0.0/24", "10.0.0.57", 24));
+        assert!(
+            !subnet_holds("10.0.0.0/24", "10.0.0.57", 25),
+            "prefix differs"
+        );
+        assert!(!subnet_holds("10.0.0.0/24", "10.0.1.57", 24));
+        assert!(subnet_holds("2001:db8::/64", "2001:db8::12", 64));
+        assert!(!subnet_holds("2001:db8::/64", "10.0.0.1", 64));
+        assert!(subnet_holds("0.0.0.0/0", "8.8.8.8", 0));
+        assert!(!subnet_holds("10.0.0.0/33", "10.0.0.1", 33));
+        assert!(!subnet_holds("garbage", "10.0.0.1", 24));
+    }
+}

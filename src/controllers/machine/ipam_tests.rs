@@ -1,0 +1,337 @@
+//! Static addresses from Cluster API IPAM (`spec.network`) against the
+//! in-memory fakes: the claim, the wait for the IPAM provider, the STATIC
+//! link before deploy, repeats and crashes, and the release on delete.
+
+use serde_json::{json, Value};
+
+use super::ipam::{
+    STATIC_ADDRESSES_LINKED, STATIC_ADDRESSES_READY, STATIC_ADDRESS_FAILED, WAITING_FOR_IP_ADDRESS,
+};
+use crate::api::conditions;
+use crate::api::maas_machine as mm_api;
+use crate::controllers::fake::{World, IP_ADDRESS, IP_ADDRESS_CLAIM, MAAS_MACHINE};
+use crate::controllers::ports::MaasApi;
+use crate::controllers::Error;
+use crate::maas::{MachineStatus, PowerState};
+use crate::runtime::Action;
+
+const NS: &str = "ns";
+
+fn reconcile(w: &World, name: &str) -> Result<Action, Error> {
+    super::reconcile(&w.ctx, NS, name)
+}
+
+fn reason(w: &World, name: &str, type_: &str) -> String {
+    let mm = w.maas_machine(NS, name);
+    conditions::get(mm.conditions(), type_)
+        .map(|c| c.reason.clone())
+        .unwrap_or_default()
+}
+
+fn message(w: &World, name: &str, type_: &str) -> String {
+    let mm = w.maas_machine(NS, name);
+    conditions::get(mm.conditions(), type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// Cluster `c1` with worker `m1` taking an address from pool `nodes`.
+fn worker_with_pool(w: &World, network: Value) {
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| v["spec"]["network"] = network);
+}
+
+fn pool() -> Value {
+    json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"})
+}
+
+/// The IPAM provider's part: an IPAddress for the claim, named in its status.
+fn answer(w: &World, claim: &str, address: &str, prefix: u8) {
+    w.kube.put(
+        IP_ADDRESS,
+        json!({"metadata": {"name": claim, "namespace": NS},
+               "spec": {"address": address, "prefix": prefix, "gateway": "10.0.0.1",
+                        "claimRef": {"name": claim}, "poolRef": pool()}}),
+    );
+    w.edit(IP_ADDRESS_CLAIM, NS, claim, |v| {
+        v["status"] = json!({"addressRef": {"name": claim}})
+    });
+}
+
+/// Worker `m1` deployed with 10.0.0.77 from pool `nodes`; its system ID.
+fn deployed_with_a_static_address(w: &World) -> String {
+    worker_with_pool(w, json!({"addressesFromPools": [pool()]}));
+    reconcile(w, "m1").unwrap();
+    answer(w, "m1-0", "10.0.0.77", 24);
+    reconcile(w, "m1").unwrap();
+    w.maas.finish_deployments();
+    w.maas_machine(NS, "m1").spec.system_id.unwrap()
+}
+
+fn calls_starting(w: &World, prefix: &str) -> Vec<String> {
+    w.maas
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with(prefix))
+        .collect()
+}
+
+#[test]
+fn the_address_is_claimed_answered_and_linked_static_before_deploy() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+
+    // Allocated, claimed, and waiting for the IPAM provider: no deploy.
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(matches!(next, Action::RequeueAfter(_)), "{next:?}");
+    let claim = w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").expect("claim");
+    assert_eq!(claim["spec"]["poolRef"], pool());
+    assert_eq!(claim["spec"]["clusterName"], "c1");
+    assert_eq!(
+        claim["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        "c1"
+    );
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["kind"],
+        "MaasMachine"
+    );
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["uid"], "uid-mm-m1");
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        WAITING_FOR_IP_ADDRESS
+    );
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        WAITING_FOR_IP_ADDRESS
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    assert_eq!(w.maas.host(&id).status, MachineStatus::Allocated);
+
+    // Still unanswered: the claim is not created twice.
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(*w.kube.ipam_calls.lock().unwrap(), vec!["create m1-0"]);
+
+    // Answered with an address on the PXE subnet, where the boot
+    // interface has an AUTO link: that link goes, the STATIC one comes,
+    // then the deploy.
+    answer(&w, "m1-0", "10.0.0.77", 24);
+    w.maas.clear_calls();
+    reconcile(&w, "m1").unwrap();
+    let calls = w.maas.calls();
+    let position = |prefix: &str| calls.iter().position(|c| c.starts_with(prefix)).unwrap();
+    assert!(position("unlink_subnet") < position("link_subnet"));
+    assert!(position("link_subnet") < position("deploy"), "{calls:?}");
+    let host = w.maas.host(&id);
+    let links = &host.interfaces[0].links;
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(links[0].mode, crate::maas::LinkMode::Static);
+    assert_eq!(links[0].ip.as_deref(), Some("10.0.0.77"));
+    assert_eq!(links[0].subnet_id, Some(1));
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESSES_LINKED
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&STATIC_ADDRESSES_LINKED.to_string()));
+
+    // Deployed: status.addresses shows the static address.
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+    let addresses = w.maas_machine(NS, "m1").status().addresses;
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && a.address == "10.0.0.77"),
+        "{addresses:?}"
+    );
+    assert!(calls_starting(&w, "link_subnet").len() == 1);
+}
+
+#[test]
+fn a_link_made_before_a_crash_is_not_made_again() {
+    let w = World::new(1);
+    worker_with_pool(
+        &w,
+        json!({"interface": "eth0", "addressesFromPools": [pool()]}),
+    );
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "192.168.50.20", 24);
+    w.maas.fail_once("deploy", 503, "Service Unavailable");
+    assert!(reconcile(&w, "m1").is_err(), "the deploy failed");
+    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    let links = w.maas.host(&id).interfaces[0].links.clone();
+    assert_eq!(links.len(), 2, "the AUTO link on another subnet stays");
+
+    w.maas.clear_calls();
+    reconcile(&w, "m1").unwrap();
+    assert!(calls_starting(&w, "link_subnet").is_empty());
+    assert!(calls_starting(&w, "unlink_subnet").is_empty());
+    assert_eq!(calls_starting(&w, "deploy").len(), 1);
+    assert_eq!(w.maas.host(&id).interfaces[0].links, links);
+}
+
+#[test]
+fn a_new_allocation_for_the_same_maas_machine_gets_the_same_claim() {
+    let w = World::new(2);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "10.0.0.77", 24);
+    reconcile(&w, "m1").unwrap();
+    let first = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+
+    // The MaasMachine is deleted and made again with the same name (a
+    // re-provisioning): the old claim is gone with it, the new object
+    // claims under the same name.
+    w.delete(MAAS_MACHINE, NS, "m1");
+    reconcile(&w, "m1").unwrap();
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_none());
+    assert!(w.maas.host(&first).interfaces[0].links.is_empty());
+    // The released machine went to repair: the new object gets the other.
+    w.maas
+        .set_state(&first, MachineStatus::Broken, "Broken", PowerState::Off);
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["network"] = json!({"addressesFromPools": [pool()]})
+    });
+    reconcile(&w, "m1").unwrap();
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_some());
+    answer(&w, "m1-0", "10.0.0.77", 24);
+    reconcile(&w, "m1").unwrap();
+    let second = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    assert_ne!(first, second);
+    let link = &w.maas.host(&second).interfaces[0].links[0];
+    assert_eq!(link.ip.as_deref(), Some("10.0.0.77"));
+    assert_eq!(
+        *w.kube.ipam_calls.lock().unwrap(),
+        ["create m1-0", "delete m1-0", "create m1-0"]
+    );
+}
+
+#[test]
+fn delete_releases_then_unlinks_and_deletes_the_claim() {
+    let w = World::new(1);
+    let id = deployed_with_a_static_address(&w);
+
+    w.delete(MAAS_MACHINE, NS, "m1");
+    w.maas.clear_calls();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    let calls = w.maas.calls();
+    let release = calls.iter().position(|c| c.starts_with("release")).unwrap();
+    let unlink = calls
+        .iter()
+        .position(|c| c.starts_with("unlink_subnet"))
+        .unwrap();
+    assert!(release < unlink, "{calls:?}");
+    assert!(w.maas.host(&id).interfaces[0].links.is_empty());
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_none());
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+}
+
+#[test]
+fn delete_waits_for_maas_to_finish_releasing_before_unlinking() {
+    let w = World::new(1);
+    let id = deployed_with_a_static_address(&w);
+    w.delete(MAAS_MACHINE, NS, "m1");
+    // Released by an earlier reconcile; MAAS keeps the owner, its data and
+    // the agent name until the machine is Ready.
+    let before = w.maas.host(&id);
+    let agent = w.maas.agent_names.lock().unwrap()[&id].clone();
+    w.maas.release(&id, &Default::default()).unwrap();
+    w.maas
+        .set_state(&id, MachineStatus::Releasing, "Releasing", PowerState::On);
+    {
+        let mut machines = w.maas.machines.lock().unwrap();
+        let host = machines.get_mut(&id).unwrap();
+        host.owner = before.owner.clone();
+        host.owner_data = before.owner_data.clone();
+    }
+    w.maas.agent_names.lock().unwrap().insert(id.clone(), agent);
+    w.maas.clear_calls();
+
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(matches!(next, Action::RequeueAfter(_)), "{next:?}");
+    assert!(calls_starting(&w, "unlink_subnet").is_empty());
+    assert!(
+        calls_starting(&w, "release").is_empty(),
+        "MAAS is releasing it: not released again while waiting"
+    );
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_some());
+    assert!(message(&w, "m1", STATIC_ADDRESSES_READY).contains("waiting for MAAS to release"));
+
+    w.maas.release(&id, &Default::default()).unwrap();
+    w.maas.clear_calls();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert_eq!(calls_starting(&w, "unlink_subnet").len(), 1);
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_none());
+}
+
+#[test]
+fn an_address_outside_every_maas_subnet_is_reported_and_not_deployed() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "172.16.0.9", 24);
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(matches!(next, Action::RequeueAfter(_)));
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESS_FAILED
+    );
+    assert!(message(&w, "m1", STATIC_ADDRESSES_READY).contains("no MAAS subnet"));
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::MACHINE_DEPLOY_FAILED
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    assert!(calls_starting(&w, "link_subnet").is_empty());
+}
+
+#[test]
+fn a_claim_of_the_name_owned_by_something_else_is_not_used() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    w.kube.put(
+        IP_ADDRESS_CLAIM,
+        json!({"metadata": {"name": "m1-0", "namespace": NS,
+                            "ownerReferences": [{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                                                 "kind": "MaasMachine", "name": "other", "uid": "u2"}]},
+               "spec": {"poolRef": pool()},
+               "status": {"addressRef": {"name": "m1-0"}}}),
+    );
+    assert!(reconcile(&w, "m1").is_err());
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESS_FAILED
+    );
+    assert!(calls_starting(&w, "link_subnet").is_empty());
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+
+    // Deleting the MaasMachine leaves that claim alone.
+    w.delete(MAAS_MACHINE, NS, "m1");
+    reconcile(&w, "m1").unwrap();
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_some());
+}
+
+#[test]
+fn a_restricted_maas_user_is_told_interfaces_are_for_administrators() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "192.168.50.20", 24);
+    w.maas.fail_once("link_subnet", 403, "");
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESS_FAILED
+    );
+    assert!(
+        message(&w, "m1", STATIC_ADDRESSES_READY).contains("only administrators"),
+        "{}",
+        message(&w, "m1", STATIC_ADDRESSES_READY)
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+}
