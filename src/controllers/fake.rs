@@ -844,6 +844,8 @@ impl MaasApi for FakeMaas {
                 None,
             )),
         }
+    }
+
     fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {
         self.call("subnets", "")?;
         Ok(lock(&self.subnets).clone())
