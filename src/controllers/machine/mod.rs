@@ -6,6 +6,8 @@
 //!   ─► cluster infrastructure? ─► bootstrap data?
 //!   ─► find our allocation (proven ours) or allocate (allocate.rs) ─► deploy (deploy.rs)
 //!   ─► observe MAAS: status, power on, DNS attachment, Node providerID (observe.rs, dns.rs, node.rs)
+//! control plane: our pre-drain hook on the Machine; Machine deleting: leave DNS, wait the TTL,
+//!   then let Cluster API drain (drain.rs)
 //! delete: leave DNS ─► release what MAAS shows under our identity (release.rs) ─► finalizer
 //! ```
 //!
@@ -17,6 +19,9 @@
 mod allocate;
 mod deploy;
 mod dns;
+pub mod drain;
+#[cfg(test)]
+mod drain_tests;
 #[cfg(test)]
 mod identity_tests;
 mod node;
@@ -48,6 +53,7 @@ const DNS_PENDING_REQUEUE: Duration = Duration::from_secs(10);
 
 pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_machine) = ctx.kube.maas_machine(namespace, name) else {
+        drain::release_orphaned_hooks(ctx, namespace, name)?;
         return Ok(Action::Done);
     };
     let deleting = maas_machine.metadata.is_being_deleted();
@@ -103,6 +109,8 @@ pub(crate) struct Facts {
     pub is_control_plane: bool,
     /// MAAS has the image (already asked during this reconcile).
     pub image_found: bool,
+    /// Its Machine is being deleted: out of the DNS record (drain.rs).
+    pub leaving: bool,
 }
 
 impl OwnKind for MaasMachine {
@@ -149,6 +157,10 @@ impl MachineReconciling<'_> {
                 .maas_cluster
                 .as_deref()
                 .is_some_and(MaasCluster::is_externally_managed);
+        self.facts.leaving = owners
+            .machine
+            .as_ref()
+            .is_some_and(|m| m.metadata.is_being_deleted());
         if self.paused(owners.cluster.as_deref()) {
             return Ok(Action::Done);
         }
@@ -160,6 +172,7 @@ impl MachineReconciling<'_> {
             return Ok(Action::Done);
         };
         self.ensure_finalizer()?;
+        drain::ensure_hook(self, machine)?;
         let identity = self.ensure_identity()?;
         let identity_ref = owners
             .maas_cluster
@@ -172,6 +185,9 @@ impl MachineReconciling<'_> {
                 e.message(),
             ));
             return Err(e.into());
+        }
+        if let Some(action) = drain::hold_drain(self, machine, cluster, &owners)? {
+            return Ok(action);
         }
         let Some((identity, chosen_now)) = identity else {
             return allocate::refuse_unadopted(self);
