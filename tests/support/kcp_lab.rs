@@ -230,7 +230,9 @@ impl KcpLab {
             &cp.kubeconfig,
             &sim,
             options.dir.join("capmaas.log"),
-            &[],
+            // Its machines serve their API: a control plane joins the DNS
+            // record once it answers (the product's default).
+            &["--dns-attach-without-api-check=false".to_string()],
         );
         capmaas.wait_ready(60);
         step(&format!("capmaas up, log {}", capmaas.log.display()));

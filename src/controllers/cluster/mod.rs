@@ -154,11 +154,12 @@ impl ClusterReconciling<'_> {
             self.object.metadata.name.clone(),
         );
         let api_watch = self.ctx.api_watch.clone();
+        let unchecked = self.ctx.options.dns_attach_without_api_check;
         let attachments = dns::attachments(
             &machines,
             |m| self.role(m),
             &record.ip_addresses,
-            |ip| api_watch.address_answers(&ns, &name, &cluster.metadata.name, ip),
+            |ip| unchecked || api_watch.address_answers(&ns, &name, &cluster.metadata.name, ip),
         );
         let waiting = attachments.waiting.clone();
         let changed = dns::update_attachments(self, &record, attachments.ips)?;

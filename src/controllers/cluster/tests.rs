@@ -489,6 +489,26 @@ fn a_rolling_replacement_joins_answering_machines_and_leaves_before_the_drain() 
     assert_eq!(record_ips(&w), vec!["10.0.0.2", "10.0.0.3"]);
 }
 
+/// `--dns-attach-without-api-check`: a running control plane joins at once
+/// and nothing is probed.
+#[test]
+fn without_the_api_check_a_running_control_plane_joins_at_once() {
+    let w = World::with_options(
+        0,
+        crate::controllers::Options {
+            dns_attach_without_api_check: true,
+            ..Default::default()
+        },
+    );
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    reconcile(&w).unwrap();
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+    assert!(probed(&w).is_empty());
+}
+
 #[test]
 fn a_dns_change_wakes_the_control_plane_machines_and_nothing_else_does() {
     let w = World::new(0);
