@@ -291,7 +291,7 @@ fn is_unobserved(m: &MaasMachine) -> bool {
 
 /// Powered on and Deploying or Deployed: a first control-plane machine
 /// needs its own address in the record while kubeadm initialises it.
-fn is_running(m: &MaasMachine) -> bool {
+pub(crate) fn is_running(m: &MaasMachine) -> bool {
     m.status.as_ref().is_some_and(|s| {
         s.machine_powered
             && matches!(

@@ -16,6 +16,8 @@ mod dns;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use dns::is_running;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -30,7 +30,8 @@ use serde_json::{json, Value};
 use super::{MachineReconciling, Owners, DNS_PENDING_REQUEUE};
 use crate::api::capi::{Cluster, Machine};
 use crate::api::maas_machine as mm_api;
-use crate::api::{Desired, MaasMachine};
+use crate::api::Desired;
+use crate::controllers::cluster::is_running;
 use crate::controllers::ports::EventType;
 use crate::controllers::{Context, Error};
 use crate::runtime::Action;
@@ -238,16 +239,6 @@ fn others_serving(r: &MachineReconciling, owners: &Owners) -> bool {
                 && !owner.is_some_and(|o| o.metadata.is_being_deleted())
                 && is_running(m)
         })
-}
-
-fn is_running(m: &MaasMachine) -> bool {
-    m.status.as_ref().is_some_and(|s| {
-        s.machine_powered
-            && matches!(
-                s.machine_state.as_deref(),
-                Some("Deploying") | Some("Deployed")
-            )
-    })
 }
 
 /// Takes our hook off the Machine (already gone: fine).
