@@ -217,9 +217,9 @@ fn the_drain_waits_until_a_successor_answers() {
 }
 
 #[test]
-fn the_hook_never_outlives_the_maas_machine() {
-    let w = World::new(2);
-    running(&w, &["cp1", "cp2"], &[]);
+fn the_hook_never_outlives_the_maas_machine_or_the_cluster() {
+    let w = World::new(3);
+    running(&w, &["cp1", "cp2", "cp3"], &[]);
     // The MaasMachine deleted by hand: its deletion takes the hook off.
     w.delete(MAAS_MACHINE, NS, "cp1");
     reconcile(&w, "cp1");
@@ -232,4 +232,10 @@ fn the_hook_never_outlives_the_maas_machine() {
     assert!(has_hook(&w, "cp2"));
     assert_eq!(reconcile(&w, "cp2"), Action::Done);
     assert!(!has_hook(&w, "cp2"));
+
+    // Its Cluster gone: there is no record to leave.
+    w.kube.remove(CAPI_CLUSTER, NS, "c1");
+    w.delete(CAPI_MACHINE, NS, "cp3");
+    reconcile(&w, "cp3");
+    assert!(!has_hook(&w, "cp3"));
 }

@@ -168,6 +168,11 @@ impl MachineReconciling<'_> {
             return release::delete(self, &owners);
         }
         let (Some(machine), Some(cluster)) = (&owners.machine, &owners.cluster) else {
+            // Without its Cluster there is no record to leave: a deleting
+            // Machine's drain is not held.
+            if let Some(machine) = owners.machine.as_deref().filter(|_| self.facts.leaving) {
+                drain::release_hook(self.ctx, machine)?;
+            }
             log::info!("{}: waiting for the owner Machine and Cluster", self.key());
             return Ok(Action::Done);
         };
