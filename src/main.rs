@@ -67,6 +67,10 @@ FLAGS:
     --no-swap-update[=BOOL]                do not set swap_size=0 before deploy; needed with a
                                            non-admin MAAS key (default: false)
     --release-erase[=BOOL]                 erase disks when releasing machines (default: false)
+    --dns-attach-without-api-check[=BOOL]  add a control-plane machine to the API server's DNS
+                                           record as soon as it runs, without waiting for its
+                                           API server to answer on its address (for a manager
+                                           that cannot reach the machines; default: false)
     --shutdown-timeout DURATION            how long running reconciles may finish on SIGTERM
                                            (default: 30s; 0s to 1h)
     -h, --help                             print this help
@@ -148,7 +152,10 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
             Some((name, value)) => (name, Some(value.to_string())),
             None => (flag, None),
         };
-        let is_bool = matches!(name, "leader-elect" | "no-swap-update" | "release-erase");
+        let is_bool = matches!(
+            name,
+            "leader-elect" | "no-swap-update" | "release-erase" | "dns-attach-without-api-check"
+        );
         let value = if is_bool {
             inline.unwrap_or_else(|| "true".to_string())
         } else {
@@ -192,6 +199,9 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
             "maas-ca-file" => config.maas_ca_file = Some(parse_path(name, value)?),
             "no-swap-update" => config.options.no_swap_update = parse_bool(name, value)?,
             "release-erase" => config.options.release_erase = parse_bool(name, value)?,
+            "dns-attach-without-api-check" => {
+                config.options.dns_attach_without_api_check = parse_bool(name, value)?
+            }
             "shutdown-timeout" => config.shutdown_timeout = parse_duration(name, value)?,
             _ => return Err(format!("unknown flag --{name} (see --help)")),
         }
@@ -959,6 +969,7 @@ mod tests {
             "--maas-ca-file",
             "--no-swap-update",
             "--release-erase",
+            "--dns-attach-without-api-check",
             "--shutdown-timeout",
         ] {
             assert!(USAGE.contains(flag), "{flag} missing from --help");
@@ -979,8 +990,10 @@ mod tests {
             "--maasmachine-concurrency",
             "3",
             "--maas-watch-interval=1m",
+            "--dns-attach-without-api-check",
         ])
         .unwrap();
+        assert!(c.options.dns_attach_without_api_check);
         assert_eq!(c.maas_watch_interval, Duration::from_secs(60));
         assert_eq!(c.namespace.as_deref(), Some("ns1"));
         assert_eq!(c.sync_period, Duration::from_secs(90));

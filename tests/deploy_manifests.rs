@@ -209,6 +209,8 @@ fn service_account_may_do_what_the_manager_does() {
         "patch maasremediations ns",
         "patch maasremediations/status ns",
         "patch machines/status ns",
+        // The pre-drain hook annotation on control-plane Machines.
+        "patch machines ns",
         // Templates: watched; only their status (capacity, nodeInfo) written.
         "list maasmachinetemplates *",
         "watch maasmachinetemplates *",
@@ -272,9 +274,10 @@ fn service_account_may_not_do_more() {
         // The IPAddressClaims the manager creates name their MaasMachine
         // as owner without blockOwnerDeletion.
         "update maasmachines/finalizers ns",
-        // Cluster API's objects are read only.
-        "patch machines ns",
+        // Cluster API's objects are read only (but for our pre-drain hook
+        // annotation on Machines).
         "delete machines ns",
+        "create machines ns",
         "update clusters ns",
         "patch clusters/status ns",
         "update machines/status ns",

@@ -178,6 +178,7 @@ fn manager_reconciles_in_its_namespace_with_roles_only() {
         ("watch", "maasclusters"),
         ("patch", "maasmachines"),
         ("list", "machines"),
+        ("patch", "machines"),
         ("watch", "maasremediations"),
         ("get", "secrets"),
         ("create", "events"),

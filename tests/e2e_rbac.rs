@@ -91,6 +91,9 @@ impl Manager {
             .arg(format!("--leader-election-namespace={NAMESPACE}"))
             .arg(format!("--metrics-bind-address={metrics}"))
             .arg(format!("--health-probe-bind-address={health}"))
+            // Nothing serves at the simulator's machine addresses (see
+            // story::Capmaas::start).
+            .arg("--dns-attach-without-api-check")
             .env_remove("KUBECONFIG")
             .env("MAAS_ENDPOINT", &sim.url)
             .env("MAAS_API_KEY", &sim.api_key)

@@ -16,7 +16,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use capmaas::kube::{self, resources, ListParams};
@@ -208,7 +208,10 @@ const UPGRADE_VERSION: &str = "v1.27.3";
 /// Issue 14 (2): bump KCP's and the MachineDeployment's version. Every
 /// machine is replaced, control planes one at a time (KCP's surge of 1),
 /// workers with the MachineDeployment's surge of 1; every old control-plane
-/// machine leaves the DNS record before MAAS releases it. A probe resolves
+/// machine leaves the DNS record before Cluster API starts draining it
+/// (capmaas's pre-drain hook) and so before MAAS releases it, and the
+/// record never hands out an address where no API server listens (a new
+/// control plane joins once its API answers). A probe resolves
 /// the name and calls the workload API every 100 ms through the rollout and
 /// reports the share of failed calls and the longest outage.
 #[test]
@@ -225,6 +228,7 @@ fn rolling_upgrade_replaces_every_machine() {
     let host = lab.endpoint_host().expect("controlPlaneEndpoint.host");
     let ttl = record_ttl(&lab, &host);
     let origin = Instant::now();
+    let origin_wall = SystemTime::now();
     let timeline = MaasTimeline::start(&lab.sim.base, &host, origin);
     let kubeconfig = lab.workload_kubeconfig();
     let probe = ApiProbe::start(&kubeconfig, &host, None, origin);
@@ -244,6 +248,8 @@ fn rolling_upgrade_replaces_every_machine() {
         &json!({"spec": {"template": {"spec": {"version": UPGRADE_VERSION}}}}),
     );
     let (mut most_control_planes, mut most_workers) = (0, 0);
+    // Control-plane Machine → (nodeDrainStartTime, its addresses).
+    let mut drains: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
     let done = lab.wait_until(
         PROVISION_SECONDS * 2,
         "every Machine replaced by a v1.27.3 one, KCP 3/3 and 5 workers ready",
@@ -254,6 +260,11 @@ fn rolling_upgrade_replaces_every_machine() {
         |s| {
             most_control_planes = most_control_planes.max(s.control_plane_machines().count());
             most_workers = most_workers.max(s.machines.len() - s.control_plane_machines().count());
+            for m in s.control_plane_machines() {
+                if !m.drain_started.is_empty() {
+                    drains.insert(m.name.clone(), (m.drain_started.clone(), m.ips.clone()));
+                }
+            }
             print_change(s);
         },
     );
@@ -292,6 +303,65 @@ fn rolling_upgrade_replaces_every_machine() {
         most_workers <= WORKERS as usize + 1,
         "up to {most_workers} workers at once"
     );
+
+    // capmaas's pre-drain hook is on every control-plane Machine, and each
+    // old one left the record before Cluster API began to drain it.
+    for m in done.control_plane_machines() {
+        assert!(m.drain_hook, "{} has no pre-drain hook", m.name);
+    }
+    for name in &old_control_planes {
+        let Some((drain_started, ips)) = drains.get(name) else {
+            panic!(
+                "never saw {name} being drained (status.deletion.nodeDrainStartTime): {drains:?}"
+            );
+        };
+        let drain_at = capmaas::kube::time::unix_seconds(drain_started)
+            .unwrap_or_else(|| panic!("{name}: nodeDrainStartTime {drain_started:?}"));
+        let left = ips
+            .iter()
+            .filter_map(|ip| maas_timeline::left_record_at(&events, ip))
+            .max()
+            .unwrap_or_else(|| panic!("{name} ({ips:?}) never left the record: {events:?}"));
+        let left_wall = (origin_wall + left)
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        // The drain time has whole seconds: it began within [drain_at, drain_at + 1).
+        println!(
+            "{name}: left the DNS record {:.1}s before Cluster API began draining it",
+            drain_at as f64 - left_wall
+        );
+        assert!(
+            left_wall < drain_at as f64 + 1.0,
+            "{name} left the DNS record at {left_wall:.1} (Unix), after its drain began ({drain_started})"
+        );
+    }
+    // The record never handed out an address where nothing listened: new
+    // control planes joined once their API answered, old ones stopped
+    // serving only after leaving (and, for a client that keeps answers for
+    // the TTL, after the TTL). Slow calls on a busy machine are not counted.
+    for (report, what) in [
+        (&report, "resolving every call"),
+        (&caching, "keeping DNS answers"),
+    ] {
+        let refused: Vec<String> = report
+            .samples
+            .iter()
+            .filter_map(|s| {
+                let (ip, error) = s.attempts.first()?;
+                let error = error.as_ref()?;
+                error
+                    .to_lowercase()
+                    .contains("refused")
+                    .then(|| format!("{:.1}s {ip}: {error}", s.at.as_secs_f64()))
+            })
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "probe {what}: the record handed out addresses where no API server listened:\n{}",
+            refused.join("\n")
+        );
+    }
 
     // Every released control-plane machine left the record first.
     let releases = maas_timeline::release_order(&events);

@@ -85,6 +85,23 @@ impl KubeApi for Kube {
         self.caches.maas_machines_of_cluster(namespace, cluster)
     }
 
+    fn machines_of_maas_machine(
+        &self,
+        namespace: &str,
+        maas_machine: &str,
+    ) -> Vec<Arc<capi::Machine>> {
+        self.caches
+            .machines
+            .list_namespace(namespace)
+            .into_iter()
+            .filter(|m| {
+                m.spec.infrastructure_ref.as_ref().is_some_and(|r| {
+                    r.kind == crate::api::maas_machine::KIND && r.name == maas_machine
+                })
+            })
+            .collect()
+    }
+
     fn secret_value(
         &self,
         namespace: &str,
@@ -176,6 +193,12 @@ impl KubeApi for Kube {
         });
         self.client
             .apply_status(&MACHINES, Some(namespace), name, FIELD_MANAGER, &obj)
+            .map(|_| ())
+    }
+
+    fn patch_machine(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), kube::Error> {
+        self.client
+            .patch_merge(&MACHINES, Some(namespace), name, patch)
             .map(|_| ())
     }
 
@@ -350,20 +373,38 @@ impl Workload {
     }
 
     fn client(&self, namespace: &str, cluster: &str) -> Result<kube::Client, kube::Error> {
-        let secret_name = capi::kubeconfig_secret_name(cluster);
-        let secret = self
-            .management
-            .get(&SECRETS, Some(namespace), &secret_name)?;
+        let secret = self.kubeconfig_secret(namespace, cluster)?;
         let key = (namespace.to_string(), cluster.to_string());
         let version = resource_version(&secret);
         let cached = self.cache().get(&key, &version, Instant::now());
         if let Some(client) = cached {
             return Ok(client);
         }
+        let config = self.config(namespace, cluster, &secret)?;
+        let client = kube::Client::new(config)?;
+        self.cache()
+            .put(key, version, client.clone(), Instant::now());
+        Ok(client)
+    }
+
+    fn kubeconfig_secret(&self, namespace: &str, cluster: &str) -> Result<Value, kube::Error> {
+        let secret_name = capi::kubeconfig_secret_name(cluster);
+        self.management.get(&SECRETS, Some(namespace), &secret_name)
+    }
+
+    /// The client settings of the kubeconfig in `secret`, with our timeouts
+    /// and answer size limit.
+    fn config(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        secret: &Value,
+    ) -> Result<kube::Config, kube::Error> {
+        let secret_name = capi::kubeconfig_secret_name(cluster);
         let unusable =
             |why: String| kube::Error::Config(format!("Secret {namespace}/{secret_name}: {why}"));
-        let encoded = secret_data(&secret, "value")
-            .ok_or_else(|| unusable("no key \"value\"".to_string()))?;
+        let encoded =
+            secret_data(secret, "value").ok_or_else(|| unusable("no key \"value\"".to_string()))?;
         let yaml = base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .map_err(|e| unusable(e.to_string()))?;
@@ -374,10 +415,7 @@ impl Workload {
         config.connect_timeout = config.connect_timeout.min(self.timeout);
         // A user-supplied peer answering small calls (a Node, /api/v1/nodes?limit=1).
         config.max_object_bytes = WORKLOAD_MAX_OBJECT_BYTES;
-        let client = kube::Client::new(config)?;
-        self.cache()
-            .put(key, version, client.clone(), Instant::now());
-        Ok(client)
+        Ok(config)
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, ClientCache<(String, String), kube::Client>> {
@@ -457,17 +495,19 @@ impl<K: Eq + Hash + Clone, C: Clone> ClientCache<K, C> {
 
 impl WorkloadApi for Workload {
     fn probe(&self, namespace: &str, cluster: &str) -> Result<(), kube::Error> {
-        const NODES_PAGE: &str = "/api/v1/nodes?limit=1";
-        let client = self.client(namespace, cluster)?;
-        match client.get_raw(NODES_PAGE)? {
-            (200, _) => Ok(()),
-            (status, _) => Err(kube::Error::Other {
-                request: format!("GET {NODES_PAGE}"),
-                status,
-                reason: String::new(),
-                message: format!("listing nodes answered HTTP {status}"),
-            }),
-        }
+        list_one_node(&self.client(namespace, cluster)?)
+    }
+
+    fn probe_address(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        address: &str,
+    ) -> Result<(), kube::Error> {
+        let secret = self.kubeconfig_secret(namespace, cluster)?;
+        let mut config = self.config(namespace, cluster, &secret)?;
+        config.server = server_at(&config.server, address);
+        list_one_node(&kube::Client::new(config)?)
     }
 
     fn node(
@@ -525,6 +565,39 @@ fn get_typed<T: serde::de::DeserializeOwned>(
         })
 }
 
+/// `GET /api/v1/nodes?limit=1` answered 200: the API server serves
+/// clients (the request a client makes, authenticated and authorised;
+/// `/readyz` is not served by every API server a lab runs).
+fn list_one_node(client: &kube::Client) -> Result<(), kube::Error> {
+    const NODES_PAGE: &str = "/api/v1/nodes?limit=1";
+    match client.get_raw(NODES_PAGE)? {
+        (200, _) => Ok(()),
+        (status, _) => Err(kube::Error::Other {
+            request: format!("GET {NODES_PAGE}"),
+            status,
+            reason: String::new(),
+            message: format!("listing nodes answered HTTP {status}"),
+        }),
+    }
+}
+
+/// `server` (`https://host[:port][/path]`) with its host replaced by
+/// `address` (an IP; IPv6 in brackets), keeping the port (443 if none).
+fn server_at(server: &str, address: &str) -> String {
+    let rest = server.strip_prefix("https://").unwrap_or(server);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let port = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && !port.contains(']') => port,
+        _ => "443",
+    };
+    let host = if address.contains(':') {
+        format!("[{address}]")
+    } else {
+        address.to_string()
+    };
+    format!("https://{host}:{port}")
+}
+
 /// A Secret's `data[key]` (base64), if present.
 pub(super) fn secret_data<'s>(secret: &'s Value, key: &str) -> Option<&'s str> {
     secret.get("data")?.get(key)?.as_str()
@@ -533,6 +606,30 @@ pub(super) fn secret_data<'s>(secret: &'s Value, key: &str) -> Option<&'s str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_of_one_machine_keeps_the_endpoint_port() {
+        assert_eq!(
+            server_at("https://c1-abc123.maas:6443", "10.0.0.5"),
+            "https://10.0.0.5:6443"
+        );
+        assert_eq!(
+            server_at("https://c1.maas:8443/", "fd00::5"),
+            "https://[fd00::5]:8443"
+        );
+        assert_eq!(
+            server_at("https://c1.maas", "10.0.0.5"),
+            "https://10.0.0.5:443"
+        );
+        assert_eq!(
+            server_at("https://[fd00::1]:6443", "10.0.0.5"),
+            "https://10.0.0.5:6443"
+        );
+        assert_eq!(
+            server_at("https://[fd00::1]", "10.0.0.5"),
+            "https://10.0.0.5:443"
+        );
+    }
 
     #[test]
     fn a_client_is_reused_until_the_secret_changes() {

@@ -1,5 +1,7 @@
 //! ONE thread that waits, for every cluster that asked, until its workload
-//! API server answers, then re-queues that MaasCluster.
+//! API server answers, then re-queues that MaasCluster; and the same for
+//! single control-plane machines that wait to join their cluster's DNS
+//! record until their own API server answers ([`ApiWatch::address_answers`]).
 //!
 //! The MaasCluster reconciler calls [`ApiWatch::watch`] while its
 //! `APIServerAvailable` condition is not True; the thread probes each
@@ -39,15 +41,56 @@ pub const PROBES_STOP: Duration = Duration::from_secs(10);
 /// most the probe timeout; 50 dead clusters and a healthy one all fit.
 pub const MAX_IN_FLIGHT: usize = 64;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// A joining control-plane machine is probed at least this often: its
+/// address joins the record no later than this after its API answers.
+const ADDRESS_MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long the thread sleeps when nothing is watched.
 const IDLE: Duration = Duration::from_secs(3600);
 
-/// A MaasCluster, by namespace and name.
-type Key = (String, String);
+/// What is probed: the workload API of a MaasCluster's Cluster (through
+/// its endpoint), or the API server of one of its control-plane machines
+/// (`address`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    namespace: String,
+    maas_cluster: String,
+    address: Option<String>,
+}
+
+impl Key {
+    fn new(namespace: &str, maas_cluster: &str, address: Option<&str>) -> Key {
+        Key {
+            namespace: namespace.to_string(),
+            maas_cluster: maas_cluster.to_string(),
+            address: address.map(str::to_string),
+        }
+    }
+
+    fn of(&self, namespace: &str, maas_cluster: &str) -> bool {
+        self.namespace == namespace && self.maas_cluster == maas_cluster
+    }
+
+    /// An address of this MaasCluster that is not among `keep`.
+    fn dropped(&self, namespace: &str, maas_cluster: &str, keep: &[String]) -> bool {
+        self.of(namespace, maas_cluster) && self.address.as_ref().is_some_and(|a| !keep.contains(a))
+    }
+}
 
 enum Command {
-    Watch { key: Key, cluster: String },
-    Forget(Key),
+    Watch {
+        key: Key,
+        cluster: String,
+    },
+    /// Forget the MaasCluster and all its addresses.
+    Forget {
+        namespace: String,
+        maas_cluster: String,
+    },
+    KeepAddresses {
+        namespace: String,
+        maas_cluster: String,
+        keep: Vec<String>,
+    },
     ForgetAll,
 }
 
@@ -101,22 +144,51 @@ impl ApiPoller {
 
 impl ApiWatch for ApiPoller {
     fn watch(&self, namespace: &str, maas_cluster: &str, cluster: &str) {
-        let key = (namespace.to_string(), maas_cluster.to_string());
         let _ = self.commands.send(Command::Watch {
-            key,
+            key: Key::new(namespace, maas_cluster, None),
             cluster: cluster.to_string(),
         });
     }
 
     fn take_online(&self, namespace: &str, maas_cluster: &str) -> bool {
         self.online()
-            .remove(&(namespace.to_string(), maas_cluster.to_string()))
+            .remove(&Key::new(namespace, maas_cluster, None))
     }
 
     fn forget(&self, namespace: &str, maas_cluster: &str) {
-        let key = (namespace.to_string(), maas_cluster.to_string());
-        self.online().remove(&key);
-        let _ = self.commands.send(Command::Forget(key));
+        self.online().retain(|k| !k.of(namespace, maas_cluster));
+        let _ = self.commands.send(Command::Forget {
+            namespace: namespace.to_string(),
+            maas_cluster: maas_cluster.to_string(),
+        });
+    }
+
+    fn address_answers(
+        &self,
+        namespace: &str,
+        maas_cluster: &str,
+        cluster: &str,
+        address: &str,
+    ) -> bool {
+        let key = Key::new(namespace, maas_cluster, Some(address));
+        if self.online().contains(&key) {
+            return true;
+        }
+        let _ = self.commands.send(Command::Watch {
+            key,
+            cluster: cluster.to_string(),
+        });
+        false
+    }
+
+    fn keep_addresses(&self, namespace: &str, maas_cluster: &str, keep: &[String]) {
+        self.online()
+            .retain(|k| !k.dropped(namespace, maas_cluster, keep));
+        let _ = self.commands.send(Command::KeepAddresses {
+            namespace: namespace.to_string(),
+            maas_cluster: maas_cluster.to_string(),
+            keep: keep.to_vec(),
+        });
     }
 }
 
@@ -131,17 +203,23 @@ impl Schedule {
     fn watch(&mut self, key: Key, cluster: String, now: Instant) {
         // Keep the backoff of a cluster already watched: every reconcile
         // re-asks, which must not reset the schedule.
+        let max_backoff = if key.address.is_some() {
+            ADDRESS_MAX_BACKOFF
+        } else {
+            MAX_BACKOFF
+        };
         self.watched.entry(key).or_insert(Watched {
             cluster,
             due: now,
-            backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
+            backoff: Backoff::new(FIRST_BACKOFF, max_backoff),
             failed_before: false,
             in_flight: false,
         });
     }
 
-    fn forget(&mut self, key: &Key) {
-        self.watched.remove(key);
+    /// Forgets whatever `drop` says (a MaasCluster, or its addresses but some).
+    fn forget_where(&mut self, drop: impl Fn(&Key) -> bool) {
+        self.watched.retain(|k, _| !drop(k));
     }
 
     fn forget_all(&mut self) {
@@ -224,7 +302,12 @@ fn run(
             recv(shutdown) -> _ => break,
             recv(commands) -> command => match command {
                 Ok(Command::Watch { key, cluster }) => schedule.watch(key, cluster, Instant::now()),
-                Ok(Command::Forget(key)) => schedule.forget(&key),
+                Ok(Command::Forget { namespace, maas_cluster }) => {
+                    schedule.forget_where(|k| k.of(&namespace, &maas_cluster));
+                }
+                Ok(Command::KeepAddresses { namespace, maas_cluster, keep }) => {
+                    schedule.forget_where(|k| k.dropped(&namespace, &maas_cluster, &keep));
+                }
                 Ok(Command::ForgetAll) => {
                     schedule.forget_all();
                     online.lock().unwrap_or_else(PoisonError::into_inner).clear();
@@ -236,16 +319,16 @@ fn run(
                 match result {
                     Ok(()) => {
                         if schedule.answered(&key) {
-                            log::info!("workload API of {}/{cluster} answers", key.0);
+                            log::info!("{} answers", what(&key, &cluster));
                             online
                                 .lock()
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .insert(key.clone());
-                            on_online(&key.0, &key.1);
+                            on_online(&key.namespace, &key.maas_cluster);
                         }
                     }
                     Err(e) => {
-                        log::debug!("workload API of {}/{cluster} not ready: {e}", key.0);
+                        log::debug!("{} not ready: {e}", what(&key, &cluster));
                         schedule.failed(&key, Instant::now());
                     }
                 }
@@ -259,7 +342,12 @@ fn run(
             let spawned = std::thread::Builder::new()
                 .name("api-probe".into())
                 .spawn(move || {
-                    let result = workload.probe(&probed.0, &cluster);
+                    let result = match &probed.address {
+                        None => workload.probe(&probed.namespace, &cluster),
+                        Some(address) => {
+                            workload.probe_address(&probed.namespace, &cluster, address)
+                        }
+                    };
                     let _ = results_tx.send((probed, cluster, result));
                 });
             match spawned {
@@ -274,6 +362,14 @@ fn run(
     // A probe ends within its timeout; wait for that, not longer.
     if !runtime::join_within(probes, PROBES_STOP) {
         log::warn!("api poller: workload probes still running after {PROBES_STOP:?}");
+    }
+}
+
+/// For the log: which API server.
+fn what(key: &Key, cluster: &str) -> String {
+    match &key.address {
+        None => format!("workload API of {}/{cluster}", key.namespace),
+        Some(address) => format!("API server of {}/{cluster} at {address}", key.namespace),
     }
 }
 
@@ -297,6 +393,9 @@ mod tests {
             } else {
                 Err(refused(cluster))
             }
+        }
+        fn probe_address(&self, _: &str, _: &str, _: &str) -> Result<(), kube::Error> {
+            Err(refused("address"))
         }
         fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
             Ok(None)
@@ -340,12 +439,87 @@ mod tests {
         thread.join().unwrap();
     }
 
+    /// A joining machine's address: probed with `probe_address`, marked
+    /// once it answers (the mark stays: the reconcile asks until the
+    /// address is in the record), forgotten by `keep_addresses`.
+    #[test]
+    fn an_address_is_marked_once_its_api_answers_until_dropped() {
+        struct Machines;
+        impl WorkloadApi for Machines {
+            fn probe(&self, _: &str, cluster: &str) -> Result<(), kube::Error> {
+                Err(refused(cluster))
+            }
+            fn probe_address(&self, _: &str, _: &str, address: &str) -> Result<(), kube::Error> {
+                if address == "10.0.0.2" {
+                    Ok(())
+                } else {
+                    Err(refused(address))
+                }
+            }
+            fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
+                Ok(None)
+            }
+            fn set_node_provider_id(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: &str,
+            ) -> Result<(), kube::Error> {
+                Ok(())
+            }
+        }
+        let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let (poller, thread) = ApiPoller::spawn(
+            Arc::new(Machines),
+            move |ns, name| {
+                let _ = enqueued_tx.send(format!("{ns}/{name}"));
+            },
+            stop,
+        )
+        .unwrap();
+        assert!(!poller.address_answers("ns", "mc", "c1", "10.0.0.2"));
+        assert!(!poller.address_answers("ns", "mc", "c1", "10.0.0.3"));
+        let key = enqueued.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(key, "ns/mc");
+        assert!(poller.address_answers("ns", "mc", "c1", "10.0.0.2"));
+        assert!(poller.address_answers("ns", "mc", "c1", "10.0.0.2"), "kept");
+        assert!(!poller.address_answers("ns", "mc", "c1", "10.0.0.3"));
+        assert!(
+            !poller.take_online("ns", "mc"),
+            "the cluster's own API did not answer"
+        );
+        poller.keep_addresses("ns", "mc", &["10.0.0.3".to_string()]);
+        assert!(!poller
+            .online()
+            .contains(&Key::new("ns", "mc", Some("10.0.0.2"))));
+        drop(stop_tx);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn an_address_is_probed_at_least_every_few_seconds() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        let a = Key::new("ns", "mc", Some("10.0.0.2"));
+        s.watch(a.clone(), "c1".into(), t0);
+        for _ in 0..10 {
+            s.start_due(t0, MAX_IN_FLIGHT);
+            s.failed(&a, t0);
+        }
+        assert_eq!(s.time_to_next(t0), ADDRESS_MAX_BACKOFF);
+        s.watch(Key::new("ns", "other", Some("10.0.0.2")), "c2".into(), t0);
+        s.forget_where(|k| k.of("ns", "mc"));
+        assert_eq!(s.watched.len(), 1, "only that MaasCluster's addresses");
+    }
+
     /// Keys of what `start_due` started.
     fn started(s: &mut Schedule, now: Instant) -> Vec<String> {
         let mut keys: Vec<String> = s
             .start_due(now, MAX_IN_FLIGHT)
             .into_iter()
-            .map(|(k, _)| k.1)
+            .map(|(k, _)| k.maas_cluster)
             .collect();
         keys.sort();
         keys
@@ -354,8 +528,8 @@ mod tests {
     #[test]
     fn schedule_backs_off_per_cluster_and_forgets() {
         let t0 = Instant::now();
-        let a = ("ns".to_string(), "a".to_string());
-        let b = ("ns".to_string(), "b".to_string());
+        let a = Key::new("ns", "a", None);
+        let b = Key::new("ns", "b", None);
         let mut s = Schedule::default();
         assert_eq!(s.time_to_next(t0), IDLE);
         s.watch(a.clone(), "ca".into(), t0);
@@ -388,7 +562,7 @@ mod tests {
         for _ in 0..10 {
             s.failed(&a, t1);
         }
-        s.forget(&b);
+        s.forget_where(|k| *k == b);
         assert_eq!(s.time_to_next(t1), MAX_BACKOFF, "backoff is capped");
         assert!(s.answered(&a));
         assert!(
@@ -406,13 +580,17 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Schedule::default();
         for i in 0..5 {
-            s.watch(("ns".into(), format!("dead-{i}")), format!("dead-{i}"), t0);
+            s.watch(
+                Key::new("ns", &format!("dead-{i}"), None),
+                format!("dead-{i}"),
+                t0,
+            );
         }
         for (key, _) in s.start_due(t0, 5) {
             s.failed(&key, t0);
         }
         let later = t0 + MAX_BACKOFF;
-        s.watch(("ns".into(), "new".into()), "new".into(), later);
+        s.watch(Key::new("ns", "new", None), "new".into(), later);
         let first = s.start_due(later, 1);
         assert_eq!(first[0].1, "new");
         assert_eq!(s.start_due(later, 2).len(), 2, "then the failing ones");
@@ -436,6 +614,9 @@ mod tests {
             let _ = self.release.recv_timeout(Duration::from_secs(60));
             self.hanging.fetch_sub(1, Ordering::SeqCst);
             Err(refused(cluster))
+        }
+        fn probe_address(&self, _: &str, _: &str, _: &str) -> Result<(), kube::Error> {
+            Err(refused("address"))
         }
         fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
             Ok(None)
@@ -519,6 +700,9 @@ mod tests {
                 }
                 std::thread::sleep(Duration::from_secs(5));
                 Err(refused(cluster))
+            }
+            fn probe_address(&self, _: &str, _: &str, _: &str) -> Result<(), kube::Error> {
+                Err(refused("address"))
             }
             fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
                 Ok(None)

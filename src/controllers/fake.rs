@@ -54,6 +54,8 @@ pub struct FakeKube {
     pub stale: Mutex<HashMap<(&'static str, String, String), Value>>,
     /// IPAddressClaim creates and deletes, in order (`create <name>`).
     pub ipam_calls: Mutex<Vec<String>>,
+    /// Merge patches of Cluster API Machines: (name, patch).
+    pub machine_patches: Mutex<Vec<(String, Value)>>,
 }
 
 const CLUSTER: &str = "Cluster";
@@ -223,6 +225,22 @@ impl KubeApi for FakeKube {
         out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         out
     }
+    fn machines_of_maas_machine(
+        &self,
+        namespace: &str,
+        maas_machine: &str,
+    ) -> Vec<Arc<capi::Machine>> {
+        lock(&self.objects)
+            .iter()
+            .filter(|((kind, ns, _), v)| {
+                *kind == MACHINE
+                    && ns == namespace
+                    && v["spec"]["infrastructureRef"]["kind"] == json!("MaasMachine")
+                    && v["spec"]["infrastructureRef"]["name"] == json!(maas_machine)
+            })
+            .map(|(_, v)| Arc::new(serde_json::from_value(v.clone()).unwrap()))
+            .collect()
+    }
     fn secret_value(
         &self,
         namespace: &str,
@@ -305,6 +323,19 @@ impl KubeApi for FakeKube {
         conditions.retain(|c| c["type"] != entry["type"]);
         conditions.push(entry);
         machine["status"]["conditions"] = Value::Array(conditions);
+        Ok(())
+    }
+    fn patch_machine(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), kube::Error> {
+        lock(&self.machine_patches).push((name.to_string(), patch.clone()));
+        let key = (MACHINE, namespace.to_string(), name.to_string());
+        let mut objects = lock(&self.objects);
+        let Some(machine) = objects.get_mut(&key) else {
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH machines/{name}"),
+                message: format!("machines {name:?} not found"),
+            });
+        };
+        crate::kube::merge_patch::apply(machine, patch);
         Ok(())
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
@@ -1088,6 +1119,8 @@ pub struct FakeWorkload {
     /// (cluster, node name) → providerID ("" = unset).
     pub nodes: Mutex<HashMap<(String, String), String>>,
     pub up: Mutex<HashSet<String>>,
+    /// Machine addresses whose API server answers.
+    pub up_addresses: Mutex<HashSet<String>>,
 }
 
 impl WorkloadApi for FakeWorkload {
@@ -1096,6 +1129,18 @@ impl WorkloadApi for FakeWorkload {
             Ok(())
         } else {
             Err(refused(cluster))
+        }
+    }
+    fn probe_address(
+        &self,
+        _namespace: &str,
+        _cluster: &str,
+        address: &str,
+    ) -> Result<(), kube::Error> {
+        if lock(&self.up_addresses).contains(address) {
+            Ok(())
+        } else {
+            Err(refused(address))
         }
     }
     fn node(
@@ -1142,6 +1187,10 @@ impl WorkloadApi for FakeWorkload {
 pub struct FakeApiWatch {
     pub watched: Mutex<HashSet<(String, String)>>,
     pub online: Mutex<HashSet<(String, String)>>,
+    /// Machine addresses being probed.
+    pub watched_addresses: Mutex<HashSet<String>>,
+    /// Machine addresses whose API answered.
+    pub answering: Mutex<HashSet<String>>,
 }
 
 impl ApiWatch for FakeApiWatch {
@@ -1153,6 +1202,16 @@ impl ApiWatch for FakeApiWatch {
     }
     fn forget(&self, namespace: &str, maas_cluster: &str) {
         lock(&self.watched).remove(&(namespace.into(), maas_cluster.into()));
+    }
+    fn address_answers(&self, _ns: &str, _mc: &str, _cluster: &str, address: &str) -> bool {
+        if lock(&self.answering).contains(address) {
+            return true;
+        }
+        lock(&self.watched_addresses).insert(address.into());
+        false
+    }
+    fn keep_addresses(&self, _ns: &str, _mc: &str, keep: &[String]) {
+        lock(&self.watched_addresses).retain(|a| keep.contains(a));
     }
 }
 

@@ -190,7 +190,10 @@ fn start_and_wait(
             let caches = caches.clone();
             move |e| mappers::on_cluster(e, &caches)
         }),
-        watches.start(resources::MACHINES, &caches.machines, mappers::on_machine),
+        watches.start(resources::MACHINES, &caches.machines, {
+            let caches = caches.clone();
+            move |e| mappers::on_machine(e, &caches)
+        }),
         watches.start(resources::MAAS_CLUSTERS, &caches.maas_clusters, {
             let caches = caches.clone();
             move |e| mappers::on_maas_cluster(e, &caches)

@@ -186,18 +186,32 @@ pub fn on_cluster(event: &Event<Cluster>, caches: &Caches) -> Keys {
 }
 
 /// Machine: its MaasMachine (`spec.infrastructureRef`) when the spec (e.g.
-/// the bootstrap data Secret) or metadata changed.
-pub fn on_machine(event: &Event<Machine>) -> Keys {
+/// the bootstrap data Secret) or metadata changed; for a control-plane
+/// Machine whose deletion began, also its cluster's MaasCluster (the
+/// machine leaves the DNS record before its drain).
+pub fn on_machine(event: &Event<Machine>, caches: &Caches) -> Keys {
     let mut keys = Keys::default();
     let obj = event.object();
-    let relevant = match event {
-        Event::Added(_) | Event::Deleted(_) => true,
-        Event::Modified { old, new } => spec_or_meta_changed(&old.metadata, &new.metadata),
+    let (relevant, deletion_began) = match event {
+        Event::Added(new) => (true, new.metadata.is_being_deleted()),
+        Event::Deleted(_) => (true, false),
+        Event::Modified { old, new } => (
+            spec_or_meta_changed(&old.metadata, &new.metadata),
+            !old.metadata.is_being_deleted() && new.metadata.is_being_deleted(),
+        ),
     };
     let infra = obj.spec.infrastructure_ref.as_ref();
     if let Some(r) = infra.filter(|r| relevant && r.kind == maas_machine::KIND) {
         keys.maas_machines
             .extend(ObjectKey::from_parts(&obj.metadata.namespace, &r.name));
+    }
+    if deletion_began && obj.is_control_plane() && !obj.spec.cluster_name.is_empty() {
+        let cluster = caches.clusters.get(&ObjectKey::new(
+            &obj.metadata.namespace,
+            &obj.spec.cluster_name,
+        ));
+        keys.maas_clusters
+            .extend(cluster.as_deref().and_then(infra_cluster_of));
     }
     keys
 }
@@ -276,17 +290,56 @@ mod tests {
                    "status": {"phase": phase}})
         };
         assert_eq!(
-            on_machine(&modified(
-                machine(1, "Provisioning"),
-                machine(1, "Provisioned")
-            )),
+            on_machine(
+                &modified(machine(1, "Provisioning"), machine(1, "Provisioned")),
+                &Caches::new()
+            ),
             Keys::default()
         );
-        let keys = on_machine(&modified(
-            machine(1, "Provisioning"),
-            machine(2, "Provisioning"),
-        ));
+        let keys = on_machine(
+            &modified(machine(1, "Provisioning"), machine(2, "Provisioning")),
+            &Caches::new(),
+        );
         assert_eq!(keys.maas_machines, vec![ObjectKey::new("ns", "mm1")]);
+    }
+
+    /// A control-plane machine leaves the DNS record before its drain: the
+    /// MaasCluster hears of the deletion at once.
+    #[test]
+    fn a_control_plane_deletion_requeues_the_cluster() {
+        let caches = Caches::new();
+        caches.clusters.upsert(
+            ObjectKey::new("ns", "c1"),
+            typed(json!({"metadata": {"name": "c1", "namespace": "ns"},
+                         "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}})),
+        );
+        let machine = |control_plane: bool, deleting: bool| {
+            let mut v = json!({"metadata": {"name": "m1", "namespace": "ns", "generation": 1, "labels": {}},
+                               "spec": {"clusterName": "c1", "infrastructureRef": {"kind": "MaasMachine", "name": "mm1"}}});
+            if control_plane {
+                v["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
+            }
+            if deleting {
+                v["metadata"]["deletionTimestamp"] = json!("2026-12-02T00:00:00Z");
+            }
+            v
+        };
+        let keys = on_machine(
+            &modified(machine(true, false), machine(true, true)),
+            &caches,
+        );
+        assert_eq!(keys.maas_clusters, vec![ObjectKey::new("ns", "mc1")]);
+        assert_eq!(keys.maas_machines, vec![ObjectKey::new("ns", "mm1")]);
+        let worker = on_machine(
+            &modified(machine(false, false), machine(false, true)),
+            &caches,
+        );
+        assert!(worker.maas_clusters.is_empty());
+        let later = on_machine(&modified(machine(true, true), machine(true, true)), &caches);
+        assert!(
+            later.maas_clusters.is_empty(),
+            "only when the deletion begins"
+        );
     }
 
     #[test]

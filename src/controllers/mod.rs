@@ -76,6 +76,10 @@ pub struct Options {
     pub no_swap_update: bool,
     /// Erase disks when releasing a machine.
     pub release_erase: bool,
+    /// A running control-plane machine joins the DNS record without its
+    /// API server being probed first (a manager that cannot reach the
+    /// machines' addresses).
+    pub dns_attach_without_api_check: bool,
 }
 
 /// Everything a reconcile needs; shared by all workers of both controllers.

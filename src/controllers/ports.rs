@@ -169,6 +169,12 @@ pub trait KubeApi: Send + Sync {
     /// MaasMachines labelled `cluster.x-k8s.io/cluster-name=<cluster>`,
     /// by name.
     fn maas_machines_of_cluster(&self, namespace: &str, cluster: &str) -> Vec<Arc<MaasMachine>>;
+    /// The Machines whose `spec.infrastructureRef` names this MaasMachine.
+    fn machines_of_maas_machine(
+        &self,
+        namespace: &str,
+        maas_machine: &str,
+    ) -> Vec<Arc<capi::Machine>>;
 
     /// One key of one Secret, by a direct GET (Secrets are never cached).
     /// `Ok(None)` when the Secret or the key does not exist.
@@ -223,6 +229,10 @@ pub trait KubeApi: Send + Sync {
         condition: &Condition,
     ) -> Result<(), kube::Error>;
 
+    /// JSON merge patch of a Cluster API Machine's metadata: capmaas only
+    /// adds and removes its own pre-drain hook annotation.
+    fn patch_machine(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), kube::Error>;
+
     /// Records a core/v1 Event; failures are logged, never returned.
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str);
 }
@@ -242,6 +252,16 @@ pub struct NodeInfo {
 pub trait WorkloadApi: Send + Sync {
     /// Does the API server answer (with a short timeout)?
     fn probe(&self, namespace: &str, cluster: &str) -> Result<(), kube::Error>;
+    /// Does the API server on this one machine answer (`https://<address>`
+    /// at the endpoint's port, the same request and short timeout as
+    /// [`WorkloadApi::probe`])? The serving certificate names the machine's
+    /// address, as kubeadm's does.
+    fn probe_address(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        address: &str,
+    ) -> Result<(), kube::Error>;
     fn node(
         &self,
         namespace: &str,
@@ -265,6 +285,20 @@ pub trait ApiWatch: Send + Sync {
     fn take_online(&self, namespace: &str, maas_cluster: &str) -> bool;
     /// Stop polling (the MaasCluster is gone or being deleted).
     fn forget(&self, namespace: &str, maas_cluster: &str);
+    /// Has the API server of the control-plane machine at `address`
+    /// answered? If not (yet), starts (or keeps) probing it; the answer
+    /// re-queues the MaasCluster. The mark stays until
+    /// [`ApiWatch::keep_addresses`] drops it.
+    fn address_answers(
+        &self,
+        namespace: &str,
+        maas_cluster: &str,
+        cluster: &str,
+        address: &str,
+    ) -> bool;
+    /// Stop probing, and forget the answers of, every address of this
+    /// MaasCluster but these (those still waiting to join the record).
+    fn keep_addresses(&self, namespace: &str, maas_cluster: &str, keep: &[String]);
 }
 
 /// The MaasMachine work queue seen from the MaasCluster reconciler.

@@ -230,7 +230,9 @@ impl KcpLab {
             &cp.kubeconfig,
             &sim,
             options.dir.join("capmaas.log"),
-            &[],
+            // Its machines serve their API: a control plane joins the DNS
+            // record once it answers (the product's default).
+            &["--dns-attach-without-api-check=false".to_string()],
         );
         capmaas.wait_ready(60);
         step(&format!("capmaas up, log {}", capmaas.log.display()));
@@ -504,6 +506,10 @@ pub struct MachineRow {
     /// ExternalIP addresses (status.addresses, copied from the MaasMachine).
     pub ips: Vec<String>,
     pub deleting: bool,
+    /// Cluster API's `status.deletion.nodeDrainStartTime` ("" until then).
+    pub drain_started: String,
+    /// Carries capmaas's pre-drain hook annotation.
+    pub drain_hook: bool,
 }
 
 impl MachineRow {
@@ -597,7 +603,12 @@ impl Snapshot {
                 format!(
                     "{}{}",
                     or_dash(&m.phase),
-                    if m.deleting { " (deleting)" } else { "" }
+                    match (m.deleting, m.drain_hook, m.drain_started.is_empty()) {
+                        (false, _, _) => "",
+                        (true, true, _) => " (deleting, drain held)",
+                        (true, false, false) => " (deleting, drained)",
+                        (true, false, true) => " (deleting)",
+                    }
                 ),
                 or_dash(&m.version),
                 or_dash(&m.node),
@@ -696,6 +707,10 @@ pub fn snapshot(
                 .map(|a| string(&a["address"]))
                 .collect(),
             deleting: !m["metadata"]["deletionTimestamp"].is_null(),
+            drain_started: string(&m["status"]["deletion"]["nodeDrainStartTime"]),
+            drain_hook: m["metadata"]["annotations"]
+                .get(capmaas::controllers::machine::drain::PRE_DRAIN_HOOK)
+                .is_some(),
         })
         .collect();
     rows.sort_by(|a, b| (!a.control_plane, &a.name).cmp(&(!b.control_plane, &b.name)));

@@ -205,3 +205,22 @@ pub fn release_order(events: &[Event]) -> Vec<(String, Duration, Option<Duration
     }
     out
 }
+
+/// When `ip` last left the record (None: never, or it is still in it).
+pub fn left_record_at(events: &[Event], ip: &str) -> Option<Duration> {
+    let mut in_record = false;
+    let mut left_at = None;
+    for e in events {
+        if let Change::Record { ips } = &e.change {
+            let now = ips.contains(ip);
+            if in_record && !now {
+                left_at = Some(e.at);
+            }
+            if now {
+                left_at = None;
+            }
+            in_record = now;
+        }
+    }
+    left_at
+}

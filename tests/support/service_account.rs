@@ -105,6 +105,9 @@ pub fn reconcile_as_service_account(cp: &ControlPlane, ns: &str, extra_args: &[S
             "--health-probe-bind-address=127.0.0.1:{health_port}"
         ))
         .arg("--metrics-bind-address=0")
+        // Nothing serves at the simulator's machine addresses (see
+        // story::Capmaas::start).
+        .arg("--dns-attach-without-api-check")
         .args(extra_args)
         .env_remove("KUBECONFIG")
         .env("MAAS_ENDPOINT", &sim.url)

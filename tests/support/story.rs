@@ -203,7 +203,8 @@ pub fn free_port() -> u16 {
 
 impl Capmaas {
     /// Starts `bin` with `--kubeconfig`, MAAS_ENDPOINT/MAAS_API_KEY of `sim`,
-    /// metrics and probes on free loopback ports, and `extra_args`; stdout
+    /// metrics and probes on free loopback ports, DNS attachment without the
+    /// API check (see below), and `extra_args`; stdout
     /// and stderr go to `log`. RUST_LOG comes from CAPMAAS_LOG (default info).
     pub fn start(
         bin: &Path,
@@ -220,6 +221,12 @@ impl Capmaas {
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--metrics-bind-address={metrics_addr}"))
             .arg(format!("--health-probe-bind-address={health_addr}"))
+            // The story's machines are the simulator's records: nothing
+            // serves at their addresses, so probing their API servers before
+            // they join the DNS record would keep all control planes but the
+            // first out. The KCP lab, whose machines serve, passes
+            // `--dns-attach-without-api-check=false` (the last flag wins).
+            .arg("--dns-attach-without-api-check")
             .args(extra_args)
             .env_remove("KUBECONFIG")
             .env("MAAS_ENDPOINT", &sim.url)

@@ -11,6 +11,11 @@
 //!   emptied while a control-plane MaasMachine that is not being deleted
 //!   exists (all of them rebooting or a MAAS power blip must not take the
 //!   API endpoint away);
+//! - a rolling upgrade costs clients nothing: a joining control plane is
+//!   added once its own API server answers (probed by the API poller), a
+//!   leaving one is taken out as soon as its Machine is being deleted,
+//!   while Cluster API's drain waits on our pre-drain hook for the
+//!   record's TTL (`machine::drain`);
 //! - the record is deleted with the cluster.
 
 use std::sync::Arc;
@@ -155,45 +160,109 @@ pub(super) fn ensure_record(
     }
 }
 
+/// What a MaasMachine is to the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Worker,
+    ControlPlane,
+    /// A control-plane machine whose Machine is being deleted: it leaves
+    /// the record before Cluster API drains it (see `machine::drain`).
+    Leaving,
+}
+
+/// The record's addresses as they should be, and who waits to join.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Attachments {
+    /// `None` means "leave the record as it is": no control-plane machine
+    /// runs, but some that are not being deleted exist (rebooting, powered
+    /// off), or one has not been observed yet.
+    pub ips: Option<Vec<String>>,
+    /// Running control-plane machines kept out until their API server
+    /// answers (the addresses the API poller keeps probing).
+    pub waiting: Vec<String>,
+}
+
 /// The addresses the record should hold: the first ExternalIP of every
-/// running control-plane machine that is not being deleted. `None` means
-/// "leave the record as it is": no such machine runs, but control-plane
-/// machines that are not being deleted exist (rebooting, powered off).
-pub(super) fn desired_ips(
+/// running control-plane machine that stays (not being deleted, its Machine
+/// not leaving) and is either in the record already or whose API server
+/// answered (`answers`, asked only for those not in the record). Clients
+/// resolving the name then only ever get an address that serves.
+///
+/// Exceptions, so the record never empties while the cluster lives:
+/// - nothing of ours in the record yet (a new cluster): every running
+///   staying control plane joins at once; kubeadm init on the first one
+///   reaches its own API through the name before that API serves;
+/// - only leaving machines in the record and no successor answering yet:
+///   they stay until one does (the leaving machine's drain waits for that);
+/// - the whole control plane leaving (the cluster is being deleted): the
+///   record keeps what it has until the MaasMachines themselves go.
+pub(super) fn attachments(
     machines: &[Arc<MaasMachine>],
-    is_control_plane: impl Fn(&MaasMachine) -> bool,
-) -> Option<Vec<String>> {
-    let control_plane: Vec<&MaasMachine> = machines
+    role: impl Fn(&MaasMachine) -> Role,
+    current: &[String],
+    mut answers: impl FnMut(&str) -> bool,
+) -> Attachments {
+    let control_plane: Vec<(&MaasMachine, Role)> = machines
         .iter()
-        .map(Arc::as_ref)
-        .filter(|m| is_control_plane(m))
+        .map(|m| (m.as_ref(), role(m)))
+        .filter(|(_, role)| *role != Role::Worker)
         .collect();
     // A control-plane machine with a MAAS machine recorded that the machine
     // controller has not looked at yet (`clusterctl move` copies spec, not
     // status) may well be serving: until each has been observed once, the
     // record stays as it is rather than shrink to the ones seen so far.
-    if control_plane.iter().any(|m| is_unobserved(m)) {
-        return None;
+    if control_plane.iter().any(|(m, _)| is_unobserved(m)) {
+        return Attachments::default();
     }
-    let mut ips: Vec<String> = control_plane
+    let running: Vec<(String, Role)> = control_plane
         .iter()
-        .filter(|m| !m.metadata.is_being_deleted() && is_running(m))
-        .filter_map(|m| {
+        .filter(|(m, _)| !m.metadata.is_being_deleted() && is_running(m))
+        .filter_map(|(m, role)| {
             let status = m.status.as_ref()?;
             status
                 .addresses
                 .iter()
                 .find(|a| a.type_ == "ExternalIP")
-                .map(|a| a.address.clone())
+                .map(|a| (a.address.clone(), *role))
         })
         .collect();
+    let attached: Vec<String> = running
+        .iter()
+        .filter(|(ip, _)| current.contains(ip))
+        .map(|(ip, _)| ip.clone())
+        .collect();
+    let (mut ready, mut waiting) = (Vec::new(), Vec::new());
+    for (ip, _) in running
+        .iter()
+        .filter(|(_, role)| *role == Role::ControlPlane)
+    {
+        if current.contains(ip) || answers(ip) {
+            ready.push(ip.clone());
+        } else {
+            waiting.push(ip.clone());
+        }
+    }
+    let mut ips = if !ready.is_empty() {
+        ready
+    } else if attached.is_empty() {
+        std::mem::take(&mut waiting)
+    } else {
+        attached
+    };
     ips.sort();
     ips.dedup();
-    let staying = control_plane.iter().any(|m| !m.metadata.is_being_deleted());
+    waiting.sort();
+    waiting.dedup();
+    let staying = control_plane
+        .iter()
+        .any(|(m, _)| !m.metadata.is_being_deleted());
     if ips.is_empty() && staying {
-        return None;
+        return Attachments { ips: None, waiting };
     }
-    Some(ips)
+    Attachments {
+        ips: Some(ips),
+        waiting,
+    }
 }
 
 /// Not being deleted, a MAAS machine recorded, and nothing known about it
@@ -215,7 +284,7 @@ fn is_unobserved(m: &MaasMachine) -> bool {
 
 /// Powered on and Deploying or Deployed: a first control-plane machine
 /// needs its own address in the record while kubeadm initialises it.
-fn is_running(m: &MaasMachine) -> bool {
+pub(crate) fn is_running(m: &MaasMachine) -> bool {
     m.status.as_ref().is_some_and(|s| {
         s.machine_powered
             && matches!(

@@ -21,6 +21,8 @@ mod vip;
 #[cfg(test)]
 mod vip_tests;
 
+pub(crate) use dns::is_running;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,9 +129,10 @@ impl ClusterReconciling<'_> {
             .ctx
             .kube
             .maas_machines_of_cluster(&self.object.metadata.namespace, &cluster.metadata.name);
-        let desired_ips = dns::desired_ips(&machines, |m| self.is_control_plane(m));
+        // A new record starts with the machines a new cluster's record gets.
+        let initial = dns::attachments(&machines, |m| self.role(m), &[], |_| false);
         let record =
-            match dns::ensure_record(self, &dns_name, desired_ips.as_deref().unwrap_or(&[])) {
+            match dns::ensure_record(self, &dns_name, initial.ips.as_deref().unwrap_or(&[])) {
                 Ok(record) => record,
                 Err(e) if e.is_maas_unavailable() => return Err(e),
                 Err(e) => {
@@ -153,7 +156,22 @@ impl ClusterReconciling<'_> {
         ));
         self.provisioned();
 
-        if dns::update_attachments(self, &record, desired_ips)? {
+        let (ns, name) = (
+            self.object.metadata.namespace.clone(),
+            self.object.metadata.name.clone(),
+        );
+        let api_watch = self.ctx.api_watch.clone();
+        let unchecked = self.ctx.options.dns_attach_without_api_check;
+        let attachments = dns::attachments(
+            &machines,
+            |m| self.role(m),
+            &record.ip_addresses,
+            |ip| unchecked || api_watch.address_answers(&ns, &name, &cluster.metadata.name, ip),
+        );
+        let waiting = attachments.waiting.clone();
+        let changed = dns::update_attachments(self, &record, attachments.ips)?;
+        self.ctx.api_watch.keep_addresses(&ns, &name, &waiting);
+        if changed {
             // The control-plane machines wait on the record (DNSAttached, or
             // release once their address is out): wake them now instead of
             // at their next DNS requeue.
@@ -277,6 +295,21 @@ impl ClusterReconciling<'_> {
             .filter(|other| (&other.metadata.namespace, &other.metadata.name) != me)
             .find(|other| is(other))
             .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
+    }
+
+    /// What `m` is to the DNS record: a control plane whose Machine is
+    /// being deleted leaves it before the drain.
+    fn role(&self, m: &MaasMachine) -> dns::Role {
+        let owner = m
+            .owner_machine_name()
+            .and_then(|name| self.ctx.kube.machine(&m.metadata.namespace, name));
+        if !m.is_control_plane(owner.as_deref()) {
+            dns::Role::Worker
+        } else if owner.is_some_and(|o| o.metadata.is_being_deleted()) {
+            dns::Role::Leaving
+        } else {
+            dns::Role::ControlPlane
+        }
     }
 
     /// See [`MaasMachine::is_control_plane`].

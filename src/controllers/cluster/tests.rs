@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::api::conditions::{self, Status};
 use crate::api::maas_cluster as mc_api;
-use crate::controllers::fake::{World, CAPI_CLUSTER, MAAS_CLUSTER, MAAS_MACHINE};
+use crate::controllers::fake::{World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE};
 use crate::controllers::ports::{Kind, MaasApi};
 use crate::controllers::Error;
 use crate::runtime::Action;
@@ -38,6 +38,24 @@ fn machine(w: &World, name: &str, control_plane: bool, state: &str, powered: boo
             "addresses": [{"type": "ExternalIP", "address": ip}, {"type": "InternalIP", "address": ip}]
         })
     });
+}
+
+/// The API poller has seen the API server at `ip` answer.
+fn answers(w: &World, ip: &str) {
+    w.api_watch.answering.lock().unwrap().insert(ip.to_string());
+}
+
+fn probed(w: &World) -> Vec<String> {
+    let mut ips: Vec<String> = w
+        .api_watch
+        .watched_addresses
+        .lock()
+        .unwrap()
+        .iter()
+        .cloned()
+        .collect();
+    ips.sort();
+    ips
 }
 
 #[test]
@@ -249,9 +267,15 @@ fn record_holds_the_running_control_plane_and_is_written_only_on_change() {
     reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
 
+    // A joining control plane waits until its own API server answers.
     machine(&w, "cp3", true, "Deployed", true, "10.0.0.3");
     reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+    assert_eq!(probed(&w), vec!["10.0.0.3"]);
+    answers(&w, "10.0.0.3");
+    reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    assert!(probed(&w).is_empty(), "attached: no longer probed");
     assert!(w
         .kube
         .event_reasons()
@@ -276,6 +300,9 @@ fn reconciles_in_a_row_read_the_record_once_and_an_unknown_write_reads_again() {
     let w = World::new(0);
     w.watched();
     w.cluster(NS, "c1");
+    for ip in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+        answers(&w, ip);
+    }
     machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
     reconcile(&w).unwrap();
     machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
@@ -342,9 +369,12 @@ fn dns_is_never_emptied_while_control_plane_machines_exist() {
     reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
 
-    // Back on.
+    // Back on: cp2 is still in the record, cp1 rejoins once its API answers.
     machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
     machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+    answers(&w, "10.0.0.1");
     reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
 }
@@ -406,6 +436,77 @@ fn deleting_control_plane_machines_leave_the_record() {
     w.delete(MAAS_MACHINE, NS, "cp2");
     reconcile(&w).unwrap();
     assert!(record_ips(&w).is_empty());
+}
+
+/// Issue 14 item 2, the first half of a rolling upgrade without failed
+/// calls: a new control plane joins only once its API answers; the old
+/// one's address leaves as soon as its Machine is being deleted (before
+/// Cluster API drains it and KCP removes its etcd member), but never
+/// before a successor is in the record.
+#[test]
+fn a_rolling_replacement_joins_answering_machines_and_leaves_before_the_drain() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    // A new cluster: the first control plane joins at once (kubeadm init
+    // reaches its API through the name before that API serves).
+    machine(&w, "old", true, "Deploying", true, "10.0.0.1");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+
+    // Its replacement runs, its API not answering yet.
+    machine(&w, "new", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+    // KCP deletes the old Machine already (no successor answers): the old
+    // address stays rather than empty the record or publish a dead one.
+    w.delete(CAPI_MACHINE, NS, "old");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
+    assert_eq!(probed(&w), vec!["10.0.0.2"]);
+
+    // The new API answers: it joins and the leaving one goes, in one write.
+    answers(&w, "10.0.0.2");
+    w.maas.clear_calls();
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+    let writes: Vec<String> = w
+        .maas
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("set_dns"))
+        .collect();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+
+    // The whole control plane leaving (cluster deletion): the record keeps
+    // what it has until the MaasMachines go.
+    machine(&w, "other", true, "Deployed", true, "10.0.0.3");
+    answers(&w, "10.0.0.3");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2", "10.0.0.3"]);
+    w.delete(CAPI_MACHINE, NS, "new");
+    w.delete(CAPI_MACHINE, NS, "other");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2", "10.0.0.3"]);
+}
+
+/// `--dns-attach-without-api-check`: a running control plane joins at once
+/// and nothing is probed.
+#[test]
+fn without_the_api_check_a_running_control_plane_joins_at_once() {
+    let w = World::with_options(
+        0,
+        crate::controllers::Options {
+            dns_attach_without_api_check: true,
+            ..Default::default()
+        },
+    );
+    w.cluster(NS, "c1");
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    reconcile(&w).unwrap();
+    machine(&w, "cp2", true, "Deployed", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2"]);
+    assert!(probed(&w).is_empty());
 }
 
 #[test]

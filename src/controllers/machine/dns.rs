@@ -34,7 +34,8 @@ pub(super) fn check_attachment(
         );
         return Ok(None);
     }
-    let deleting = r.object.metadata.is_being_deleted();
+    // A Machine being deleted has left the record before its drain.
+    let deleting = r.object.metadata.is_being_deleted() || r.facts.leaving;
     let Some(fqdn) = maas_cluster.and_then(|c| c.dns_name()).map(str::to_string) else {
         if !deleting {
             r.set(Desired::false_(
@@ -76,7 +77,7 @@ pub(super) fn check_attachment(
             r.set(Desired::false_(
                 mm_api::DNS_ATTACHED,
                 mm_api::DNS_ATTACH_PENDING,
-                format!("waiting for {fqdn}"),
+                format!("waiting to join {fqdn} (added once its API server answers)"),
             ));
             Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)))
         }

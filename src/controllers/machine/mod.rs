@@ -7,6 +7,8 @@
 //!   ─► find our allocation (proven ours) or allocate (allocate.rs)
 //!   ─► static addresses from IPAM pools (ipam.rs) ─► deploy (deploy.rs)
 //!   ─► observe MAAS: status, power on, DNS attachment, Node providerID (observe.rs, dns.rs, node.rs)
+//! control plane: our pre-drain hook on the Machine; Machine deleting: leave DNS, wait the TTL,
+//!   then let Cluster API drain (drain.rs)
 //! delete: leave DNS ─► release what MAAS shows under our identity (release.rs)
 //!   ─► unlink static addresses, delete IPAddressClaims (ipam.rs) ─► finalizer
 //! ```
@@ -19,6 +21,9 @@
 mod allocate;
 mod deploy;
 mod dns;
+pub mod drain;
+#[cfg(test)]
+mod drain_tests;
 #[cfg(test)]
 mod identity_tests;
 pub mod ipam;
@@ -53,6 +58,7 @@ const DNS_PENDING_REQUEUE: Duration = Duration::from_secs(10);
 
 pub fn reconcile(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let Some(maas_machine) = ctx.kube.maas_machine(namespace, name) else {
+        drain::release_orphaned_hooks(ctx, namespace, name)?;
         return Ok(Action::Done);
     };
     let deleting = maas_machine.metadata.is_being_deleted();
@@ -108,6 +114,8 @@ pub(crate) struct Facts {
     pub is_control_plane: bool,
     /// MAAS has the image (already asked during this reconcile).
     pub image_found: bool,
+    /// Its Machine is being deleted: out of the DNS record (drain.rs).
+    pub leaving: bool,
 }
 
 impl OwnKind for MaasMachine {
@@ -154,6 +162,10 @@ impl MachineReconciling<'_> {
                 .maas_cluster
                 .as_deref()
                 .is_some_and(MaasCluster::is_externally_managed);
+        self.facts.leaving = owners
+            .machine
+            .as_ref()
+            .is_some_and(|m| m.metadata.is_being_deleted());
         if self.paused(owners.cluster.as_deref()) {
             return Ok(Action::Done);
         }
@@ -161,10 +173,16 @@ impl MachineReconciling<'_> {
             return release::delete(self, &owners);
         }
         let (Some(machine), Some(cluster)) = (&owners.machine, &owners.cluster) else {
+            // Without its Cluster there is no record to leave: a deleting
+            // Machine's drain is not held.
+            if let Some(machine) = owners.machine.as_deref().filter(|_| self.facts.leaving) {
+                drain::release_hook(self.ctx, machine)?;
+            }
             log::info!("{}: waiting for the owner Machine and Cluster", self.key());
             return Ok(Action::Done);
         };
         self.ensure_finalizer()?;
+        drain::ensure_hook(self, machine, owners.maas_cluster.as_deref())?;
         let identity = self.ensure_identity()?;
         let identity_ref = owners
             .maas_cluster
@@ -177,6 +195,9 @@ impl MachineReconciling<'_> {
                 e.message(),
             ));
             return Err(e.into());
+        }
+        if let Some(action) = drain::hold_drain(self, machine, cluster, &owners)? {
+            return Ok(action);
         }
         let Some((identity, chosen_now)) = identity else {
             return allocate::refuse_unadopted(self);

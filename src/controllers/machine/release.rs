@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{dns, MachineReconciling, Owners};
+use super::{dns, drain, MachineReconciling, Owners};
 use crate::api::maas_machine::{self as mm_api, DiskErase};
 use crate::api::{conditions, Desired};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
@@ -23,6 +23,11 @@ use crate::runtime::Action;
 const ADOPTION_WAIT: Duration = Duration::from_secs(60);
 
 pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Action, Error> {
+    // Cluster API deletes the MaasMachine after the drain; deleted any
+    // other way, it must not leave the Machine's drain held by our hook.
+    if let Some(machine) = &owners.machine {
+        drain::release_hook(r.ctx, machine)?;
+    }
     if !r.has_finalizer() {
         r.summarize = false;
         return Ok(Action::Done);
