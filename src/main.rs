@@ -887,6 +887,7 @@ fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manage
         options: config.options.clone(),
         shutdown_timeout: config.shutdown_timeout,
         maas_ca_pem: None,
+        pod: manager::PodRef::from_env(|key| std::env::var(key).ok()),
     }
 }
 

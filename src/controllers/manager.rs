@@ -102,6 +102,57 @@ pub struct Config {
     pub maas_ca_pem: Option<Vec<u8>>,
     /// How often the MAAS watch lists each MAAS user's machines.
     pub maas_watch_interval: Duration,
+    /// The Pod this process runs in (downward API), which the start-up
+    /// Events are about: `kubectl describe pod` shows why it is not ready.
+    pub pod: Option<PodRef>,
+}
+
+/// A Pod by namespace, name and uid (`kubectl describe` matches the uid).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl PodRef {
+    /// From the downward API's `POD_NAMESPACE`, `POD_NAME` and `POD_UID`
+    /// (deploy/manager.yaml); `None` unless all three are set.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<PodRef> {
+        let get = |key: &str| var(key).filter(|v| !v.is_empty());
+        Some(PodRef {
+            namespace: get("POD_NAMESPACE")?,
+            name: get("POD_NAME")?,
+            uid: get("POD_UID")?,
+        })
+    }
+
+    fn object(&self) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "namespace": self.namespace, "name": self.name, "uid": self.uid}})
+    }
+}
+
+/// Says the start-up check's outcome as an Event on our Pod (when we know
+/// it), besides the log and /readyz.
+#[derive(Clone)]
+struct StartReport {
+    events: EventRecorder,
+    pod: Option<serde_json::Value>,
+}
+
+impl StartReport {
+    fn ready(&self, message: &str) {
+        if let Some(pod) = &self.pod {
+            self.events.normal(pod, "MAASReady", message);
+        }
+    }
+
+    fn warning(&self, reason: &str, message: &str) {
+        if let Some(pod) = &self.pod {
+            self.events.warning(pod, reason, message);
+        }
+    }
 }
 
 /// Why [`run`] returned.
@@ -163,13 +214,16 @@ fn start_and_wait(
         Ok(None) => {}
         Err(e) => return Err(format!("the API server refused our credentials: {e}")),
     }
-    let maas_user = Arc::new(OnceLock::new());
-    let recheck = check_maas_at_start(&maas, &running.health, &shutdown, &maas_user)?;
-    running.threads.extend(recheck);
-
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
         .map_err(|e| format!("event recorder: {e}"))?;
     running.events = Some(events.clone());
+    let report = StartReport {
+        events: events.clone(),
+        pod: config.pod.as_ref().map(PodRef::object),
+    };
+    let maas_user = Arc::new(OnceLock::new());
+    let recheck = check_maas_at_start(&maas, &running.health, &shutdown, &maas_user, report)?;
+    running.threads.extend(recheck);
     let cluster_queue = running.add_queue("maascluster");
     let machine_queue = running.add_queue("maasmachine");
     let remediation_queue = running.add_queue("maasremediation");
@@ -385,41 +439,55 @@ fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
 /// into `user`); Refused (wrong key, not MAAS, TLS) → the error that ends
 /// the process; Unreachable → not ready, with the reason, while a thread
 /// (returned, to be joined) checks again with backoff until MAAS answers
-/// (and fills `user`) or `shutdown` fires.
+/// (and fills `user`) or `shutdown` fires. Each outcome is also an Event
+/// on our Pod (`report`).
 fn check_maas_at_start(
     maas: &maas::Client,
     health: &Arc<Health>,
     shutdown: &Shutdown,
     user: &Arc<OnceLock<String>>,
+    report: StartReport,
 ) -> Result<Option<JoinHandle<()>>, String> {
     let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
+    let api_root = maas.api_root().to_string();
     match maas.start_check() {
         StartCheck::Ready(whoami) => {
-            log::info!(
-                "MAAS {}: authenticated as {}",
-                maas.api_root(),
+            log::info!("MAAS {api_root}: authenticated as {}", whoami.username);
+            report.ready(&format!(
+                "MAAS {api_root}: authenticated as {}",
                 whoami.username
-            );
+            ));
             let _ = user.set(whoami.username);
             Ok(None)
         }
-        StartCheck::Refused(why) => Err(why),
+        StartCheck::Refused(why) => {
+            report.warning("MAASRefused", &why);
+            Err(why)
+        }
         StartCheck::Unreachable(e) => {
             log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
+            report.warning(
+                "MAASUnreachable",
+                &format!("MAAS {api_root} not reachable; not ready until it answers: {e}"),
+            );
             health.set_available("MAAS", unreachable(&e));
             let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
             let user = user.clone();
             std::thread::Builder::new()
                 .name("maas-start-check".into())
                 .spawn(move || {
-                    let report = |check: &StartCheck| {
+                    let still_unreachable = |check: &StartCheck| {
                         if let StartCheck::Unreachable(e) = check {
                             health.set_available("MAAS", unreachable(e));
                         }
                     };
-                    match maas.recheck_until_ready(report, &stop) {
+                    match maas.recheck_until_ready(still_unreachable, &stop) {
                         Some(StartCheck::Ready(whoami)) => {
                             log::info!("MAAS answers: authenticated as {}", whoami.username);
+                            report.ready(&format!(
+                                "MAAS {api_root} answers: authenticated as {}",
+                                whoami.username
+                            ));
                             let _ = user.set(whoami.username);
                             health.set_available("MAAS", Ok(()));
                         }
@@ -427,6 +495,7 @@ fn check_maas_at_start(
                         // restart the pod.
                         Some(StartCheck::Refused(why)) => {
                             log::error!("{why}");
+                            report.warning("MAASRefused", &why);
                             health.set_available("MAAS", Err(why));
                         }
                         _ => {}
@@ -545,5 +614,36 @@ impl Running {
             }
         }
         log::info!("stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pod_is_known_only_when_the_downward_api_gives_all_three() {
+        fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+            move |key: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, v)| v.to_string())
+            }
+        }
+        let all = [
+            ("POD_NAMESPACE", "capmaas-system"),
+            ("POD_NAME", "capmaas-x"),
+            ("POD_UID", "u1"),
+        ];
+        let pod = PodRef::from_env(env(&all)).unwrap();
+        assert_eq!(
+            pod.object(),
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "namespace": "capmaas-system", "name": "capmaas-x", "uid": "u1"}})
+        );
+        assert_eq!(PodRef::from_env(env(&all[..2])), None);
+        let empty_uid = [("POD_NAMESPACE", "n"), ("POD_NAME", "p"), ("POD_UID", "")];
+        assert_eq!(PodRef::from_env(env(&empty_uid)), None);
     }
 }
