@@ -138,6 +138,31 @@ fn an_unknown_server_certificate_is_a_tls_error() {
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
 }
 
+/// `connect_to`: one API server behind a name, reached at an address the
+/// name need not resolve to, its certificate verified for the name.
+#[test]
+fn connect_to_reaches_the_address_and_verifies_the_name() {
+    let cp = support::control_plane();
+    let port = cp.server.rsplit(':').next().unwrap();
+    let ca = std::fs::read(&cp.ca_file).unwrap();
+    let at_loopback = |name: &str| {
+        let mut config = Config::new(&format!("https://{name}:{port}"), Some(&ca))
+            .unwrap()
+            .with_bearer_token("unused");
+        config.connect_to = Some("127.0.0.1".parse().unwrap());
+        Client::new(config).unwrap()
+    };
+    // `kubernetes` is in the server's certificate and resolves nowhere
+    // here: an answer (even 401 for the token) means the address was used.
+    let (status, _) = at_loopback("kubernetes").get_raw("/readyz").unwrap();
+    assert!(status == 200 || status == 401, "{status}");
+    // A name the certificate does not carry is refused at the handshake.
+    let err = at_loopback("api.capmaas.invalid")
+        .get_raw("/readyz")
+        .unwrap_err();
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+}
+
 #[test]
 fn rbac_denial_is_forbidden() {
     let cp = support::control_plane();

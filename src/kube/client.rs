@@ -190,6 +190,26 @@ struct Request<'a> {
     what: &'a str,
 }
 
+/// Resolves every host to one address (the port stays the URL's): the
+/// URL keeps its name, so TLS verifies the certificate for that name.
+/// (ureq's resolver interface is not under semver: Cargo.lock pins it.)
+#[derive(Debug)]
+struct PinnedResolver(std::net::IpAddr);
+
+impl ureq::unversioned::resolver::Resolver for PinnedResolver {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let port = uri.port_u16().unwrap_or(443);
+        let mut addresses = self.empty();
+        addresses.push(std::net::SocketAddr::new(self.0, port));
+        Ok(addresses)
+    }
+}
+
 impl Client {
     /// Builds the HTTPS agent for `config` (whose TLS material was checked
     /// when the config was built).
@@ -203,15 +223,22 @@ impl Client {
                 config.server
             );
         }
-        let agent = ureq::Agent::config_builder()
+        let agent_config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .tls_config(config.tls_config())
             .timeout_connect(Some(config.connect_timeout))
             .timeout_global(Some(config.timeout))
             .user_agent(concat!("capmaas/", env!("CARGO_PKG_VERSION")))
             .accept(JSON)
-            .build()
-            .new_agent();
+            .build();
+        let agent = match config.connect_to {
+            None => agent_config.new_agent(),
+            Some(address) => ureq::Agent::with_parts(
+                agent_config,
+                ureq::unversioned::transport::DefaultConnector::default(),
+                PinnedResolver(address),
+            ),
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 agent,

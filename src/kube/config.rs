@@ -52,6 +52,10 @@ pub struct Config {
     /// Only ever true when a kubeconfig says `insecure-skip-tls-verify: true`.
     pub(crate) insecure_skip_tls_verify: bool,
     pub(crate) auth: Auth,
+    /// Connect to this address instead of resolving the server's host,
+    /// still verifying the certificate for that host: one API server
+    /// behind a name, seen as a client resolving the name to it would.
+    pub connect_to: Option<std::net::IpAddr>,
 }
 
 /// How requests authenticate beyond the TLS client certificate.
@@ -105,6 +109,7 @@ impl Config {
             client_cert: None,
             insecure_skip_tls_verify: false,
             auth: Auth::None,
+            connect_to: None,
         })
     }
 
