@@ -283,6 +283,20 @@ fn link_addresses(
                 address.spec.prefix, address.metadata.name
             )));
         };
+        // MAAS configures the subnet's gateway on a STATIC link, not the
+        // pool's: a machine deployed with another gateway than the IPAM
+        // pool meant may have no route out, so a mismatch stops here.
+        if let Some(gateway) = address.spec.gateway.as_deref().filter(|g| !g.is_empty()) {
+            if subnet.gateway_ip.as_deref() != Some(gateway) {
+                return Ok(Err(format!(
+                    "IPAddress {} says gateway {gateway}, MAAS subnet {} has {}: MAAS \
+                     configures its subnet's gateway, so make the pool's gateway match it",
+                    address.metadata.name,
+                    subnet.cidr,
+                    subnet.gateway_ip.as_deref().unwrap_or("none")
+                )));
+            }
+        }
         // The interface's AUTO or DHCP link on this subnet would give it a
         // second address there when it deploys.
         for link in interface

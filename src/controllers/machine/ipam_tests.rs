@@ -48,10 +48,16 @@ fn pool() -> Value {
 
 /// The IPAM provider's part: an IPAddress for the claim, named in its status.
 fn answer(w: &World, claim: &str, address: &str, prefix: u8) {
+    // The pool's gateway is the MAAS subnet's (fake.rs has two subnets).
+    let gateway = if address.starts_with("192.168.50.") {
+        "192.168.50.1"
+    } else {
+        "10.0.0.1"
+    };
     w.kube.put(
         IP_ADDRESS,
         json!({"metadata": {"name": claim, "namespace": NS},
-               "spec": {"address": address, "prefix": prefix, "gateway": "10.0.0.1",
+               "spec": {"address": address, "prefix": prefix, "gateway": gateway,
                         "claimRef": {"name": claim}, "poolRef": pool()}}),
     );
     w.edit(IP_ADDRESS_CLAIM, NS, claim, |v| {
@@ -288,6 +294,30 @@ fn an_address_outside_every_maas_subnet_is_reported_and_not_deployed() {
     );
     assert!(w.maas.deploys.lock().unwrap().is_empty());
     assert!(calls_starting(&w, "link_subnet").is_empty());
+}
+
+#[test]
+fn a_pool_gateway_other_than_the_maas_subnets_is_reported_and_not_deployed() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "10.0.0.77", 24);
+    w.edit(IP_ADDRESS, NS, "m1-0", |v| {
+        v["spec"]["gateway"] = json!("10.0.0.254")
+    });
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESS_FAILED
+    );
+    let said = message(&w, "m1", STATIC_ADDRESSES_READY);
+    assert!(
+        said.contains("10.0.0.254") && said.contains("10.0.0.1"),
+        "{said}"
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    assert!(calls_starting(&w, "link_subnet").is_empty());
+    assert!(calls_starting(&w, "unlink_subnet").is_empty());
 }
 
 #[test]
