@@ -29,7 +29,7 @@ use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine::{self as mm_api, MaasMachineStatus};
 use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
-use crate::controllers::ports::EventType;
+use crate::controllers::ports::{EventType, KubeApi};
 use crate::controllers::Error;
 use crate::maas::DnsResource;
 
@@ -162,12 +162,27 @@ pub(super) fn ensure_record(
 
 /// What a MaasMachine is to the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
+pub(crate) enum Role {
     Worker,
     ControlPlane,
     /// A control-plane machine whose Machine is being deleted: it leaves
     /// the record before Cluster API drains it (see `machine::drain`).
     Leaving,
+}
+
+/// What `m` is to the record, from its owner Machine (in the cache): a
+/// control plane whose Machine is being deleted leaves it before the drain.
+pub(crate) fn role(kube: &dyn KubeApi, m: &MaasMachine) -> Role {
+    let owner = m
+        .owner_machine_name()
+        .and_then(|name| kube.machine(&m.metadata.namespace, name));
+    if !m.is_control_plane(owner.as_deref()) {
+        Role::Worker
+    } else if owner.is_some_and(|o| o.metadata.is_being_deleted()) {
+        Role::Leaving
+    } else {
+        Role::ControlPlane
+    }
 }
 
 /// The record's addresses as they should be, and who waits to join.

@@ -21,7 +21,7 @@ mod vip;
 #[cfg(test)]
 mod vip_tests;
 
-pub(crate) use dns::is_running;
+pub(crate) use dns::{is_running, role, Role};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -297,27 +297,14 @@ impl ClusterReconciling<'_> {
             .map(|other| format!("{}/{}", other.metadata.namespace, other.metadata.name))
     }
 
-    /// What `m` is to the DNS record: a control plane whose Machine is
-    /// being deleted leaves it before the drain.
-    fn role(&self, m: &MaasMachine) -> dns::Role {
-        let owner = m
-            .owner_machine_name()
-            .and_then(|name| self.ctx.kube.machine(&m.metadata.namespace, name));
-        if !m.is_control_plane(owner.as_deref()) {
-            dns::Role::Worker
-        } else if owner.is_some_and(|o| o.metadata.is_being_deleted()) {
-            dns::Role::Leaving
-        } else {
-            dns::Role::ControlPlane
-        }
+    /// What `m` is to the DNS record (see [`dns::role`]).
+    fn role(&self, m: &MaasMachine) -> Role {
+        dns::role(self.ctx.kube.as_ref(), m)
     }
 
     /// See [`MaasMachine::is_control_plane`].
     fn is_control_plane(&self, m: &MaasMachine) -> bool {
-        let owner = m
-            .owner_machine_name()
-            .and_then(|name| self.ctx.kube.machine(&m.metadata.namespace, name));
-        m.is_control_plane(owner.as_deref())
+        self.role(m) != Role::Worker
     }
 
     /// `spec.failureDomains` if given, else the MAAS zones (asked once, while

@@ -31,7 +31,7 @@ use super::{MachineReconciling, Owners, DNS_PENDING_REQUEUE};
 use crate::api::capi::{Cluster, Machine};
 use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, MaasCluster};
-use crate::controllers::cluster::is_running;
+use crate::controllers::cluster::{is_running, role, Role};
 use crate::controllers::ports::EventType;
 use crate::controllers::{Context, Error};
 use crate::runtime::Action;
@@ -243,14 +243,7 @@ fn others_serving(r: &MachineReconciling, owners: &Owners) -> bool {
         .maas_machines_of_cluster(ns, &cluster.metadata.name)
         .iter()
         .filter(|m| m.metadata.name != *me && !m.metadata.is_being_deleted())
-        .any(|m| {
-            let owner = m
-                .owner_machine_name()
-                .and_then(|name| r.ctx.kube.machine(ns, name));
-            m.is_control_plane(owner.as_deref())
-                && !owner.is_some_and(|o| o.metadata.is_being_deleted())
-                && is_running(m)
-        })
+        .any(|m| role(r.ctx.kube.as_ref(), m) == Role::ControlPlane && is_running(m))
 }
 
 /// Takes our hook off the Machine (already gone: fine).
