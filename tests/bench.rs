@@ -679,7 +679,7 @@ const SCALE_CONTROL_PLANE: usize = 3;
 
 /// The story inventory's users, zones, pools and images with `n` Ready
 /// machines instead of its own: the first [`SCALE_CONTROL_PLANE`] in
-/// `cp-pool`, the rest in `worker-pool`, one address each in 10.20.0.0/16;
+/// `cp-pool`, the rest in `worker-pool`, one address each in 127.20.0.0/16;
 /// every MAAS call takes at least `latency_ms`.
 fn scale_inventory(n: usize, latency_ms: u64, deploy_seconds: f64, release_seconds: f64) -> Value {
     let mut inventory = support::maas_sim::story_inventory();
@@ -694,11 +694,12 @@ fn scale_inventory(n: usize, latency_ms: u64, deploy_seconds: f64, release_secon
             json!({"hostname": format!("m-{i:04}"), "cpu_count": 8, "memory": 32768,
                    "disks_gb": [120], "zone": zone, "pool": pool,
                    "tags": [tag], "power_type": "ipmi",
-                   "ip_addresses": [format!("10.20.{}.{}", i / 200, i % 200 + 10)]})
+                   "ip_addresses": [format!("127.20.{}.{}", i / 200, i % 200 + 10)]})
         })
         .collect();
     inventory["machines"] = json!(machines);
-    inventory["subnet"] = json!({"cidr": "10.20.0.0/16", "gateway_ip": "10.20.0.1", "name": "lab"});
+    inventory["subnet"] =
+        json!({"cidr": "127.20.0.0/16", "gateway_ip": "127.20.0.1", "name": "lab"});
     inventory["settings"] = json!({
         "deploy_seconds": deploy_seconds, "release_seconds": release_seconds,
         "default_distro_series": "jammy", "latency_ms": latency_ms,

@@ -36,7 +36,7 @@ fn inventory(n: usize) -> Value {
             json!({"hostname": format!("m-{i:04}"), "pool": "p", "zone": "z",
                    "status": "Deployed", "owner": "admin", "power_state": "on",
                    "tags": ["worker"], "disks_gb": [240, 960],
-                   "ip_addresses": [format!("10.20.{}.{}", i / 250, i % 250 + 1)]})
+                   "ip_addresses": [format!("127.20.{}.{}", i / 250, i % 250 + 1)]})
         })
         .collect();
     json!({
@@ -44,7 +44,7 @@ fn inventory(n: usize) -> Value {
         "zones": [{"name": "z"}],
         "pools": [{"name": "p"}],
         "tags": ["worker"],
-        "subnet": {"cidr": "10.20.0.0/16", "gateway_ip": "10.20.0.1"},
+        "subnet": {"cidr": "127.20.0.0/16", "gateway_ip": "127.20.0.1"},
         "machines": machines,
     })
 }

@@ -35,7 +35,7 @@ const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 const USER: &str = "operator";
 /// cp-1's planned address in the story inventory (MAAS would give it to
 /// cp-1 when it deploys, were it not reserved).
-const VIP: &str = "10.11.130.21";
+const VIP: &str = "127.11.130.21";
 const RESERVE_CALL: &str = "POST ipaddresses/ op=reserve";
 
 fn start_capmaas(cp: &ControlPlane, sim: &MaasSim, ns: &str, run: u32) -> Capmaas {
@@ -235,7 +235,7 @@ fn a_vip_from_a_maas_subnet_is_the_address_maas_picked() {
         objects::condition_is(&mc, "LoadBalancerReady", "True").then_some(mc)
     });
     let address = objects::string(&mc["status"]["controlPlaneVIP"]["address"]);
-    assert!(address.starts_with("10.11.130."), "{mc}");
+    assert!(address.starts_with("127.11.130."), "{mc}");
     assert_eq!(mc["status"]["controlPlaneVIP"]["phase"], "Reserved");
     assert!(mc["status"]["controlPlaneVIP"]["reservedBefore"].is_null());
     assert_eq!(mc["spec"]["controlPlaneEndpoint"]["host"], address.as_str());
@@ -261,7 +261,7 @@ fn reservation_calls_answer_as_maas_does() {
         .unwrap();
     assert_eq!(reserved.ip, VIP);
     assert_eq!(reserved.alloc_type_name, "User reserved");
-    assert_eq!(reserved.subnet.unwrap().cidr, "10.11.130.0/24");
+    assert_eq!(reserved.subnet.unwrap().cidr, "127.11.130.0/24");
     // Reserving it again (a repeat after a lost answer) is "in use": 404.
     let again = operator
         .reserve_ip(&ReserveFrom::Address(VIP.into()))
@@ -271,7 +271,7 @@ fn reservation_calls_answer_as_maas_does() {
     // Listed to its user only, by address too.
     assert_eq!(operator.ip_reservations(Some(VIP)).unwrap().len(), 1);
     assert!(operator
-        .ip_reservations(Some("10.11.130.99"))
+        .ip_reservations(Some("127.11.130.99"))
         .unwrap()
         .is_empty());
     assert!(admin.ip_reservations(None).unwrap().is_empty());

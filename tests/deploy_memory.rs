@@ -140,7 +140,7 @@ fn maas_machine_status(i: usize) -> Value {
         "machinePowered": true,
         "hostname": format!("worker-{i:05}"),
         "addresses": [
-            {"type": "InternalIP", "address": format!("10.20.{}.{}", i / 250, i % 250 + 1)},
+            {"type": "InternalIP", "address": format!("127.20.{}.{}", i / 250, i % 250 + 1)},
             {"type": "Hostname", "address": format!("worker-{i:05}")},
             {"type": "InternalDNS", "address": format!("worker-{i:05}.maas")},
         ],

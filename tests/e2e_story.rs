@@ -384,7 +384,7 @@ fn the_story() {
         "{message}"
     );
     sim.add_machine(json!({"hostname": "big-1", "cpu_count": 64, "memory": 262144, "zone": "zone-b", "pool": "worker-pool",
-                           "ip_addresses": ["10.11.130.99"], "power_type": "ipmi"}));
+                           "ip_addresses": ["127.11.130.99"], "power_type": "ipmi"}));
     support::eventually(120, "w-big recovers", || {
         capmaas.assert_running();
         (story.maas_machine("w-big")?["status"]["ready"] == true).then_some(())

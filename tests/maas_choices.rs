@@ -40,14 +40,14 @@ fn inventory() -> Value {
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "ubuntu/jammy", "type": "Synced", "architecture": "arm64/ga-22.04"}));
-    inventory["subnets"] = json!([{"cidr": "10.20.0.0/24", "name": "storage",
+    inventory["subnets"] = json!([{"cidr": "127.20.0.0/24", "name": "storage",
                                    "vlan": {"vid": 20, "fabric": "fabric-storage"}}]);
     for machine in inventory["machines"].as_array_mut().unwrap() {
         match machine["hostname"].as_str().unwrap() {
             "worker-6" => {
                 machine["interfaces"] = json!([
-                    {"name": "eth0", "links": [{"ip_address": "10.11.130.56"}]},
-                    {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "10.20.0.56"}]},
+                    {"name": "eth0", "links": [{"ip_address": "127.11.130.56"}]},
+                    {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "127.20.0.56"}]},
                 ]);
             }
             "worker-4" => machine["architecture"] = json!("arm64/generic"),
@@ -312,7 +312,7 @@ fn maas_choices_reach_maas_for_a_restricted_user() {
 #[test]
 fn multi_nic_control_plane_publishes_the_selected_addresses() {
     let mut inventory = support::maas_sim::story_inventory();
-    inventory["subnets"] = json!([{"cidr": "10.20.0.0/24", "name": "cluster",
+    inventory["subnets"] = json!([{"cidr": "127.20.0.0/24", "name": "cluster",
                                    "vlan": {"vid": 20, "fabric": "fabric-cluster"}}]);
     let mut cluster_ips = std::collections::BTreeSet::new();
     for (n, machine) in inventory["machines"]
@@ -323,8 +323,8 @@ fn multi_nic_control_plane_publishes_the_selected_addresses() {
     {
         if machine["pool"] == "cp-pool" {
             let (pxe, cluster) = (
-                format!("10.11.130.{}", 60 + n),
-                format!("10.20.0.{}", 60 + n),
+                format!("127.11.130.{}", 60 + n),
+                format!("127.20.0.{}", 60 + n),
             );
             machine["interfaces"] = json!([
                 {"name": "eth0", "links": [{"ip_address": pxe}]},
@@ -341,7 +341,7 @@ fn multi_nic_control_plane_publishes_the_selected_addresses() {
                "addressSelector": selector})
     };
     // By subnet CIDR, and by subnet name and interface together.
-    lab.add_machine("cp-a", true, cp_spec(json!({"subnet": "10.20.0.0/24"})));
+    lab.add_machine("cp-a", true, cp_spec(json!({"subnet": "127.20.0.0/24"})));
     lab.add_machine(
         "cp-b",
         true,
@@ -380,18 +380,18 @@ fn multi_nic_control_plane_publishes_the_selected_addresses() {
             .map(|a| a["address"].as_str().unwrap())
             .collect();
         assert!(
-            !ips.is_empty() && ips.iter().all(|ip| ip.starts_with("10.20.0.")),
+            !ips.is_empty() && ips.iter().all(|ip| ip.starts_with("127.20.0.")),
             "{name}: status.addresses lists only the selected network: {ips:?}"
         );
     }
 }
 
-/// The story inventory with a second network, `nodes` (10.30.0.0/24 on its
+/// The story inventory with a second network, `nodes` (127.30.0.0/24 on its
 /// own VLAN), on every worker's eth1 (an AUTO link, as commissioning
 /// leaves it).
 fn two_network_inventory() -> Value {
     let mut inventory = support::maas_sim::story_inventory();
-    inventory["subnets"] = json!([{"cidr": "10.30.0.0/24", "name": "nodes", "gateway_ip": "10.30.0.1",
+    inventory["subnets"] = json!([{"cidr": "127.30.0.0/24", "name": "nodes", "gateway_ip": "127.30.0.1",
                                    "vlan": {"vid": 30, "fabric": "fabric-nodes"}}]);
     for machine in inventory["machines"].as_array_mut().unwrap() {
         if machine["pool"] == "worker-pool" {
@@ -446,19 +446,19 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
         (
             "lab-pool".to_string(),
             Pool {
-                first: Ipv4Addr::new(10, 11, 130, 200),
-                last: Ipv4Addr::new(10, 11, 130, 209),
+                first: Ipv4Addr::new(127, 11, 130, 200),
+                last: Ipv4Addr::new(127, 11, 130, 209),
                 prefix: 24,
-                gateway: Ipv4Addr::new(10, 11, 130, 1),
+                gateway: Ipv4Addr::new(127, 11, 130, 1),
             },
         ),
         (
             "nodes-pool".to_string(),
             Pool {
-                first: Ipv4Addr::new(10, 30, 0, 100),
-                last: Ipv4Addr::new(10, 30, 0, 109),
+                first: Ipv4Addr::new(127, 30, 0, 100),
+                last: Ipv4Addr::new(127, 30, 0, 109),
                 prefix: 24,
-                gateway: Ipv4Addr::new(10, 30, 0, 1),
+                gateway: Ipv4Addr::new(127, 30, 0, 1),
             },
         ),
     ];
@@ -482,14 +482,14 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
     let boot_id = objects::string(&boot["spec"]["systemID"]);
     assert_eq!(
         links(&lab.sim, &boot_id, "eth0"),
-        [("static".to_string(), Some("10.11.130.200".to_string()))],
+        [("static".to_string(), Some("127.11.130.200".to_string()))],
         "the AUTO link on the PXE network made way for the STATIC one"
     );
     let (eth1, _) = lab.deployed("static-eth1");
     let eth1_id = objects::string(&eth1["spec"]["systemID"]);
     assert_eq!(
         links(&lab.sim, &eth1_id, "eth1"),
-        [("static".to_string(), Some("10.30.0.100".to_string()))]
+        [("static".to_string(), Some("127.30.0.100".to_string()))]
     );
     let eth0 = links(&lab.sim, &eth1_id, "eth0");
     assert!(
@@ -517,8 +517,8 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
 
     // status.addresses shows the static addresses once MAAS reports them.
     for (name, ip) in [
-        ("static-boot", "10.11.130.200"),
-        ("static-eth1", "10.30.0.100"),
+        ("static-boot", "127.11.130.200"),
+        ("static-eth1", "127.30.0.100"),
     ] {
         let mm = support::eventually(30, &format!("{name}'s address in status"), || {
             let mm = lab.get("maasmachines", name)?;
@@ -540,7 +540,7 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
     assert!(
         !links(&lab.sim, &boot_id, "eth0")
             .iter()
-            .any(|(_, ip)| ip.as_deref() == Some("10.11.130.200")),
+            .any(|(_, ip)| ip.as_deref() == Some("127.11.130.200")),
         "unlinked from the released machine"
     );
     support::eventually(30, "the claim and its address gone", || {
@@ -558,7 +558,7 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
     let again_id = objects::string(&again["spec"]["systemID"]);
     assert_eq!(
         links(&lab.sim, &again_id, "eth0"),
-        [("static".to_string(), Some("10.11.130.200".to_string()))]
+        [("static".to_string(), Some("127.11.130.200".to_string()))]
     );
     let claim = lab
         .get("ipaddressclaims.ipam.cluster.x-k8s.io", "static-boot-0")

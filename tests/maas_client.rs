@@ -688,7 +688,7 @@ fn dns_resource_lifecycle() {
     let client = sim.client();
     let fqdn = "c1-api.k8s.maas";
     assert!(client.dns_resources(fqdn).unwrap().is_empty());
-    let ips = vec!["10.11.130.21".to_owned(), "10.11.130.22".to_owned()];
+    let ips = vec!["127.11.130.21".to_owned(), "127.11.130.22".to_owned()];
     let created = client.create_dns_resource(fqdn, 10, &ips).unwrap();
     assert_eq!(created.fqdn, fqdn);
     assert_eq!(created.address_ttl, Some(10));
@@ -708,9 +708,9 @@ fn dns_resource_lifecycle() {
     );
 
     let updated = client
-        .set_dns_resource_ips(created.id, &["10.11.130.23".to_owned()])
+        .set_dns_resource_ips(created.id, &["127.11.130.23".to_owned()])
         .unwrap();
-    assert_eq!(updated.ip_addresses, vec!["10.11.130.23"]);
+    assert_eq!(updated.ip_addresses, vec!["127.11.130.23"]);
     assert_eq!(
         updated.address_ttl,
         Some(10),
@@ -719,7 +719,7 @@ fn dns_resource_lifecycle() {
     let state = sim.state();
     assert_eq!(
         state["dns_resources"],
-        json!([{"id": created.id, "fqdn": fqdn, "address_ttl": 10, "ip_addresses": ["10.11.130.23"]}])
+        json!([{"id": created.id, "fqdn": fqdn, "address_ttl": 10, "ip_addresses": ["127.11.130.23"]}])
     );
     assert!(client
         .set_dns_resource_ips(created.id, &[])
@@ -1040,9 +1040,9 @@ fn subnets_and_static_links_on_an_allocated_machine() {
     let subnets = client.subnets().unwrap();
     let lab = subnets
         .iter()
-        .find(|s| s.cidr == "10.11.130.0/24")
+        .find(|s| s.cidr == "127.11.130.0/24")
         .expect("the lab subnet");
-    assert_eq!(lab.gateway_ip.as_deref(), Some("10.11.130.1"));
+    assert_eq!(lab.gateway_ip.as_deref(), Some("127.11.130.1"));
 
     let host = allocate_cp(&client, "ns/static");
     let boot = host.boot_interface.clone().expect("boot interface");
@@ -1057,7 +1057,7 @@ fn subnets_and_static_links_on_an_allocated_machine() {
     // A restricted user may not edit interfaces (403).
     let operator = sim.client_for("operator");
     let err = operator
-        .link_subnet_static(&host.system_id, eth0.id, lab.id, "10.11.130.240")
+        .link_subnet_static(&host.system_id, eth0.id, lab.id, "127.11.130.240")
         .unwrap_err();
     assert!(err.is_forbidden(), "{err}");
 
@@ -1065,19 +1065,19 @@ fn subnets_and_static_links_on_an_allocated_machine() {
         .unlink_subnet(&host.system_id, eth0.id, auto.id)
         .unwrap();
     client
-        .link_subnet_static(&host.system_id, eth0.id, lab.id, "10.11.130.240")
+        .link_subnet_static(&host.system_id, eth0.id, lab.id, "127.11.130.240")
         .unwrap();
     let read = client.machine(&host.system_id).unwrap();
     let eth0 = read.interfaces.iter().find(|i| i.id == boot.id).unwrap();
     assert_eq!(eth0.links.len(), 1, "{:?}", eth0.links);
     assert_eq!(eth0.links[0].mode, capmaas::maas::LinkMode::Static);
-    assert_eq!(eth0.links[0].ip.as_deref(), Some("10.11.130.240"));
+    assert_eq!(eth0.links[0].ip.as_deref(), Some("127.11.130.240"));
     assert_eq!(eth0.links[0].subnet_id, Some(lab.id));
 
     // The same address again is "already in use"; an unknown link id is a
     // form error.
     let err = client
-        .link_subnet_static(&host.system_id, eth0.id, lab.id, "10.11.130.240")
+        .link_subnet_static(&host.system_id, eth0.id, lab.id, "127.11.130.240")
         .unwrap_err();
     assert!(err.is_not_found(), "{err}");
     let err = client

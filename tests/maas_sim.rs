@@ -352,7 +352,7 @@ fn controls_add_remove_and_state() {
         "api_keys": [{"key": "ck:tk:secretsecret"}],
         "zones": [{"name": "z1"}],
         "boot_resources": [{"name": "ubuntu/jammy", "architecture": "amd64/ga-22.04"}],
-        "machines": [{"hostname": "only-one", "zone": "z1", "ip_addresses": ["192.0.2.10"]}]
+        "machines": [{"hostname": "only-one", "zone": "z1", "ip_addresses": ["127.0.2.10"]}]
     })));
     let client = sim.client();
     assert_eq!(client.machines(&Default::default()).unwrap().len(), 1);
@@ -372,7 +372,7 @@ fn controls_add_remove_and_state() {
     let state = sim.state();
     assert_eq!(state["machines"][0]["status_name"], "Deploying");
     assert_eq!(state["machines"][0]["owner"], "admin");
-    assert_eq!(state["machines"][0]["ip_addresses"], json!(["192.0.2.10"]));
+    assert_eq!(state["machines"][0]["ip_addresses"], json!(["127.0.2.10"]));
     assert_eq!(state["dns_resources"], json!([]));
 
     // A rule with rate 0 never fires.
@@ -1005,19 +1005,26 @@ fn dns_follows_the_api() {
         .signed(
             "POST",
             "dnsresources/",
-            Some("fqdn=api.k8s.maas&address_ttl=10&ip_addresses=10.11.130.21+10.11.130.22"),
+            Some("fqdn=api.k8s.maas&address_ttl=10&ip_addresses=127.11.130.21+127.11.130.22"),
         )
         .json();
     let api = resolve("api.k8s.maas");
     assert_eq!(api.rcode, 0);
     assert!(api.addresses.iter().all(|(_, ttl)| *ttl == 10));
-    assert_eq!(addresses("api.k8s.maas"), ["10.11.130.21", "10.11.130.22"]);
+    assert_eq!(
+        addresses("api.k8s.maas"),
+        ["127.11.130.21", "127.11.130.22"]
+    );
     let path = format!("dnsresources/{}/", created["id"]);
-    raw.signed("PUT", &path, Some("ip_addresses=10.11.130.23&address_ttl="));
+    raw.signed(
+        "PUT",
+        &path,
+        Some("ip_addresses=127.11.130.23&address_ttl="),
+    );
     let updated = resolve("api.k8s.maas");
     assert_eq!(
         updated.addresses,
-        [("10.11.130.23".parse().unwrap(), 30)],
+        [("127.11.130.23".parse().unwrap(), 30)],
         "without address_ttl: the domain's TTL"
     );
 
@@ -1027,7 +1034,7 @@ fn dns_follows_the_api() {
     let id = m["system_id"].as_str().unwrap();
     assert_eq!(resolve("cp-1.maas").rcode, 3, "no address while Allocated");
     raw.signed("POST", &format!("machines/{id}/?op=deploy"), Some(""));
-    assert_eq!(addresses("cp-1.maas"), ["10.11.130.21"]);
+    assert_eq!(addresses("cp-1.maas"), ["127.11.130.21"]);
     raw.signed("POST", &format!("machines/{id}/?op=release"), Some(""));
     assert_eq!(
         resolve("cp-1.maas").rcode,
@@ -1041,15 +1048,15 @@ fn two_networks() -> Value {
     json!({
         "api_keys": [{"key": "ck:tk:secretsecret"}],
         "domains": [{"name": "k8s.maas", "ttl": 30}],
-        "subnet": {"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1", "name": "lab"},
-        "subnets": [{"cidr": "10.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-1"}}],
+        "subnet": {"cidr": "127.11.130.0/24", "gateway_ip": "127.11.130.1", "name": "lab"},
+        "subnets": [{"cidr": "127.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-1"}}],
         "boot_resources": [{"name": "ubuntu/jammy", "architecture": "amd64/ga-22.04"}],
         "machines": [{"hostname": "cp-1", "domain": "k8s.maas", "interfaces": [
             {"name": "eth0", "mac_address": "52:54:00:aa:00:01",
-             "links": [{"ip_address": "10.11.130.21"}]},
+             "links": [{"ip_address": "127.11.130.21"}]},
             {"name": "eth1", "mac_address": "52:54:00:aa:01:01",
              "links": [{"subnet": "storage", "mode": "auto"}]},
-            {"name": "eth2", "links": [{"subnet": "10.20.0.0/24", "mode": "link_up"}]}
+            {"name": "eth2", "links": [{"subnet": "127.20.0.0/24", "mode": "link_up"}]}
         ]}]
     })
 }
@@ -1079,7 +1086,7 @@ fn multi_nic_machines_and_subnets() {
         .iter()
         .map(|s| s["cidr"].as_str().unwrap())
         .collect();
-    assert_eq!(cidrs, ["10.11.130.0/24", "10.20.0.0/24"]);
+    assert_eq!(cidrs, ["127.11.130.0/24", "127.20.0.0/24"]);
     let storage = &subnets[1];
     assert_eq!(storage["name"], "storage");
     assert_eq!(storage["vlan"]["vid"], 20);
@@ -1131,18 +1138,18 @@ fn multi_nic_machines_and_subnets() {
         .get("ip_address")
         .is_none());
     assert_eq!(m["interface_set"][2]["links"][0]["mode"], "link_up");
-    assert_eq!(m["default_gateways"]["ipv4"]["gateway_ip"], "10.11.130.1");
+    assert_eq!(m["default_gateways"]["ipv4"]["gateway_ip"], "127.11.130.1");
 
     let deployed = raw
         .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
         .json();
     assert_eq!(
         deployed["ip_addresses"],
-        json!(["10.11.130.21", "10.20.0.1"])
+        json!(["127.11.130.21", "127.20.0.1"])
     );
     let eth1 = &deployed["interface_set"][1];
-    assert_eq!(eth1["links"][0]["ip_address"], "10.20.0.1");
-    assert_eq!(eth1["links"][0]["subnet"]["cidr"], "10.20.0.0/24");
+    assert_eq!(eth1["links"][0]["ip_address"], "127.20.0.1");
+    assert_eq!(eth1["links"][0]["subnet"]["cidr"], "127.20.0.0/24");
     assert_eq!(eth1["vlan"]["vid"], 20);
     assert_eq!(deployed["interface_set"][0]["vlan"]["vid"], 0);
     let by_mac = raw.signed("GET", "machines/?mac_address=52:54:00:AA:01:01", None);
@@ -1172,26 +1179,26 @@ fn reserved_addresses_are_never_handed_out() {
     let vip = admin.signed(
         "POST",
         "ipaddresses/?op=reserve",
-        Some("ip=10.11.130.200&hostname=prod-vip.k8s.maas"),
+        Some("ip=127.11.130.200&hostname=prod-vip.k8s.maas"),
     );
     assert_eq!(vip.status, 200, "{}", vip.body);
     let vip = vip.json();
-    assert_eq!(vip["ip"], "10.11.130.200");
+    assert_eq!(vip["ip"], "127.11.130.200");
     assert_eq!(vip["alloc_type"], 4);
     assert_eq!(vip["alloc_type_name"], "User reserved");
     assert_eq!(vip["owner"]["username"], "admin");
-    assert_eq!(vip["subnet"]["cidr"], "10.11.130.0/24");
+    assert_eq!(vip["subnet"]["cidr"], "127.11.130.0/24");
     assert_eq!(vip["interface_set"], json!([]));
     let record = admin
         .signed("GET", "dnsresources/?fqdn=prod-vip.k8s.maas", None)
         .json();
-    assert_eq!(record[0]["ip_addresses"][0]["ip"], "10.11.130.200");
+    assert_eq!(record[0]["ip_addresses"][0]["ip"], "127.11.130.200");
 
     for (form, status, body) in [
         (
-            "ip=10.11.130.200",
+            "ip=127.11.130.200",
             404,
-            "The IP address 10.11.130.200 is already in use.",
+            "The IP address 127.11.130.200 is already in use.",
         ),
         (
             "ip=192.168.99.1",
@@ -1222,15 +1229,15 @@ fn reserved_addresses_are_never_handed_out() {
         .signed(
             "POST",
             "ipaddresses/?op=reserve",
-            Some("subnet=10.11.130.0/24"),
+            Some("subnet=127.11.130.0/24"),
         )
         .json();
-    assert_eq!(next["ip"], "10.11.130.2");
+    assert_eq!(next["ip"], "127.11.130.2");
     // cp-1 is planned to get .21 when it deploys; reserved first, it does not.
     let taken = admin
-        .signed("POST", "ipaddresses/?op=reserve", Some("ip=10.11.130.21"))
+        .signed("POST", "ipaddresses/?op=reserve", Some("ip=127.11.130.21"))
         .json();
-    assert_eq!(taken["ip"], "10.11.130.21");
+    assert_eq!(taken["ip"], "127.11.130.21");
     let cp1 = admin
         .signed("POST", "machines/?op=allocate", Some("name=cp-1"))
         .json();
@@ -1238,7 +1245,7 @@ fn reserved_addresses_are_never_handed_out() {
     let deployed = admin
         .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
         .json();
-    assert_eq!(deployed["ip_addresses"], json!(["10.11.130.3"]));
+    assert_eq!(deployed["ip_addresses"], json!(["127.11.130.3"]));
 
     let mine = admin.signed("GET", "ipaddresses/", None).json();
     let ips: Vec<&str> = mine
@@ -1247,7 +1254,7 @@ fn reserved_addresses_are_never_handed_out() {
         .iter()
         .map(|r| r["ip"].as_str().unwrap())
         .collect();
-    assert_eq!(ips, ["10.11.130.200", "10.11.130.2", "10.11.130.21"]);
+    assert_eq!(ips, ["127.11.130.200", "127.11.130.2", "127.11.130.21"]);
     assert_eq!(
         operator.signed("GET", "ipaddresses/", None).json(),
         json!([])
@@ -1262,7 +1269,7 @@ fn reserved_addresses_are_never_handed_out() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["ip"] == "10.11.130.3")
+        .find(|r| r["ip"] == "127.11.130.3")
         .expect("the machine's address");
     assert_eq!(
         (auto["alloc_type"].clone(), auto["alloc_type_name"].clone()),
@@ -1270,16 +1277,16 @@ fn reserved_addresses_are_never_handed_out() {
     );
     assert_eq!(auto["interface_set"][0]["system_id"], id);
 
-    let not_theirs = operator.signed("POST", "ipaddresses/?op=release", Some("ip=10.11.130.200"));
+    let not_theirs = operator.signed("POST", "ipaddresses/?op=release", Some("ip=127.11.130.200"));
     assert_eq!(not_theirs.status, 400);
     assert!(not_theirs.body.starts_with(
-        "IP address 10.11.130.200 does not exist, is not the correct type of address, or does not \
+        "IP address 127.11.130.200 does not exist, is not the correct type of address, or does not \
          belong to the requesting user.\nIf you are sure"
     ));
     let forced = operator.signed(
         "POST",
         "ipaddresses/?op=release",
-        Some("ip=10.11.130.200&force=true"),
+        Some("ip=127.11.130.200&force=true"),
     );
     assert_eq!(
         (forced.status, forced.body.as_str()),
@@ -1288,7 +1295,7 @@ fn reserved_addresses_are_never_handed_out() {
             "Force-releasing an IP address requires admin privileges."
         )
     );
-    let released = admin.signed("POST", "ipaddresses/?op=release", Some("ip=10.11.130.200"));
+    let released = admin.signed("POST", "ipaddresses/?op=release", Some("ip=127.11.130.200"));
     assert_eq!((released.status, released.body.as_str()), (204, ""));
     let record = admin
         .signed("GET", "dnsresources/?fqdn=prod-vip.k8s.maas", None)
@@ -1301,11 +1308,11 @@ fn reserved_addresses_are_never_handed_out() {
     let again = admin.signed(
         "POST",
         "ipaddresses/?op=release",
-        Some("ip=10.11.130.200&force=true"),
+        Some("ip=127.11.130.200&force=true"),
     );
     assert_eq!(
         (again.status, again.body.as_str()),
-        (400, "IP address 10.11.130.200 does not exist.")
+        (400, "IP address 127.11.130.200 does not exist.")
     );
 }
 
@@ -1344,7 +1351,7 @@ fn static_links_give_machines_their_address() {
         ),
         (
             "mode=STATIC&subnet=1&ip_address=10.9.9.9",
-            json!({"ip_address": ["IP address is not in the given subnet 'lab:10.11.130.0/24(vid=0)'."]}),
+            json!({"ip_address": ["IP address is not in the given subnet 'lab:127.11.130.0/24(vid=0)'."]}),
         ),
         (
             "mode=DHCP&subnet=1&default_gateway=true",
@@ -1358,8 +1365,8 @@ fn static_links_give_machines_their_address() {
         let a = link(&admin, form);
         assert_eq!((a.status, a.json()), (400, errors), "{form}");
     }
-    admin.signed("POST", "ipaddresses/?op=reserve", Some("ip=10.11.130.150"));
-    let in_use = link(&admin, "mode=STATIC&subnet=1&ip_address=10.11.130.150");
+    admin.signed("POST", "ipaddresses/?op=reserve", Some("ip=127.11.130.150"));
+    let in_use = link(&admin, "mode=STATIC&subnet=1&ip_address=127.11.130.150");
     assert_eq!(
         (in_use.status, in_use.body.as_str()),
         (404, "IP address is already in use.")
@@ -1367,12 +1374,12 @@ fn static_links_give_machines_their_address() {
 
     let linked = link(
         &admin,
-        "mode=static&subnet=10.11.130.0/24&ip_address=10.11.130.151&default_gateway=true",
+        "mode=static&subnet=127.11.130.0/24&ip_address=127.11.130.151&default_gateway=true",
     );
     assert_eq!(linked.status, 200, "{}", linked.body);
     let links = linked.json()["links"].clone();
     assert_eq!(links[1]["mode"], "static");
-    assert_eq!(links[1]["ip_address"], "10.11.130.151");
+    assert_eq!(links[1]["ip_address"], "127.11.130.151");
     let static_link = links[1]["id"].clone();
     let unlinked = admin.signed(
         "POST",
@@ -1388,19 +1395,19 @@ fn static_links_give_machines_their_address() {
     let ready = machine_status(&admin, &id);
     assert_eq!(
         ready["ip_addresses"],
-        json!(["10.11.130.151"]),
+        json!(["127.11.130.151"]),
         "a STATIC address is there at once"
     );
     assert_eq!(
         ready["default_gateways"]["ipv4"],
-        json!({"gateway_ip": "10.11.130.1", "link_id": static_link})
+        json!({"gateway_ip": "127.11.130.1", "link_id": static_link})
     );
 
     admin.signed("POST", "machines/?op=allocate", Some("name=cp-2"));
     let deployed = admin
         .signed("POST", &format!("machines/{id}/?op=deploy"), Some(""))
         .json();
-    assert_eq!(deployed["ip_addresses"], json!(["10.11.130.151"]));
+    assert_eq!(deployed["ip_addresses"], json!(["127.11.130.151"]));
     let late = link(&admin, "mode=AUTO&subnet=1");
     assert_eq!(
         (late.status, late.body.as_str()),
@@ -1411,7 +1418,7 @@ fn static_links_give_machines_their_address() {
     assert_eq!(released["status_name"], "Ready");
     assert_eq!(
         released["ip_addresses"],
-        json!(["10.11.130.151"]),
+        json!(["127.11.130.151"]),
         "STATIC stays"
     );
 

@@ -429,7 +429,7 @@ fn deployed_inventory(n: usize) -> Value {
         .map(|i| {
             json!({"hostname": format!("m-{i:04}"), "pool": "p", "zone": "z",
                    "status": "Deployed", "owner": "admin", "power_state": "on",
-                   "ip_addresses": [format!("10.20.{}.{}", i / 250, i % 250 + 1)]})
+                   "ip_addresses": [format!("127.20.{}.{}", i / 250, i % 250 + 1)]})
         })
         .collect();
     json!({
@@ -437,7 +437,7 @@ fn deployed_inventory(n: usize) -> Value {
                       "username": "admin", "is_superuser": true}],
         "zones": [{"name": "z"}],
         "pools": [{"name": "p"}],
-        "subnet": {"cidr": "10.20.0.0/16", "gateway_ip": "10.20.0.1"},
+        "subnet": {"cidr": "127.20.0.0/16", "gateway_ip": "127.20.0.1"},
         "machines": machines,
     })
 }

@@ -116,6 +116,11 @@ pub fn inventory() -> Value {
             "title": "Ubuntu 22.04 + Kubernetes 1.27.3",
             "base_image": "ubuntu/jammy",
         }));
+    // The machines live in the lab's network namespace, on the network
+    // the README story names (the story inventory's own is loopback).
+    inventory["subnet"] =
+        json!({"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1", "name": "lab"});
+    inventory["settings"]["machines_in_network_namespace"] = json!(true);
     inventory["_comment"] = json!("the KCP lab (tests/support/kcp_lab.rs)");
     inventory
 }

@@ -612,10 +612,10 @@ mod tests {
         let inventory = Inventory::from_json(
             r#"{"domains": [{"name": "k8s.maas", "ttl": 45}, {"name": "ext.example", "authoritative": false}],
                 "machines": [{"hostname": "cp-1", "domain": "k8s.maas", "status": "Deployed",
-                              "ip_addresses": ["10.0.0.21", "2001:db8::21"]},
+                              "ip_addresses": ["127.10.0.21", "::1"]},
                              {"hostname": "idle", "domain": "k8s.maas"}],
                 "dns_resources": [{"fqdn": "api.k8s.maas", "address_ttl": 10,
-                                   "ip_addresses": ["10.0.0.21", "10.0.0.22"]},
+                                   "ip_addresses": ["127.10.0.21", "127.10.0.22"]},
                                   {"fqdn": "empty.k8s.maas"}]}"#,
         )
         .unwrap();
@@ -674,14 +674,14 @@ mod tests {
         assert_eq!(
             a.answers,
             vec![
-                (TYPE_A, 10, vec![10, 0, 0, 21]),
-                (TYPE_A, 10, vec![10, 0, 0, 22])
+                (TYPE_A, 10, vec![127, 10, 0, 21]),
+                (TYPE_A, 10, vec![127, 10, 0, 22])
             ]
         );
         let m = parse(&answer(&w, &query("cp-1.k8s.maas", TYPE_A, true), Transport::Udp).unwrap());
         assert_eq!(
             m.answers,
-            vec![(TYPE_A, 45, vec![10, 0, 0, 21])],
+            vec![(TYPE_A, 45, vec![127, 10, 0, 21])],
             "the domain's TTL"
         );
         assert_eq!(m.counts[3], 1, "OPT answered");
@@ -783,7 +783,7 @@ mod tests {
     fn udp_answers_that_do_not_fit_are_truncated() {
         let mut w = world();
         let ips: Vec<String> = (1..=200)
-            .map(|i| format!("10.1.{}.{}", i / 250, i % 250))
+            .map(|i| format!("127.1.{}.{}", i / 250, i % 250))
             .collect();
         w.dns[0].ips = ips;
         let udp = answer(&w, &query("api.k8s.maas", TYPE_A, false), Transport::Udp).unwrap();

@@ -7,16 +7,16 @@
 //!   "domains": [{"name": "k8s.maas", "ttl": 30}],        // "maas" (id 0) always exists
 //!   "zones": [{"name": "zone-a"}], "pools": [{"name": "cp-pool"}],   // "default" always exists
 //!   "tags": ["gpu"],                                       // plus every machine tag
-//!   "subnet": {"cidr": "10.11.130.0/24", "gateway_ip": "10.11.130.1"},
-//!   "subnets": [{"cidr": "10.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-0"}}],
+//!   "subnet": {"cidr": "127.11.130.0/24", "gateway_ip": "127.11.130.1"},
+//!   "subnets": [{"cidr": "127.20.0.0/24", "name": "storage", "vlan": {"vid": 20, "fabric": "fabric-0"}}],
 //!   "boot_resources": [{"name": "ubuntu/jammy", "type": "Synced", "architecture": "amd64/ga-22.04"},
 //!                      {"name": "u-2204-0-k-1264-0", "type": "Uploaded", "architecture": "amd64/generic"}],
 //!   "machines": [{"hostname": "cp-1", "cpu_count": 8, "memory": 32768, "disks_gb": [120],
 //!                 "zone": "zone-a", "pool": "cp-pool", "tags": ["control-plane"],
-//!                 "ip_addresses": ["10.11.130.21"]},
+//!                 "ip_addresses": ["127.11.130.21"]},
 //!                {"hostname": "cp-2", "interfaces": [
-//!                   {"name": "eth0", "links": [{"ip_address": "10.11.130.22"}]},
-//!                   {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "10.20.0.22"}]}]}],
+//!                   {"name": "eth0", "links": [{"ip_address": "127.11.130.22"}]},
+//!                   {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "127.20.0.22"}]}]}],
 //!   "settings": {"deploy_seconds": 10, "release_seconds": 2} }
 //! ```
 //! Every field but `machines[].hostname` is optional.
@@ -103,7 +103,7 @@ pub struct VlanEntry {
 }
 
 /// A machine interface: `{"name": "eth1", "mac_address": "...", "links":
-/// [{"subnet": "10.20.0.0/24", "mode": "static", "ip_address": "10.20.0.5"}]}`.
+/// [{"subnet": "127.20.0.0/24", "mode": "static", "ip_address": "127.20.0.5"}]}`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct InterfaceEntry {
@@ -190,6 +190,11 @@ pub struct Settings {
     pub default_distro_series: String,
     /// Every API call (not `/_sim/`) takes at least this long.
     pub latency_ms: u64,
+    /// The machines' addresses live in a network namespace the test made
+    /// (the KCP lab). Without it every machine address must be a loopback
+    /// one: capmaas connects to machine addresses (the join probe), and a
+    /// test may send traffic only to loopback or to its own namespaces.
+    pub machines_in_network_namespace: bool,
 }
 
 impl Default for Settings {
@@ -199,6 +204,7 @@ impl Default for Settings {
             release_seconds: 2.0,
             default_distro_series: "jammy".into(),
             latency_ms: 0,
+            machines_in_network_namespace: false,
         }
     }
 }

@@ -16,11 +16,11 @@ const INVENTORY: &str = r#"{
   "domains": [{"name": "k8s.maas", "ttl": 45}],
   "boot_resources": [{"name": "ubuntu/jammy", "architecture": "amd64/ga-22.04"}],
   "machines": [
-    {"hostname": "cp-1", "domain": "k8s.maas", "status": "Deployed", "ip_addresses": ["10.0.0.21"]},
-    {"hostname": "cp-2", "domain": "k8s.maas", "ip_addresses": ["10.0.0.22"]}
+    {"hostname": "cp-1", "domain": "k8s.maas", "status": "Deployed", "ip_addresses": ["127.10.0.21"]},
+    {"hostname": "cp-2", "domain": "k8s.maas", "ip_addresses": ["127.10.0.22"]}
   ],
   "dns_resources": [
-    {"fqdn": "api.k8s.maas", "address_ttl": 10, "ip_addresses": ["10.0.0.21", "10.0.0.23"]}
+    {"fqdn": "api.k8s.maas", "address_ttl": 10, "ip_addresses": ["127.10.0.21", "127.10.0.23"]}
   ]
 }"#;
 
@@ -47,10 +47,10 @@ fn answers_over_udp_and_tcp() {
         );
         assert_eq!(
             ips(&api),
-            [("10.0.0.21".into(), 10), ("10.0.0.23".into(), 10)]
+            [("127.10.0.21".into(), 10), ("127.10.0.23".into(), 10)]
         );
         let cp = lookup(dns, "CP-1.k8s.maas.", A, tcp).unwrap();
-        assert_eq!(ips(&cp), [("10.0.0.21".into(), 45)]);
+        assert_eq!(ips(&cp), [("127.10.0.21".into(), 45)]);
         let nodata = lookup(dns, "cp-1.k8s.maas", AAAA, tcp).unwrap();
         assert_eq!(
             (nodata.rcode, nodata.addresses.len(), nodata.authority),
@@ -108,7 +108,7 @@ fn glibc_resolves_through_a_network_namespace() {
         "ip",
         "addr",
         "add",
-        "10.0.0.99/32",
+        "127.10.0.99/32",
         "dev",
         "lo",
     ]);
@@ -152,20 +152,20 @@ fn glibc_resolves_through_a_network_namespace() {
     assert_eq!(
         found,
         [
-            "10.0.0.21".parse::<IpAddr>().unwrap(),
-            "10.0.0.23".parse().unwrap()
+            "127.10.0.21".parse::<IpAddr>().unwrap(),
+            "127.10.0.23".parse().unwrap()
         ],
         "{text}"
     );
     // A and AAAA in parallel on one socket (the AAAA is NODATA).
     let both = getent(&["ahosts", "cp-1.k8s.maas"]);
     assert!(
-        String::from_utf8_lossy(&both.stdout).starts_with("10.0.0.21"),
+        String::from_utf8_lossy(&both.stdout).starts_with("127.10.0.21"),
         "{both:?}"
     );
     let one = getent(&["hosts", "cp-1.k8s.maas"]);
     assert!(
-        String::from_utf8_lossy(&one.stdout).starts_with("10.0.0.21"),
+        String::from_utf8_lossy(&one.stdout).starts_with("127.10.0.21"),
         "{one:?}"
     );
     let unknown = getent(&["hosts", "nope.k8s.maas"]);

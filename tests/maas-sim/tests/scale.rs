@@ -23,7 +23,7 @@ fn inventory(machines: usize) -> maas_sim::Inventory {
         .collect();
     maas_sim::Inventory::from_json(&format!(
         r#"{{"api_keys": [{{"key": "ck:tk:secret"}}], "zones": [{{"name": "z"}}],
-             "pools": [{{"name": "p"}}], "subnet": {{"cidr": "10.20.0.0/16", "gateway_ip": "10.20.0.1"}},
+             "pools": [{{"name": "p"}}], "subnet": {{"cidr": "127.20.0.0/16", "gateway_ip": "127.20.0.1"}},
              "machines": [{}]}}"#,
         list.join(",")
     ))

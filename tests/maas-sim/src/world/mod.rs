@@ -420,6 +420,25 @@ impl World {
         Ok(world)
     }
 
+    /// Test safety: a machine may be given only a loopback address, unless
+    /// the inventory says its machines live in a network namespace the test
+    /// made. capmaas connects to machine addresses (the join probe), and a
+    /// test must never send traffic elsewhere.
+    pub(crate) fn check_test_address(&self, hostname: &str, ip: &str) -> Result<(), String> {
+        if self.settings.machines_in_network_namespace {
+            return Ok(());
+        }
+        match ip.parse::<std::net::IpAddr>() {
+            Ok(addr) if addr.is_loopback() => Ok(()),
+            _ => Err(format!(
+                "test safety: machine {hostname} would get the address {ip}, which is not a \
+                 loopback address; give test machines 127.0.0.0/8 addresses, or set \
+                 settings.machines_in_network_namespace in an inventory whose machines live \
+                 in a network namespace the test made"
+            )),
+        }
+    }
+
     /// Adds a machine from an inventory entry; returns its system_id.
     pub fn add_machine(&mut self, m: &MachineEntry) -> Result<String, String> {
         if m.hostname.is_empty() {
@@ -530,6 +549,16 @@ impl World {
         });
         if let Some(m) = self.machines.last_mut() {
             m.static_json = crate::render::machine_static(m);
+        }
+        if let Some(m) = self.machines.last() {
+            for ip in m
+                .interfaces
+                .iter()
+                .flat_map(|i| &i.links)
+                .flat_map(|l| l.ip.iter().chain(&l.planned))
+            {
+                self.check_test_address(&m.hostname, ip)?;
+            }
         }
         Ok(system_id)
     }

@@ -195,11 +195,11 @@ pub struct Interface {
 impl World {
     /// Subnets from the inventory: `subnets`, after the legacy single
     /// `subnet`; each subnet's VLAN is its own untagged VLAN on its own
-    /// fabric unless the inventory names one. Without any: 10.0.0.0/24.
+    /// fabric unless the inventory names one. Without any: 127.10.0.0/24.
     pub(super) fn load_subnets(&mut self, entries: &[SubnetEntry]) -> Result<(), String> {
         let default = [SubnetEntry {
-            cidr: "10.0.0.0/24".into(),
-            gateway_ip: Some("10.0.0.1".into()),
+            cidr: "127.10.0.0/24".into(),
+            gateway_ip: Some("127.10.0.1".into()),
             ..SubnetEntry::default()
         }];
         let entries = if entries.is_empty() {
@@ -479,6 +479,9 @@ impl World {
                 let Some(ip) = planned.or_else(|| self.free_address(subnet_id, &taken)) else {
                     return fail(503, "Failed to allocate the required AUTO IP addresses");
                 };
+                if let Err(unsafe_address) = self.check_test_address(&m.hostname, &ip.to_string()) {
+                    return fail(500, unsafe_address);
+                }
                 taken.insert(ip);
                 claims.push((i, l, ip.to_string()));
             }
@@ -540,7 +543,7 @@ pub fn vlan_json(v: &Vlan) -> Value {
 /// `label:key=value[,key=value...]` (`parse_labeled_constraint_map`).
 pub type InterfaceWanted = (String, Vec<(String, String)>);
 
-/// Parses `eth0:subnet=10.0.0.0/24;eth1:fabric=storage,mode=static` with
+/// Parses `eth0:subnet=127.10.0.0/24;eth1:fabric=storage,mode=static` with
 /// MAAS's own error texts.
 pub fn parse_interfaces_constraint(value: &str) -> Result<Vec<InterfaceWanted>, String> {
     if value.len() <= 1 {
@@ -652,8 +655,8 @@ mod tests {
 
     #[test]
     fn cidrs() {
-        let c = Cidr::parse("10.11.130.7/24").unwrap();
-        assert!(c.contains("10.11.130.255".parse().unwrap()));
+        let c = Cidr::parse("127.11.130.7/24").unwrap();
+        assert!(c.contains("127.11.130.255".parse().unwrap()));
         assert!(!c.contains("10.11.131.0".parse().unwrap()));
         assert!(!c.contains("::1".parse().unwrap()));
         let hosts: Vec<IpAddr> = Cidr::parse("192.0.2.0/30").unwrap().hosts().collect();
@@ -668,7 +671,7 @@ mod tests {
         let v6 = Cidr::parse("2001:db8::/126").unwrap();
         assert_eq!(v6.hosts().count(), 3);
         assert!(v6.contains("2001:db8::3".parse().unwrap()));
-        assert!(Cidr::parse("10.0.0.0/33").is_none());
+        assert!(Cidr::parse("127.10.0.0/33").is_none());
         assert!(Cidr::parse("nope/8").is_none());
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
@@ -678,11 +681,13 @@ mod tests {
     #[test]
     fn interfaces_constraint_parses_like_maas() {
         assert_eq!(
-            parse_interfaces_constraint("eth0:subnet=10.0.0.0/24;eth1:fabric=storage,mode=static"),
+            parse_interfaces_constraint(
+                "eth0:subnet=127.10.0.0/24;eth1:fabric=storage,mode=static"
+            ),
             Ok(vec![
                 (
                     "eth0".to_owned(),
-                    vec![("subnet".to_owned(), "10.0.0.0/24".to_owned())]
+                    vec![("subnet".to_owned(), "127.10.0.0/24".to_owned())]
                 ),
                 (
                     "eth1".to_owned(),
