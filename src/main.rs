@@ -71,6 +71,9 @@ FLAGS:
                                            record as soon as it runs, without waiting for its
                                            API server to answer on its address (for a manager
                                            that cannot reach the machines; default: false)
+    --no-node-maas-labels[=BOOL]           do not label Nodes with MAAS's zone
+                                           (topology.kubernetes.io/zone), pool and tags
+                                           (maas.capmaas.io/...) (default: false)
     --shutdown-timeout DURATION            how long running reconciles may finish on SIGTERM
                                            (default: 30s; 0s to 1h)
     -h, --help                             print this help
@@ -154,7 +157,11 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
         };
         let is_bool = matches!(
             name,
-            "leader-elect" | "no-swap-update" | "release-erase" | "dns-attach-without-api-check"
+            "leader-elect"
+                | "no-swap-update"
+                | "release-erase"
+                | "dns-attach-without-api-check"
+                | "no-node-maas-labels"
         );
         let value = if is_bool {
             inline.unwrap_or_else(|| "true".to_string())
@@ -202,6 +209,7 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
             "dns-attach-without-api-check" => {
                 config.options.dns_attach_without_api_check = parse_bool(name, value)?
             }
+            "no-node-maas-labels" => config.options.no_node_maas_labels = parse_bool(name, value)?,
             "shutdown-timeout" => config.shutdown_timeout = parse_duration(name, value)?,
             _ => return Err(format!("unknown flag --{name} (see --help)")),
         }

@@ -291,6 +291,22 @@ fn the_story() {
                 )
                 .ok()?;
                 (node["spec"]["providerID"] == provider_id).then_some(())?;
+                // MAAS's facts as labels (issue 23 item 4).
+                let labels = &node["metadata"]["labels"];
+                let pool = if cps.contains(name) {
+                    "cp-pool"
+                } else {
+                    "worker-pool"
+                };
+                let tag = if cps.contains(name) {
+                    "control-plane"
+                } else {
+                    "worker"
+                };
+                (labels["topology.kubernetes.io/zone"] == mm["spec"]["failureDomain"]
+                    && labels["maas.capmaas.io/pool"] == pool
+                    && labels[format!("maas.capmaas.io/tag.{tag}")] == "true")
+                    .then_some(())?;
                 let ready = objects::condition(&mm, "Ready").cloned()?;
                 (ready["status"] == "True").then_some(())?;
             }

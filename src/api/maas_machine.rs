@@ -6,6 +6,8 @@
 //! rest (e.g. the Go provider's `spec.lxd`), see `api::meta` for why that
 //! is safe.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::capi;
@@ -253,6 +255,11 @@ pub struct MaasMachineStatus {
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_message: Option<String>,
+    /// The labels capmaas put on the Node from MAAS's facts (zone, pool,
+    /// tags): what to take off again when MAAS changes them. In status,
+    /// where tenants do not write.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

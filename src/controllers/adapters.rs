@@ -551,6 +551,20 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
     }
+
+    fn label_node(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        labels: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> Result<(), kube::Error> {
+        let client = self.client(namespace, cluster)?;
+        let patch = json!({"metadata": {"labels": labels}});
+        client
+            .patch_merge(&NODES, None, node_name, &patch)
+            .map(|_| ())
+    }
 }
 
 /// One object by a direct GET, decoded into `T`; `Ok(None)` on 404.

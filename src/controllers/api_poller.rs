@@ -409,6 +409,15 @@ mod tests {
         ) -> Result<(), kube::Error> {
             Ok(())
         }
+        fn label_node(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &std::collections::BTreeMap<String, Option<String>>,
+        ) -> Result<(), kube::Error> {
+            unreachable!("the poller never labels Nodes")
+        }
     }
 
     #[test]
@@ -467,6 +476,15 @@ mod tests {
                 _: &str,
             ) -> Result<(), kube::Error> {
                 Ok(())
+            }
+            fn label_node(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: &std::collections::BTreeMap<String, Option<String>>,
+            ) -> Result<(), kube::Error> {
+                unreachable!("the poller never labels Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
@@ -630,6 +648,15 @@ mod tests {
         ) -> Result<(), kube::Error> {
             Ok(())
         }
+        fn label_node(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &std::collections::BTreeMap<String, Option<String>>,
+        ) -> Result<(), kube::Error> {
+            unreachable!("the poller never labels Nodes")
+        }
     }
 
     /// Issue 12 item 7: probes ran one after the other on the poller thread,
@@ -715,6 +742,15 @@ mod tests {
                 _: &str,
             ) -> Result<(), kube::Error> {
                 Ok(())
+            }
+            fn label_node(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: &std::collections::BTreeMap<String, Option<String>>,
+            ) -> Result<(), kube::Error> {
+                unreachable!("the poller never labels Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();

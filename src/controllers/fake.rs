@@ -467,6 +467,13 @@ impl FakeMaas {
         lock(&self.machines)[system_id].clone()
     }
 
+    /// Changes a machine as an admin would in MAAS (zone, pool, tags).
+    pub fn edit_host(&self, system_id: &str, f: impl FnOnce(&mut maas::Machine)) {
+        if let Some(host) = lock(&self.machines).get_mut(system_id) {
+            f(host);
+        }
+    }
+
     pub fn set_state(&self, system_id: &str, status: MachineStatus, name: &str, power: PowerState) {
         let mut machines = lock(&self.machines);
         let host = machines.get_mut(system_id).unwrap();
@@ -1121,6 +1128,8 @@ pub struct FakeWorkload {
     pub up: Mutex<HashSet<String>>,
     /// Machine addresses whose API server answers.
     pub up_addresses: Mutex<HashSet<String>>,
+    /// (cluster, node name) → the Node's labels.
+    pub node_labels: Mutex<HashMap<(String, String), BTreeMap<String, String>>>,
 }
 
 impl WorkloadApi for FakeWorkload {
@@ -1179,6 +1188,29 @@ impl WorkloadApi for FakeWorkload {
             });
         }
         *p = provider_id.into();
+        Ok(())
+    }
+    fn label_node(
+        &self,
+        _namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        labels: &BTreeMap<String, Option<String>>,
+    ) -> Result<(), kube::Error> {
+        if !lock(&self.nodes).contains_key(&(cluster.into(), node_name.into())) {
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH /api/v1/nodes/{node_name}"),
+                message: "node not found".into(),
+            });
+        }
+        let mut all = lock(&self.node_labels);
+        let node = all.entry((cluster.into(), node_name.into())).or_default();
+        for (key, value) in labels {
+            match value {
+                Some(v) => node.insert(key.clone(), v.clone()),
+                None => node.remove(key),
+            };
+        }
         Ok(())
     }
 }

@@ -80,6 +80,8 @@ pub struct Options {
     /// API server being probed first (a manager that cannot reach the
     /// machines' addresses).
     pub dns_attach_without_api_check: bool,
+    /// Do not label Nodes with MAAS's zone, pool and tags.
+    pub no_node_maas_labels: bool,
 }
 
 /// Everything a reconcile needs; shared by all workers of both controllers.

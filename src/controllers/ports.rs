@@ -20,6 +20,7 @@
 //!   reconciler to wake machines waiting on the DNS record.
 //! - [`Clock`]: wall time, fixed in tests.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -274,6 +275,14 @@ pub trait WorkloadApi: Send + Sync {
         cluster: &str,
         node_name: &str,
         provider_id: &str,
+    ) -> Result<(), kube::Error>;
+    /// Sets (`Some`) or removes (`None`) these labels on the Node.
+    fn label_node(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        labels: &BTreeMap<String, Option<String>>,
     ) -> Result<(), kube::Error>;
 }
 

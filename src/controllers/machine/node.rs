@@ -5,6 +5,14 @@
 //!
 //! `spec.providerID` of a Node can be set only once: a Node that already
 //! carries another one is reported on the condition, not retried forever.
+//!
+//! With the providerID, the Node gets MAAS's facts as labels (the zone as
+//! `topology.kubernetes.io/zone`, the pool and each tag under
+//! `maas.capmaas.io/`), kept in step when MAAS changes them: the labels
+//! applied are recorded in status, so a change costs one PATCH and an
+//! unchanged machine costs nothing (`--no-node-maas-labels` turns it off).
+
+use std::collections::BTreeMap;
 
 use super::{poll_interval, MachineReconciling};
 use crate::api::capi::Cluster;
@@ -14,7 +22,15 @@ use crate::api::maas_machine as mm_api;
 use crate::api::{Desired, MaasCluster};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
+use crate::maas;
 use crate::runtime::Action;
+
+/// The well-known label for the machine's failure domain.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The MAAS resource pool the machine came from.
+pub const POOL_LABEL: &str = "maas.capmaas.io/pool";
+/// Each MAAS tag of the machine: `maas.capmaas.io/tag.<tag>: "true"`.
+pub const TAG_LABEL_PREFIX: &str = "maas.capmaas.io/tag.";
 
 pub(super) fn ensure_provider_id(
     r: &mut MachineReconciling,
@@ -114,6 +130,112 @@ pub(super) fn ensure_provider_id(
         mm_api::NODE_PROVIDER_ID_SET,
     ));
     Ok(None)
+}
+
+/// Puts MAAS's facts on the Node as labels once its providerID is set, and
+/// keeps them in step: labels capmaas applied earlier that MAAS no longer
+/// gives are removed; labels of anyone else are never touched.
+pub(super) fn ensure_node_labels(
+    r: &mut MachineReconciling,
+    cluster: &Cluster,
+    host: &maas::Machine,
+) -> Result<Option<Action>, Error> {
+    if r.ctx.options.no_node_maas_labels
+        || !conditions::is_true(&r.status.conditions, mm_api::NODE_PROVIDER_ID_SET)
+    {
+        return Ok(None);
+    }
+    let wanted = maas_labels(host);
+    if wanted == r.status.node_labels {
+        return Ok(None);
+    }
+    let namespace = r.object.metadata.namespace.clone();
+    let cluster_name = cluster.metadata.name.clone();
+    let mut node = None;
+    for candidate in node_names(&host.hostname) {
+        match r.ctx.workload.node(&namespace, &cluster_name, &candidate) {
+            Ok(Some(found)) => {
+                node = Some(found);
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                log::info!("{}: labelling the Node waits: {e}", r.key());
+                return Ok(Some(wait(r)));
+            }
+        }
+    }
+    // The Node is gone (deleted by hand, or being replaced): nothing to
+    // label; the providerID step notices a recreated one.
+    let Some(node) = node else {
+        return Ok(None);
+    };
+    let mut patch: BTreeMap<String, Option<String>> = r
+        .status
+        .node_labels
+        .keys()
+        .filter(|k| !wanted.contains_key(*k))
+        .map(|k| (k.clone(), None))
+        .collect();
+    patch.extend(wanted.iter().map(|(k, v)| (k.clone(), Some(v.clone()))));
+    match r
+        .ctx
+        .workload
+        .label_node(&namespace, &cluster_name, &node.name, &patch)
+    {
+        Ok(()) => {
+            r.event(
+                EventType::Normal,
+                "NodeLabelled",
+                &format!(
+                    "Node {} labelled with MAAS's zone, pool and tags ({} labels)",
+                    node.name,
+                    wanted.len()
+                ),
+            );
+            r.status.node_labels = wanted;
+            Ok(None)
+        }
+        Err(e) => {
+            r.event(
+                EventType::Warning,
+                "NodeLabelsFailed",
+                &format!("labelling Node {}: {e}", node.name),
+            );
+            Ok(Some(wait(r)))
+        }
+    }
+}
+
+/// The labels MAAS's facts give a Node. A zone, pool or tag that cannot be
+/// a label (longer than 63 characters, or other characters than
+/// Kubernetes allows) is left out rather than refused by the API server.
+pub(crate) fn maas_labels(host: &maas::Machine) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    if is_label_value(&host.zone) && !host.zone.is_empty() {
+        labels.insert(ZONE_LABEL.to_string(), host.zone.clone());
+    }
+    if is_label_value(&host.pool) && !host.pool.is_empty() {
+        labels.insert(POOL_LABEL.to_string(), host.pool.clone());
+    }
+    for tag in &host.tag_names {
+        let key = format!("{TAG_LABEL_PREFIX}{tag}");
+        if key.len() - "maas.capmaas.io/".len() <= 63 && is_label_value(tag) && !tag.is_empty() {
+            labels.insert(key, "true".to_string());
+        }
+    }
+    labels
+}
+
+/// A label value (and a label name's syntax): at most 63 characters of
+/// `[A-Za-z0-9_.-]`, beginning and ending with an alphanumeric.
+fn is_label_value(v: &str) -> bool {
+    let alnum_ends = v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+        && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric());
+    v.len() <= 63
+        && alnum_ends
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn wait(r: &MachineReconciling) -> Action {

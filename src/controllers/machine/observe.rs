@@ -162,6 +162,9 @@ pub(super) fn observe(
             )? {
                 next = earliest(next, node_next);
             }
+            if let Some(labels_next) = node::ensure_node_labels(r, cluster, host)? {
+                next = earliest(next, labels_next);
+            }
         }
     }
     Ok(next)

@@ -1,5 +1,6 @@
 //! MaasMachine reconcile steps against the in-memory fakes.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
@@ -912,6 +913,99 @@ fn sets_the_node_provider_id_once_the_api_is_up() {
         w.maas_machine(NS, "m1").conditions(),
         mm_api::NODE_PROVIDER_ID_SET
     ));
+}
+
+/// Issue 23 item 4: MAAS's zone, pool and tags on the Node, kept in step.
+#[test]
+fn the_node_carries_maas_facts_as_labels_kept_in_step() {
+    let w = World::new(1);
+    let id = deploying_worker(&w);
+    w.maas.edit_host(&id, |h| {
+        h.pool = "worker-pool".into();
+        h.tag_names = vec!["worker".into(), "gpu".into(), "bad tag!".into()];
+    });
+    w.maas.finish_deployments();
+    api_available(&w);
+    let hostname = w.maas.host(&id).hostname;
+    let node = ("c1".to_string(), hostname.clone());
+    w.workload
+        .nodes
+        .lock()
+        .unwrap()
+        .insert(node.clone(), String::new());
+    // Someone else's label is never touched.
+    w.workload.node_labels.lock().unwrap().insert(
+        node.clone(),
+        [("team".to_string(), "storage".to_string())].into(),
+    );
+    reconcile(&w, "m1").unwrap();
+    let zone = w.maas.host(&id).zone;
+    let labels = |w: &World| w.workload.node_labels.lock().unwrap()[&node].clone();
+    assert_eq!(
+        labels(&w),
+        [
+            ("maas.capmaas.io/pool", "worker-pool"),
+            ("maas.capmaas.io/tag.gpu", "true"),
+            ("maas.capmaas.io/tag.worker", "true"),
+            ("team", "storage"),
+            ("topology.kubernetes.io/zone", zone.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect::<BTreeMap<_, _>>()
+    );
+    assert_eq!(w.maas_machine(NS, "m1").status().node_labels.len(), 4);
+
+    // Nothing new: no workload call at all.
+    w.workload.node_labels.lock().unwrap().remove(&node);
+    reconcile(&w, "m1").unwrap();
+    assert!(!w.workload.node_labels.lock().unwrap().contains_key(&node));
+
+    // MAAS changes: a tag goes, the pool changes; our old label goes.
+    w.maas.edit_host(&id, |h| {
+        h.pool = "other-pool".into();
+        h.tag_names = vec!["worker".into()];
+    });
+    w.workload.node_labels.lock().unwrap().insert(
+        node.clone(),
+        [("maas.capmaas.io/tag.gpu".to_string(), "true".to_string())].into(),
+    );
+    w.watched().list();
+    reconcile(&w, "m1").unwrap();
+    let now = labels(&w);
+    assert_eq!(
+        now.get("maas.capmaas.io/pool").map(String::as_str),
+        Some("other-pool")
+    );
+    assert!(!now.contains_key("maas.capmaas.io/tag.gpu"), "{now:?}");
+    assert!(now.contains_key("maas.capmaas.io/tag.worker"));
+}
+
+#[test]
+fn node_labels_are_off_with_the_opt_out() {
+    let w = World::with_options(
+        1,
+        Options {
+            no_node_maas_labels: true,
+            ..Options::default()
+        },
+    );
+    let id = deploying_worker(&w);
+    w.maas.finish_deployments();
+    api_available(&w);
+    let hostname = w.maas.host(&id).hostname;
+    w.workload
+        .nodes
+        .lock()
+        .unwrap()
+        .insert(("c1".into(), hostname), String::new());
+    reconcile(&w, "m1").unwrap();
+    assert!(conditions::is_true(
+        w.maas_machine(NS, "m1").conditions(),
+        mm_api::NODE_PROVIDER_ID_SET
+    ));
+    assert!(w.workload.node_labels.lock().unwrap().is_empty());
+    assert!(w.maas_machine(NS, "m1").status().node_labels.is_empty());
 }
 
 #[test]

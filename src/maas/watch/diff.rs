@@ -49,6 +49,7 @@ pub fn changed_fields(old: &Machine, new: &Machine) -> Vec<&'static str> {
     );
     check("zone", old.zone != new.zone);
     check("pool", old.pool != new.pool);
+    check("tag_names", old.tag_names != new.tag_names);
     check("locked", old.locked != new.locked);
     fields
 }
