@@ -215,6 +215,18 @@ impl MaasCluster {
         self.status.clone().unwrap_or_default()
     }
 
+    /// The cluster's failure domains: `spec.failureDomains` if given, else
+    /// those its status reports (the MAAS zones).
+    pub fn failure_domain_names(&self) -> Vec<String> {
+        if !self.spec.failure_domains.is_empty() {
+            return self.spec.failure_domains.clone();
+        }
+        self.status
+            .as_ref()
+            .map(|s| s.failure_domains.iter().map(|d| d.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
     pub fn dns_name(&self) -> Option<&str> {
         let name = self.status.as_ref()?.network.as_ref()?.dns_name.as_str();
         (!name.is_empty()).then_some(name)

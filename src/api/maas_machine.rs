@@ -55,6 +55,11 @@ pub const SWAP_UPDATE_DISABLED: &str = "SwapUpdateDisabled";
 /// Ours: the MAAS credentials of the machine's cluster cannot be used.
 pub const CREDENTIALS_UNAVAILABLE: &str = super::maas_cluster::CREDENTIALS_UNAVAILABLE;
 pub const NODE_PROVIDER_ID_SET: &str = "NodeProviderIDSet";
+/// With `spec.failureDomainFallback`: was the machine allocated in the
+/// failure domain asked for? False (reason `FailureDomainFallback`) names
+/// the zone it got instead. Informational: not part of `Ready`.
+pub const FAILURE_DOMAIN_MATCHED: &str = "FailureDomainMatched";
+pub const FAILURE_DOMAIN_FALLBACK: &str = "FailureDomainFallback";
 pub const WAITING_FOR_NODE: &str = "WaitingForNode";
 pub const NODE_PROVIDER_ID_MISMATCH: &str = "NodeProviderIDMismatch";
 
@@ -141,6 +146,15 @@ pub struct MaasMachineSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub machine_selector: Option<MachineSelector>,
+    /// When the failure domain's zone has no matching machine, allocate in
+    /// another zone of the cluster instead of waiting (off: wait, as the Go
+    /// provider does).
+    #[serde(
+        rename = "failureDomainFallback",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub failure_domain_fallback: bool,
     /// How to erase the disks on release: `None`, `Quick`, `Secure`, `Full`;
     /// unset: the controller's `--release-erase` (Full or None).
     #[serde(rename = "diskErase", default, skip_serializing_if = "Option::is_none")]

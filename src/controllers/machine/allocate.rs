@@ -30,6 +30,7 @@ use std::sync::Arc;
 use super::{observe, retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
+use crate::api::MaasCluster;
 use crate::controllers::identity::{self, Identity, Ownership, OWNER_DATA_KEY};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -40,6 +41,7 @@ use crate::runtime::Action;
 pub(super) fn find_or_allocate(
     r: &mut MachineReconciling,
     machine: &capi::Machine,
+    maas_cluster: Option<&MaasCluster>,
     identity: &Identity,
 ) -> Result<Step<maas::Machine>, Error> {
     if let Some(system_id) = r.object.system_id().map(str::to_string) {
@@ -75,13 +77,25 @@ pub(super) fn find_or_allocate(
         ));
     }
     let request = allocate_request(r, machine, identity);
-    match r.maas()?.allocate(&request) {
+    let allocated = match r.maas()?.allocate(&request) {
+        Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
+            allocate_elsewhere(r, &request, maas_cluster, e)
+        }
+        other => other,
+    };
+    match allocated {
         Ok(host) => {
             let message = format!(
                 "Allocated MAAS machine {} ({}) in zone {:?}",
                 host.system_id, host.hostname, host.zone
             );
             r.event(EventType::Normal, "MachineAllocated", &message);
+            if r.object.spec.failure_domain_fallback && request.zone.as_ref() == Some(&host.zone) {
+                r.set(crate::api::Desired::true_(
+                    mm_api::FAILURE_DOMAIN_MATCHED,
+                    mm_api::FAILURE_DOMAIN_MATCHED,
+                ));
+            }
             record_allocation(r, &host)?;
             let host = mark(r, host, identity)?;
             Ok(Step::Continue(host))
@@ -98,6 +112,62 @@ pub(super) fn find_or_allocate(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `spec.failureDomainFallback`: the zone asked for has no matching
+/// machine (`refused`), so try the cluster's other failure domains in turn
+/// (those `notInZones` allows). The identity travels with every attempt,
+/// so a crash in between finds the one allocation again. The condition
+/// says which zone the machine came from; with every zone refused, the
+/// first refusal is the answer (the user asked for that zone).
+fn allocate_elsewhere(
+    r: &mut MachineReconciling,
+    request: &AllocateRequest,
+    maas_cluster: Option<&MaasCluster>,
+    refused: maas::Error,
+) -> Result<maas::Machine, maas::Error> {
+    let Some(asked) = request.zone.clone() else {
+        return Err(refused);
+    };
+    let others: Vec<String> = maas_cluster
+        .map(MaasCluster::failure_domain_names)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|z| *z != asked && !request.not_in_zone.contains(z))
+        .collect();
+    for zone in others {
+        let attempt = AllocateRequest {
+            zone: Some(zone.clone()),
+            ..request.clone()
+        };
+        let maas = match r.maas() {
+            Ok(maas) => maas,
+            Err(_) => return Err(refused),
+        };
+        match maas.allocate(&attempt) {
+            Ok(host) => {
+                let message = format!(
+                    "no machine matched in failure domain {asked:?}; allocated {} in {:?} \
+                     instead (spec.failureDomainFallback)",
+                    host.system_id, host.zone
+                );
+                r.event(
+                    EventType::Warning,
+                    mm_api::FAILURE_DOMAIN_FALLBACK,
+                    &message,
+                );
+                r.set(crate::api::Desired::false_(
+                    mm_api::FAILURE_DOMAIN_MATCHED,
+                    mm_api::FAILURE_DOMAIN_FALLBACK,
+                    message,
+                ));
+                return Ok(host);
+            }
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(refused)
 }
 
 /// The machine `spec.systemID` names, if MAAS shows it under our identity.

@@ -221,7 +221,12 @@ impl MachineReconciling<'_> {
             ));
             return Ok(Action::Done);
         };
-        let host = match allocate::find_or_allocate(self, machine, &identity)? {
+        let host = match allocate::find_or_allocate(
+            self,
+            machine,
+            owners.maas_cluster.as_deref(),
+            &identity,
+        )? {
             Step::Continue(host) => host,
             Step::Stop(action) => return Ok(action),
         };

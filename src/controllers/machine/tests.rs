@@ -39,6 +39,60 @@ fn deploying_worker(w: &World) -> String {
     w.maas_machine(NS, "m1").spec.system_id.expect("allocated")
 }
 
+/// Issue 23 item 5: the zone asked for has no machine left.
+fn worker_in_az2(w: &World, fallback: bool) {
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["failureDomains"] = json!(["az1", "az2", "az3"])
+    });
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["failureDomain"] = json!("az2");
+        v["spec"]["notInZones"] = json!(["az3"]);
+        if fallback {
+            v["spec"]["failureDomainFallback"] = json!(true);
+        }
+    });
+}
+
+#[test]
+fn without_fallback_an_empty_failure_domain_waits() {
+    let w = World::new(1); // its one machine is in az1
+    worker_in_az2(&w, false);
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas.allocated().is_empty());
+    assert_eq!(lock_allocations(&w).len(), 1, "only az2 asked");
+    assert!(condition(&w, "m1", mm_api::FAILURE_DOMAIN_MATCHED).is_none());
+}
+
+#[test]
+fn with_fallback_another_zone_of_the_cluster_is_used_and_said() {
+    let w = World::new(1);
+    worker_in_az2(&w, true);
+    reconcile(&w, "m1").unwrap();
+    let zones: Vec<Option<String>> = lock_allocations(&w).into_iter().map(|a| a.zone).collect();
+    // az2 first, then the cluster's others that notInZones allows.
+    assert_eq!(zones, [Some("az2".into()), Some("az1".into())]);
+    let mm = w.maas_machine(NS, "m1");
+    assert_eq!(mm.spec.failure_domain.as_deref(), Some("az1"));
+    assert!(mm.spec.provider_id.unwrap().starts_with("maas:///az1/"));
+    let c = condition(&w, "m1", mm_api::FAILURE_DOMAIN_MATCHED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (Status::False, mm_api::FAILURE_DOMAIN_FALLBACK)
+    );
+    assert!(
+        c.message.contains("\"az2\"") && c.message.contains("\"az1\""),
+        "{}",
+        c.message
+    );
+    assert!(w
+        .kube
+        .event_reasons()
+        .iter()
+        .any(|r| r == mm_api::FAILURE_DOMAIN_FALLBACK));
+}
+
 #[test]
 fn waits_for_the_owner_machine_without_touching_maas() {
     let w = World::new(2);
@@ -1486,4 +1540,8 @@ fn the_address_selector_picks_the_machines_own_addresses() {
         select(Some("cluster"), Some("eth0")).is_empty(),
         "every field must match"
     );
+}
+
+fn lock_allocations(w: &World) -> Vec<crate::maas::AllocateRequest> {
+    w.maas.allocations.lock().unwrap().clone()
 }
