@@ -578,3 +578,108 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
         });
     }
 }
+
+/// Issue 19: a tenant's MaasMachine names an unallocated machine on whose
+/// eth1 an administrator pinned a STATIC address, and the tenant answers
+/// its own claim (owned by that MaasMachine) from its own pool with that
+/// very address. The machine was never the MaasMachine's: deleting it
+/// unlinks nothing, and says so.
+#[test]
+fn deleting_a_maas_machine_naming_a_machine_never_ours_leaves_its_static_address() {
+    use std::net::Ipv4Addr;
+    use support::ipam::{IpamProvider, Pool};
+
+    let mut lab = start(&two_network_inventory(), None);
+    let admin = lab.sim.client();
+    let filter = capmaas::maas::MachineFilter {
+        pool: Some("worker-pool".into()),
+        ..Default::default()
+    };
+    let target = admin.machines(&filter).unwrap().remove(0);
+    let eth1 = target
+        .interfaces
+        .iter()
+        .find(|i| i.name == "eth1")
+        .unwrap()
+        .id;
+    let nodes = admin
+        .subnets()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "nodes")
+        .unwrap();
+    let pinned = "10.30.0.150";
+    admin
+        .link_subnet_static(&target.system_id, eth1, nodes.id, pinned)
+        .unwrap();
+    let pinned_links = links(&lab.sim, &target.system_id, "eth1");
+    assert!(
+        pinned_links
+            .iter()
+            .any(|(mode, ip)| mode == "static" && ip.as_deref() == Some(pinned)),
+        "{pinned_links:?}"
+    );
+
+    let tenant_pool = Pool {
+        first: Ipv4Addr::new(10, 30, 0, 150),
+        last: Ipv4Addr::new(10, 30, 0, 150),
+        prefix: 24,
+        gateway: Ipv4Addr::new(10, 30, 0, 1),
+    };
+    let _ipam = IpamProvider::start(
+        support::story::kube_client(lab.cp),
+        &lab.ns,
+        [("tenant-pool".to_string(), tenant_pool)]
+            .into_iter()
+            .collect(),
+    );
+    lab.add_worker(
+        "intruder",
+        worker(json!({"systemID": target.system_id,
+                      "network": {"interface": "eth1",
+                                  "addressesFromPools": [pool_ref("tenant-pool")]}})),
+    );
+    let uid = lab.uid("maasmachines", "intruder");
+    lab.apply(&json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddressClaim",
+        "metadata": {"name": "intruder-0", "namespace": lab.ns,
+                     "ownerReferences": [{"apiVersion": INFRA, "kind": "MaasMachine",
+                                          "name": "intruder", "uid": uid}]},
+        "spec": {"poolRef": pool_ref("tenant-pool")},
+    }));
+    support::eventually(60, "the claim answered and the machine refused", || {
+        let answered = lab
+            .get("ipaddresses.ipam.cluster.x-k8s.io", "intruder-0")
+            .is_some();
+        let mm = lab.get("maasmachines", "intruder")?;
+        let refused = objects::condition(&mm, "MachineDeployed")
+            .is_some_and(|c| c["reason"] == "MachineNotOwned");
+        (answered && refused).then_some(())
+    });
+
+    lab.remove_worker("intruder");
+    support::eventually(60, "intruder gone", || {
+        lab.capmaas.assert_running();
+        lab.get("maasmachines", "intruder").is_none().then_some(())
+    });
+    assert_eq!(
+        links(&lab.sim, &target.system_id, "eth1"),
+        pinned_links,
+        "the administrator's STATIC address stays linked"
+    );
+    assert!(lab.sim.machine_state(&target.system_id)["owner"].is_null());
+    let events = lab.cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &lab.ns,
+        "--field-selector",
+        "involvedObject.name=intruder,reason=StaticAddressFailed",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        events.contains("was never this MaasMachine's"),
+        "a Warning says why: {events}"
+    );
+}
