@@ -299,8 +299,8 @@ impl MaasApi for Maas {
         self.client.ip_reservations(ip)
     }
 
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
-        self.client.reserve_ip(from)
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
+        self.client.reserve_ip_marked(from, mark)
     }
 
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {

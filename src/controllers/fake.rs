@@ -540,7 +540,7 @@ impl FakeMaas {
         lock(&self.reservations).push(IpReservation {
             ip: ip.into(),
             alloc_type_name: "User reserved".into(),
-            subnet: None,
+            ..IpReservation::default()
         });
     }
 
@@ -802,7 +802,7 @@ impl MaasApi for FakeMaas {
 
     /// As MAAS: an address anyone holds is "already in use" (404), an
     /// unknown subnet is a 400, a full one a 503.
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
         let detail = match from {
             ReserveFrom::Address(ip) => format!("ip={ip}"),
             ReserveFrom::Subnet(subnet) => format!("subnet={subnet}"),
@@ -847,7 +847,10 @@ impl MaasApi for FakeMaas {
         let reservation = IpReservation {
             ip,
             alloc_type_name: "User reserved".into(),
-            subnet: None,
+            interface_set: vec![maas::ReservationInterface {
+                mac_address: mark.to_string(),
+            }],
+            ..IpReservation::default()
         };
         lock(&self.reservations).push(reservation.clone());
         if lock(&self.faults).lose_reserve_answer {

@@ -305,8 +305,8 @@ impl MaasApi for MaasView {
         self.api.ip_reservations(ip)
     }
 
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
-        self.api.reserve_ip(from)
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
+        self.api.reserve_ip(from, mark)
     }
 
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {

@@ -62,7 +62,7 @@ pub trait MaasApi: Send + Sync {
     fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error>;
     /// Reserves an address for this MAAS user; at most once (see
     /// `maas::Client::reserve_ip`).
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error>;
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error>;
     /// Releases one of this MAAS user's reservations.
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error>;
     /// MAAS's subnets (`GET subnets/`).

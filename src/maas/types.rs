@@ -567,6 +567,26 @@ pub struct IpReservation {
     #[serde(deserialize_with = "null_as_default")]
     pub alloc_type_name: String,
     pub subnet: Option<ReservationSubnet>,
+    /// With `mac=` on the reserve call, the interface MAAS made for that
+    /// MAC: the only thing a reservation carries that its maker chose.
+    pub interface_set: Vec<ReservationInterface>,
+}
+
+impl IpReservation {
+    /// Whether the reservation was made with `mac=<mac>`.
+    pub fn has_mac(&self, mac: &str) -> bool {
+        self.interface_set
+            .iter()
+            .any(|i| i.mac_address.eq_ignore_ascii_case(mac))
+    }
+}
+
+/// An interface of a reservation, as far as it names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ReservationInterface {
+    #[serde(deserialize_with = "null_as_default")]
+    pub mac_address: String,
 }
 
 /// The subnet of a reservation, as far as it names it.
