@@ -295,6 +295,10 @@ impl MaasApi for Maas {
         self.client.delete_dns_resource(id)
     }
 
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
+        self.client.create_dns_txt(fqdn, rrdata)
+    }
+
     fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
         self.client.ip_reservations(ip)
     }

@@ -516,6 +516,7 @@ impl FakeMaas {
             fqdn: fqdn.into(),
             address_ttl: Some(10),
             ip_addresses: ips.iter().map(|s| s.to_string()).collect(),
+            ..DnsResource::default()
         };
         lock(&self.dns).insert(*id, record);
         *id
@@ -762,6 +763,25 @@ impl MaasApi for FakeMaas {
         let record = dns.get_mut(&id).unwrap();
         record.address_ttl = Some(ttl);
         Ok(record.clone())
+    }
+
+    /// As MAAS: on the record of that name, made (without addresses) if
+    /// there is none.
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
+        self.call("create_dns_txt", &format!("{fqdn} {rrdata}"))?;
+        let exists = lock(&self.dns).values().any(|r| r.fqdn == fqdn);
+        if !exists {
+            self.add_dns(fqdn, &[]);
+        }
+        let mut dns = lock(&self.dns);
+        for record in dns.values_mut().filter(|r| r.fqdn == fqdn) {
+            record.resource_records.push(maas::DnsRecordData {
+                id: 1,
+                rrtype: "TXT".into(),
+                rrdata: rrdata.into(),
+            });
+        }
+        Ok(())
     }
 
     fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {

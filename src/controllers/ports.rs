@@ -50,6 +50,8 @@ pub trait MaasApi: Send + Sync {
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
     fn zones(&self) -> Result<Vec<String>, maas::Error>;
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;
+    /// A TXT record on the name (see `maas::Client::create_dns_txt`).
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error>;
     fn create_dns_resource(
         &self,
         fqdn: &str,

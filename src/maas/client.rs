@@ -736,6 +736,25 @@ impl Client {
         })
     }
 
+    /// `POST dnsresourcerecords/`: adds a TXT record with `rrdata` to the
+    /// name `fqdn` (MAAS adds it to the DNS resource of that name, listed
+    /// in its `resource_records`). Sent at most once.
+    pub fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "dnsresourcerecord_create",
+            method: Method::Post,
+            path: "dnsresourcerecords/".into(),
+            query: vec![],
+            form: vec![
+                ("fqdn", fqdn.to_owned()),
+                ("rrtype", "TXT".to_owned()),
+                ("rrdata", rrdata.to_owned()),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
     /// Replaces the whole address set (an empty slice clears it).
     pub fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, Error> {
         self.json(Call {

@@ -644,6 +644,8 @@ pub struct DnsResource {
     pub fqdn: String,
     pub address_ttl: Option<u32>,
     pub ip_addresses: Vec<String>,
+    /// Its other resource records (TXT, ...): `resource_records`.
+    pub resource_records: Vec<DnsRecordData>,
 }
 
 impl<'de> Deserialize<'de> for DnsResource {
@@ -663,6 +665,8 @@ impl<'de> Deserialize<'de> for DnsResource {
             address_ttl: Option<u32>,
             #[serde(default)]
             ip_addresses: Option<Vec<Address>>,
+            #[serde(default)]
+            resource_records: Option<Vec<DnsRecordData>>,
         }
         let raw = Raw::deserialize(d)?;
         Ok(DnsResource {
@@ -675,7 +679,30 @@ impl<'de> Deserialize<'de> for DnsResource {
                 .into_iter()
                 .filter_map(|a| a.ip)
                 .collect(),
+            resource_records: raw.resource_records.unwrap_or_default(),
         })
+    }
+}
+
+/// A resource record of a DNS resource other than its addresses (MAAS's
+/// DNSData: `rrtype` `TXT`, `CNAME`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DnsRecordData {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub rrtype: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub rrdata: String,
+}
+
+impl DnsResource {
+    /// The data of its TXT records.
+    pub fn txt(&self) -> impl Iterator<Item = &str> {
+        self.resource_records
+            .iter()
+            .filter(|r| r.rrtype.eq_ignore_ascii_case("TXT"))
+            .map(|r| r.rrdata.as_str())
     }
 }
 

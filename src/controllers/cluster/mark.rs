@@ -7,7 +7,11 @@
 //!
 //! A VIP reservation carries it as the `mac=` of the reserve call: a
 //! locally administered unicast MAC from the SHA-256 of the identity
-//! (MAAS has no free text on a reservation, but lists the MAC).
+//! (MAAS has no free text on a reservation, but lists the MAC). The API
+//! server DNS record carries it as a TXT record on its name,
+//! `capmaas-owner=<SHA-256 of the identity, 32 hex digits>` (MAAS has no
+//! description on a DNS resource, but lists its `resource_records`; the
+//! hash keeps namespace and name out of public DNS).
 
 use serde_json::json;
 
@@ -79,6 +83,30 @@ pub(super) fn reservation_mac(identity: &Identity) -> Result<String, Error> {
     Ok(mac)
 }
 
+/// The TXT data that marks a DNS record as `identity`'s.
+pub(super) fn dns_mark(identity: &Identity) -> Result<String, Error> {
+    let bytes = sha256(identity)?;
+    let hex: String = bytes.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{DNS_MARK_PREFIX}{hex}"))
+}
+
+pub(super) const DNS_MARK_PREFIX: &str = "capmaas-owner=";
+
+/// SHA-256 from rustls's ring provider (no crate of its own).
+fn sha256(identity: &Identity) -> Result<Vec<u8>, Error> {
+    rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
+        .tls13()
+        .map(|suite| {
+            suite
+                .common
+                .hash_provider
+                .hash(identity.as_str().as_bytes())
+                .as_ref()
+                .to_vec()
+        })
+        .ok_or_else(|| Error::Retry("no SHA-256 for the ownership mark".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +131,15 @@ mod tests {
         assert_eq!(a, reservation_mac(&identity("team-a", "c1", "u1")).unwrap());
         assert_ne!(a, reservation_mac(&identity("team-b", "c1", "u1")).unwrap());
         assert_ne!(a, reservation_mac(&identity("team-a", "c1", "u2")).unwrap());
+    }
+
+    #[test]
+    fn the_dns_mark_is_a_hash_of_the_identity() {
+        let a = dns_mark(&identity("team-a", "c1", "u1")).unwrap();
+        assert!(a.starts_with("capmaas-owner="), "{a}");
+        assert_eq!(a.len(), "capmaas-owner=".len() + 32);
+        assert!(!a.contains("team-a"), "no names in public DNS: {a}");
+        assert_eq!(a, dns_mark(&identity("team-a", "c1", "u1")).unwrap());
+        assert_ne!(a, dns_mark(&identity("team-b", "c1", "u1")).unwrap());
     }
 }

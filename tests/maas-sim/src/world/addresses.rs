@@ -137,6 +137,7 @@ impl World {
                         domain_id,
                         address_ttl: None,
                         ips: vec![ip.to_string()],
+                        data: Vec::new(),
                     });
                 }
             }
