@@ -763,12 +763,16 @@ fn dns_txt_records_are_listed_with_their_name() {
     let other = client.dns_resources("other.k8s.maas").unwrap();
     assert!(other[0].ip_addresses.is_empty(), "{other:?}");
     assert_eq!(other[0].txt().collect::<Vec<_>>(), ["x=1"]);
-    let err = client.create_dns_txt("x.no-such-domain", "x=1").unwrap_err();
+    let err = client
+        .create_dns_txt("x.no-such-domain", "x=1")
+        .unwrap_err();
     assert!(err.is_not_found(), "{err}");
 
     let key = sim.non_admin_key().unwrap();
     let operator = Client::new(sim.client_config(&key)).unwrap();
-    let err = operator.create_dns_txt(fqdn, "capmaas-owner=def").unwrap_err();
+    let err = operator
+        .create_dns_txt(fqdn, "capmaas-owner=def")
+        .unwrap_err();
     assert!(err.is_forbidden(), "{err}");
     assert_eq!(client.dns_resources(fqdn).unwrap()[0].txt().count(), 1);
 
