@@ -288,9 +288,102 @@ fn reservation_calls_answer_as_maas_does() {
         .reserve_ip(&ReserveFrom::Subnet("nowhere".into()))
         .unwrap_err();
     assert!(unknown.is_bad_request(), "{unknown}");
+    // With `mac=`, listed with the interface MAAS made for that MAC (the
+    // mark capmaas reserves with); the others list none.
+    let marked = operator
+        .reserve_ip_marked(&ReserveFrom::Subnet("lab".into()), "02:AB:cd:00:00:01")
+        .unwrap();
+    let listed = operator.ip_reservations(Some(&marked.ip)).unwrap();
+    assert!(listed[0].has_mac("02:ab:cd:00:00:01"), "{listed:?}");
+    assert!(!operator.ip_reservations(Some(VIP)).unwrap()[0].has_mac("02:ab:cd:00:00:01"));
+    operator.release_ip(&marked.ip).unwrap();
     // Released by its user; a second release is a 400.
     operator.release_ip(VIP).unwrap();
     operator.release_ip(&from_subnet.ip).unwrap();
     assert!(reservations(&sim).is_empty());
     assert!(operator.release_ip(VIP).unwrap_err().is_bad_request());
+}
+
+/// Issue 19: reservations the same MAAS user made before (by hand, or
+/// another management cluster's VIP) are never this cluster's to release,
+/// whatever its spec and endpoint name; only what capmaas reserved, with
+/// the cluster's mark (`mac=`, listed in `interface_set`), is.
+///
+/// - a cluster naming such an address as its VIP, and as its endpoint (as
+///   a cluster moved by `clusterctl move` would), uses it (`External`) and
+///   leaves it reserved when deleted;
+/// - a cluster asking for a VIP from subnet `lab` whose endpoint names
+///   such an address in another subnet reserves its own in `lab`, and
+///   releases only that one.
+#[test]
+fn reservations_made_before_without_our_mark_are_never_released() {
+    let cp = support::control_plane();
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["subnets"] = json!([{"cidr": "10.30.0.0/24", "name": "nodes",
+                                   "gateway_ip": "10.30.0.1",
+                                   "vlan": {"vid": 30, "fabric": "fabric-nodes"}}]);
+    let sim = MaasSim::start(Some(&inventory));
+    let operator = sim.client_for(USER);
+    operator
+        .reserve_ip(&ReserveFrom::Address(VIP.into()))
+        .unwrap();
+    let outside = operator
+        .reserve_ip(&ReserveFrom::Subnet("nodes".into()))
+        .unwrap()
+        .ip;
+    let mut before = vec![VIP.to_string(), outside.clone()];
+    before.sort();
+
+    // One cluster after the other, each with a capmaas of its namespace:
+    // its recorded VIP (phase, address) and the reservations while it
+    // lived.
+    let run = |prefix: &str, vip: Value, host: &str| {
+        let ns = cp.new_namespace(prefix);
+        create_cluster(cp, &sim, &ns, vip);
+        let endpoint = json!({"spec": {"controlPlaneEndpoint": {"host": host, "port": 6443}}});
+        cp.kubectl(&[
+            "patch",
+            "maasclusters",
+            CLUSTER,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &endpoint.to_string(),
+        ]);
+        let mut capmaas = start_capmaas(cp, &sim, &ns, 1);
+        let recorded = support::eventually(60, &format!("{ns}: the VIP recorded"), || {
+            let mc = cp.get(&ns, "maasclusters", CLUSTER)?;
+            let vip = &mc["status"]["controlPlaneVIP"];
+            let phase = vip["phase"].as_str()?;
+            (phase != "Reserving").then(|| (phase.to_string(), objects::string(&vip["address"])))
+        });
+        let during = reservations(&sim);
+        story::delete_no_wait(cp, &ns, "maasclusters", CLUSTER);
+        support::eventually(60, &format!("{ns}: MaasCluster gone"), || {
+            capmaas.assert_running();
+            cp.get(&ns, "maasclusters", CLUSTER).is_none().then_some(())
+        });
+        (recorded, during)
+    };
+
+    let (recorded, _) = run("vip-theirs", json!({"address": VIP}), VIP);
+    assert_eq!(
+        recorded,
+        ("External".to_string(), VIP.to_string()),
+        "used as it is, not ours"
+    );
+    assert_eq!(reservations(&sim), before, "left reserved");
+
+    let ((phase, own), during) = run("vip-theirs-subnet", json!({"subnet": "lab"}), &outside);
+    assert_eq!(phase, "Reserved");
+    assert!(own.starts_with("10.11.130.") && own != VIP, "{own}");
+    let mut all = vec![VIP.to_string(), outside.clone(), own.clone()];
+    all.sort();
+    assert_eq!(during, all);
+    assert_eq!(
+        reservations(&sim),
+        before,
+        "only the subnet cluster's own reservation was released"
+    );
 }

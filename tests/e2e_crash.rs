@@ -59,7 +59,8 @@ const IMAGE: &str = "custom/u-2204-0-k-1264-0";
 const CONTROL_PLANE: [&str; 3] = ["cp-a", "cp-b", "cp-c"];
 const WORKERS: [&str; 5] = ["w-1", "w-2", "w-3", "w-4", "w-5"];
 
-/// Every MAAS write (allocate, deploy, release, DNS record changes) takes
+/// Every MAAS write (allocate, deploy, release, DNS record changes and its
+/// ownership mark) takes
 /// this long before MAAS acts on it, so that kills often land while one is
 /// in flight: MAAS then acts, and capmaas never hears of it.
 const MAAS_WRITE_LATENCY_MS: u64 = 500;
@@ -570,6 +571,7 @@ impl Crash {
             ("POST", "machines/{id}/", Some("deploy")),
             ("POST", "machines/{id}/", Some("release")),
             ("POST", "dnsresources/", None),
+            ("POST", "dnsresourcerecords/", None),
             ("PUT", "dnsresources/{id}/", None),
             ("DELETE", "dnsresources/{id}/", None),
         ] {

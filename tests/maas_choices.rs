@@ -115,6 +115,11 @@ impl Lab {
 /// `choices` whose MAAS user is `user` (through `identityRef`), or the
 /// controller's admin credentials.
 fn start(inventory: &Value, user: Option<&str>) -> Lab {
+    start_with(inventory, user, json!({}))
+}
+
+/// [`start`] with more fields of the MaasCluster's spec.
+fn start_with(inventory: &Value, user: Option<&str>, more_spec: Value) -> Lab {
     let cp = support::control_plane();
     let ns = cp.new_namespace("choices");
     let sim = MaasSim::start_with_args(Some(inventory), &["--dns-listen", "127.0.0.1:0"]);
@@ -133,6 +138,9 @@ fn start(inventory: &Value, user: Option<&str>) -> Lab {
         capmaas,
     };
     let mut spec = json!({"dnsDomain": "k8s.maas"});
+    for (k, v) in more_spec.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
     if let Some(user) = user {
         lab.apply(&json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -577,4 +585,183 @@ fn static_addresses_from_ipam_pools_are_set_in_maas_before_deploy() {
             lab.get("maasmachines", name).is_none().then_some(())
         });
     }
+}
+
+/// Issue 19: a tenant's MaasMachine names an unallocated machine on whose
+/// eth1 an administrator pinned a STATIC address, and the tenant answers
+/// its own claim (owned by that MaasMachine) from its own pool with that
+/// very address. The machine was never the MaasMachine's: deleting it
+/// unlinks nothing, and says so.
+#[test]
+fn deleting_a_maas_machine_naming_a_machine_never_ours_leaves_its_static_address() {
+    use std::net::Ipv4Addr;
+    use support::ipam::{IpamProvider, Pool};
+
+    let mut lab = start(&two_network_inventory(), None);
+    let admin = lab.sim.client();
+    let filter = capmaas::maas::MachineFilter {
+        pool: Some("worker-pool".into()),
+        ..Default::default()
+    };
+    let target = admin.machines(&filter).unwrap().remove(0);
+    let eth1 = target
+        .interfaces
+        .iter()
+        .find(|i| i.name == "eth1")
+        .unwrap()
+        .id;
+    let nodes = admin
+        .subnets()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name == "nodes")
+        .unwrap();
+    let pinned = "10.30.0.150";
+    admin
+        .link_subnet_static(&target.system_id, eth1, nodes.id, pinned)
+        .unwrap();
+    let pinned_links = links(&lab.sim, &target.system_id, "eth1");
+    assert!(
+        pinned_links
+            .iter()
+            .any(|(mode, ip)| mode == "static" && ip.as_deref() == Some(pinned)),
+        "{pinned_links:?}"
+    );
+
+    let tenant_pool = Pool {
+        first: Ipv4Addr::new(10, 30, 0, 150),
+        last: Ipv4Addr::new(10, 30, 0, 150),
+        prefix: 24,
+        gateway: Ipv4Addr::new(10, 30, 0, 1),
+    };
+    let _ipam = IpamProvider::start(
+        support::story::kube_client(lab.cp),
+        &lab.ns,
+        [("tenant-pool".to_string(), tenant_pool)]
+            .into_iter()
+            .collect(),
+    );
+    lab.add_worker(
+        "intruder",
+        worker(json!({"systemID": target.system_id,
+                      "network": {"interface": "eth1",
+                                  "addressesFromPools": [pool_ref("tenant-pool")]}})),
+    );
+    let uid = lab.uid("maasmachines", "intruder");
+    lab.apply(&json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddressClaim",
+        "metadata": {"name": "intruder-0", "namespace": lab.ns,
+                     "ownerReferences": [{"apiVersion": INFRA, "kind": "MaasMachine",
+                                          "name": "intruder", "uid": uid}]},
+        "spec": {"poolRef": pool_ref("tenant-pool")},
+    }));
+    support::eventually(60, "the claim answered and the machine refused", || {
+        let answered = lab
+            .get("ipaddresses.ipam.cluster.x-k8s.io", "intruder-0")
+            .is_some();
+        let mm = lab.get("maasmachines", "intruder")?;
+        let refused = objects::condition(&mm, "MachineDeployed")
+            .is_some_and(|c| c["reason"] == "MachineNotOwned");
+        (answered && refused).then_some(())
+    });
+
+    lab.remove_worker("intruder");
+    support::eventually(60, "intruder gone", || {
+        lab.capmaas.assert_running();
+        lab.get("maasmachines", "intruder").is_none().then_some(())
+    });
+    assert_eq!(
+        links(&lab.sim, &target.system_id, "eth1"),
+        pinned_links,
+        "the administrator's STATIC address stays linked"
+    );
+    assert!(lab.sim.machine_state(&target.system_id)["owner"].is_null());
+    let events = lab.cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &lab.ns,
+        "--field-selector",
+        "involvedObject.name=intruder,reason=StaticAddressFailed",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        events.contains("was never this MaasMachine's"),
+        "a Warning says why: {events}"
+    );
+}
+
+/// Issue 19: a Cluster named `choices` whose endpoint names an existing
+/// record `choices-abc123.k8s.maas` (another management cluster's API
+/// record, made without capmaas's mark) must not make capmaas adopt it
+/// with the controller's MAAS key: refused with `LoadBalancerReady=False`
+/// (reason `DNSRecordNotOurs`) and a Warning naming the record, and the
+/// record is never emptied, repointed nor deleted with the cluster.
+#[test]
+fn an_endpoint_naming_someone_elses_dns_record_does_not_take_it_over() {
+    let victim = format!("{CLUSTER}-abc123.k8s.maas");
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["dns_resources"] = json!([{"fqdn": victim, "address_ttl": 10,
+                                        "ip_addresses": ["10.11.130.77"]}]);
+    let mut lab = start_with(
+        &inventory,
+        None,
+        json!({"controlPlaneEndpoint": {"host": victim, "port": 6443}}),
+    );
+    let record = |sim: &MaasSim| {
+        sim.client()
+            .dns_resources(&victim)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.id, r.ip_addresses, r.resource_records))
+            .collect::<Vec<_>>()
+    };
+    let before = record(&lab.sim);
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0].1, ["10.11.130.77"]);
+
+    let mc = support::eventually(60, "the record refused", || {
+        lab.capmaas.assert_running();
+        let mc = lab.get("maasclusters", CLUSTER)?;
+        let lb = objects::condition(&mc, "LoadBalancerReady")?;
+        (lb["reason"] == "DNSRecordNotOurs").then_some(mc)
+    });
+    let lb = objects::condition(&mc, "LoadBalancerReady").unwrap();
+    assert_eq!(lb["status"], "False");
+    assert!(objects::string(&lb["message"]).contains(&victim), "{lb}");
+    assert!(mc["status"]["network"]["dnsName"].is_null(), "{mc}");
+    let events = lab.cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &lab.ns,
+        "--field-selector",
+        "reason=DNSRecordNotOurs,type=Warning",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        events.contains(&victim),
+        "a Warning names the record: {events}"
+    );
+
+    // A control plane deploying meanwhile is not put in it either.
+    lab.add_machine("cp-0", true, worker(json!({})));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(record(&lab.sim), before);
+
+    for kind in ["maasmachines", "machines.cluster.x-k8s.io"] {
+        support::story::delete_no_wait(lab.cp, &lab.ns, kind, "cp-0");
+    }
+    support::story::delete_no_wait(lab.cp, &lab.ns, "maasclusters", CLUSTER);
+    support::eventually(90, "MaasCluster gone", || {
+        lab.capmaas.assert_running();
+        lab.get("maasclusters", CLUSTER).is_none().then_some(())
+    });
+    assert_eq!(
+        record(&lab.sim),
+        before,
+        "never emptied, repointed or deleted"
+    );
 }

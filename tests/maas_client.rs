@@ -739,6 +739,47 @@ fn dns_resource_lifecycle() {
     assert_eq!(err.message(), "No Domain matches the given query.");
 }
 
+/// TXT records (`POST dnsresourcerecords/`, the mark capmaas writes on its
+/// API server record): listed in the name's `resource_records`; on a name
+/// without a record MAAS makes one (no addresses); admins only; gone with
+/// the record.
+#[test]
+fn dns_txt_records_are_listed_with_their_name() {
+    let sim = sim();
+    let client = sim.client();
+    let fqdn = "c1-api.k8s.maas";
+    let created = client
+        .create_dns_resource(fqdn, 10, &["10.11.130.21".to_owned()])
+        .unwrap();
+    client.create_dns_txt(fqdn, "capmaas-owner=abc").unwrap();
+    let found = client.dns_resources(fqdn).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].id, created.id);
+    assert_eq!(found[0].ip_addresses, ["10.11.130.21"]);
+    assert_eq!(found[0].txt().collect::<Vec<_>>(), ["capmaas-owner=abc"]);
+    assert_eq!(found[0].resource_records[0].rrtype, "TXT");
+
+    client.create_dns_txt("other.k8s.maas", "x=1").unwrap();
+    let other = client.dns_resources("other.k8s.maas").unwrap();
+    assert!(other[0].ip_addresses.is_empty(), "{other:?}");
+    assert_eq!(other[0].txt().collect::<Vec<_>>(), ["x=1"]);
+    let err = client
+        .create_dns_txt("x.no-such-domain", "x=1")
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+
+    let key = sim.non_admin_key().unwrap();
+    let operator = Client::new(sim.client_config(&key)).unwrap();
+    let err = operator
+        .create_dns_txt(fqdn, "capmaas-owner=def")
+        .unwrap_err();
+    assert!(err.is_forbidden(), "{err}");
+    assert_eq!(client.dns_resources(fqdn).unwrap()[0].txt().count(), 1);
+
+    client.delete_dns_resource(created.id).unwrap();
+    assert!(client.dns_resources(fqdn).unwrap().is_empty());
+}
+
 #[test]
 fn non_admin_key_is_forbidden_to_write_dns() {
     let sim = sim();

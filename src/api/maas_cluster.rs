@@ -30,6 +30,9 @@ pub const CREDENTIALS_READY: &str = "CredentialsReady";
 pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
 /// Another MaasCluster already uses the DNS name this one asks for.
 pub const DNS_NAME_IN_USE: &str = "DNSNameInUse";
+/// The DNS record of the name exists in MAAS without this cluster's mark
+/// (someone else's): never used, changed or deleted.
+pub const DNS_RECORD_NOT_OURS: &str = "DNSRecordNotOurs";
 /// `LoadBalancerReady` reasons of VIP mode (`spec.controlPlaneVIP`): the
 /// address is reserved in MAAS and is the endpoint; another MaasCluster
 /// already has it; MAAS would not reserve it (the message says why).

@@ -295,12 +295,16 @@ impl MaasApi for Maas {
         self.client.delete_dns_resource(id)
     }
 
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
+        self.client.create_dns_txt(fqdn, rrdata)
+    }
+
     fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
         self.client.ip_reservations(ip)
     }
 
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
-        self.client.reserve_ip(from)
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
+        self.client.reserve_ip_marked(from, mark)
     }
 
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {

@@ -523,6 +523,7 @@ impl FakeMaas {
             fqdn: fqdn.into(),
             address_ttl: Some(10),
             ip_addresses: ips.iter().map(|s| s.to_string()).collect(),
+            ..DnsResource::default()
         };
         lock(&self.dns).insert(*id, record);
         *id
@@ -547,7 +548,7 @@ impl FakeMaas {
         lock(&self.reservations).push(IpReservation {
             ip: ip.into(),
             alloc_type_name: "User reserved".into(),
-            subnet: None,
+            ..IpReservation::default()
         });
     }
 
@@ -771,6 +772,25 @@ impl MaasApi for FakeMaas {
         Ok(record.clone())
     }
 
+    /// As MAAS: on the record of that name, made (without addresses) if
+    /// there is none.
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
+        self.call("create_dns_txt", &format!("{fqdn} {rrdata}"))?;
+        let exists = lock(&self.dns).values().any(|r| r.fqdn == fqdn);
+        if !exists {
+            self.add_dns(fqdn, &[]);
+        }
+        let mut dns = lock(&self.dns);
+        for record in dns.values_mut().filter(|r| r.fqdn == fqdn) {
+            record.resource_records.push(maas::DnsRecordData {
+                id: 1,
+                rrtype: "TXT".into(),
+                rrdata: rrdata.into(),
+            });
+        }
+        Ok(())
+    }
+
     fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
         self.call("set_dns_resource_ips", &ips.join(" "))?;
         let mut dns = lock(&self.dns);
@@ -809,7 +829,7 @@ impl MaasApi for FakeMaas {
 
     /// As MAAS: an address anyone holds is "already in use" (404), an
     /// unknown subnet is a 400, a full one a 503.
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
         let detail = match from {
             ReserveFrom::Address(ip) => format!("ip={ip}"),
             ReserveFrom::Subnet(subnet) => format!("subnet={subnet}"),
@@ -854,7 +874,10 @@ impl MaasApi for FakeMaas {
         let reservation = IpReservation {
             ip,
             alloc_type_name: "User reserved".into(),
-            subnet: None,
+            interface_set: vec![maas::ReservationInterface {
+                mac_address: mark.to_string(),
+            }],
+            ..IpReservation::default()
         };
         lock(&self.reservations).push(reservation.clone());
         if lock(&self.faults).lose_reserve_answer {

@@ -285,6 +285,28 @@ impl MaasApi for MaasView {
         }
     }
 
+    /// The TXT record is part of the record MAAS lists: added to the
+    /// remembered one, or (outcome unknown) the name is read again.
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
+        let result = self.api.create_dns_txt(fqdn, rrdata);
+        let mut dns = lock(&self.dns);
+        match (&result, dns.get_mut(fqdn)) {
+            (Ok(()), Some((_, records))) if records.len() == 1 => {
+                for record in records.iter_mut() {
+                    record.resource_records.push(maas::DnsRecordData {
+                        rrtype: "TXT".into(),
+                        rrdata: rrdata.into(),
+                        ..Default::default()
+                    });
+                }
+            }
+            _ => {
+                dns.remove(fqdn);
+            }
+        }
+        result
+    }
+
     fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
         let result = self.api.set_dns_resource_ips(id, ips);
         self.dns_written(id, result.is_ok(), |records| {
@@ -305,8 +327,8 @@ impl MaasApi for MaasView {
         self.api.ip_reservations(ip)
     }
 
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error> {
-        self.api.reserve_ip(from)
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
+        self.api.reserve_ip(from, mark)
     }
 
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {

@@ -51,6 +51,8 @@ pub trait MaasApi: Send + Sync {
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
     fn zones(&self) -> Result<Vec<String>, maas::Error>;
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;
+    /// A TXT record on the name (see `maas::Client::create_dns_txt`).
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error>;
     fn create_dns_resource(
         &self,
         fqdn: &str,
@@ -63,7 +65,7 @@ pub trait MaasApi: Send + Sync {
     fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error>;
     /// Reserves an address for this MAAS user; at most once (see
     /// `maas::Client::reserve_ip`).
-    fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, maas::Error>;
+    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error>;
     /// Releases one of this MAAS user's reservations.
     fn release_ip(&self, ip: &str) -> Result<(), maas::Error>;
     /// MAAS's subnets (`GET subnets/`).

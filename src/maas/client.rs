@@ -736,6 +736,25 @@ impl Client {
         })
     }
 
+    /// `POST dnsresourcerecords/`: adds a TXT record with `rrdata` to the
+    /// name `fqdn` (MAAS adds it to the DNS resource of that name, listed
+    /// in its `resource_records`). Sent at most once.
+    pub fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "dnsresourcerecord_create",
+            method: Method::Post,
+            path: "dnsresourcerecords/".into(),
+            query: vec![],
+            form: vec![
+                ("fqdn", fqdn.to_owned()),
+                ("rrtype", "TXT".to_owned()),
+                ("rrdata", rrdata.to_owned()),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
     /// Replaces the whole address set (an empty slice clears it).
     pub fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, Error> {
         self.json(Call {
@@ -783,10 +802,25 @@ impl Client {
     /// Sent at most once: a repeat of a reservation that worked answers
     /// "already in use", so on a transient error list the reservations.
     pub fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, Error> {
-        let form = match from {
+        self.reserve(from, None)
+    }
+
+    /// `reserve_ip` with `mac=<mac>`: MAAS links the address STATIC to an
+    /// interface of that MAC (made for it, no machine's; gone again when
+    /// the address is released) and lists it in the reservation's
+    /// `interface_set`, which marks the reservation as its maker's.
+    pub fn reserve_ip_marked(&self, from: &ReserveFrom, mac: &str) -> Result<IpReservation, Error> {
+        self.reserve(from, Some(mac))
+    }
+
+    fn reserve(&self, from: &ReserveFrom, mac: Option<&str>) -> Result<IpReservation, Error> {
+        let mut form = match from {
             ReserveFrom::Address(ip) => vec![("ip", ip.clone())],
             ReserveFrom::Subnet(subnet) => vec![("subnet", subnet.clone())],
         };
+        if let Some(mac) = mac {
+            form.push(("mac", mac.to_string()));
+        }
         self.json(Call {
             op: "ipaddresses_reserve",
             method: Method::Post,

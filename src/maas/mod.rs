@@ -32,8 +32,10 @@
 //! client.create_dns_resource(fqdn, ttl, &ips) -> Result<DnsResource, Error>   // at most once
 //! client.set_dns_resource_ips(id, &ips) -> Result<DnsResource, Error>
 //! client.delete_dns_resource(id) -> Result<(), Error>
+//! client.create_dns_txt(fqdn, rrdata) -> Result<(), Error>   // at most once; in resource_records
 //! client.ip_reservations(Some(ip) | None) -> Result<Vec<IpReservation>, Error>   // the user's own
 //! client.reserve_ip(&ReserveFrom::Address(ip) | Subnet(s)) -> Result<IpReservation, Error>  // at most once
+//! client.reserve_ip_marked(&from, mac) -> Result<IpReservation, Error>  // listed with interface_set[].mac_address
 //! client.release_ip(ip) -> Result<(), Error>
 //! client.domains() / zones() / resource_pools() / boot_resources()
 //! client.check_image(image) -> Result<ImageCheck, Error>

@@ -567,6 +567,26 @@ pub struct IpReservation {
     #[serde(deserialize_with = "null_as_default")]
     pub alloc_type_name: String,
     pub subnet: Option<ReservationSubnet>,
+    /// With `mac=` on the reserve call, the interface MAAS made for that
+    /// MAC: the only thing a reservation carries that its maker chose.
+    pub interface_set: Vec<ReservationInterface>,
+}
+
+impl IpReservation {
+    /// Whether the reservation was made with `mac=<mac>`.
+    pub fn has_mac(&self, mac: &str) -> bool {
+        self.interface_set
+            .iter()
+            .any(|i| i.mac_address.eq_ignore_ascii_case(mac))
+    }
+}
+
+/// An interface of a reservation, as far as it names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ReservationInterface {
+    #[serde(deserialize_with = "null_as_default")]
+    pub mac_address: String,
 }
 
 /// The subnet of a reservation, as far as it names it.
@@ -624,6 +644,8 @@ pub struct DnsResource {
     pub fqdn: String,
     pub address_ttl: Option<u32>,
     pub ip_addresses: Vec<String>,
+    /// Its other resource records (TXT, ...): `resource_records`.
+    pub resource_records: Vec<DnsRecordData>,
 }
 
 impl<'de> Deserialize<'de> for DnsResource {
@@ -643,6 +665,8 @@ impl<'de> Deserialize<'de> for DnsResource {
             address_ttl: Option<u32>,
             #[serde(default)]
             ip_addresses: Option<Vec<Address>>,
+            #[serde(default)]
+            resource_records: Option<Vec<DnsRecordData>>,
         }
         let raw = Raw::deserialize(d)?;
         Ok(DnsResource {
@@ -655,7 +679,30 @@ impl<'de> Deserialize<'de> for DnsResource {
                 .into_iter()
                 .filter_map(|a| a.ip)
                 .collect(),
+            resource_records: raw.resource_records.unwrap_or_default(),
         })
+    }
+}
+
+/// A resource record of a DNS resource other than its addresses (MAAS's
+/// DNSData: `rrtype` `TXT`, `CNAME`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DnsRecordData {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub rrtype: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub rrdata: String,
+}
+
+impl DnsResource {
+    /// The data of its TXT records.
+    pub fn txt(&self) -> impl Iterator<Item = &str> {
+        self.resource_records
+            .iter()
+            .filter(|r| r.rrtype.eq_ignore_ascii_case("TXT"))
+            .map(|r| r.rrdata.as_str())
     }
 }
 

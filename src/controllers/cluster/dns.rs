@@ -16,19 +16,29 @@
 //!   leaving one is taken out as soon as its Machine is being deleted,
 //!   while Cluster API's drain waits on our pre-drain hook for the
 //!   record's TTL (`machine::drain`);
-//! - the record is deleted with the cluster.
+//! - the record is deleted with the cluster;
+//! - nothing that is not ours: the record carries the cluster's mark, a
+//!   TXT record `capmaas-owner=...` on its name (`mark.rs`), written right
+//!   after the record is created. A record of a name our status holds
+//!   (chosen there before creating it, so it is ours even when a crash
+//!   lost the mark, or made by a capmaas from before marks) is marked; a
+//!   cluster without that status (moved with `clusterctl move`) takes the
+//!   record its endpoint names only if it carries our mark. Any other
+//!   record is refused with a condition and a Warning naming it, and is
+//!   never emptied, repointed or deleted.
 
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::ClusterReconciling;
+use super::{mark, ClusterReconciling};
 use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine::{self as mm_api, MaasMachineStatus};
 use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
+use crate::controllers::identity::{Identity, Recorded};
 use crate::controllers::ports::{EventType, KubeApi};
 use crate::controllers::Error;
 use crate::maas::DnsResource;
@@ -63,19 +73,93 @@ pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Resu
             return Err(Error::Retry(format!("{}: {message}", r.key())));
         }
         if adopting {
-            // Adopted from the endpoint (status is not moved by clusterctl move).
+            // Adopted from the endpoint (status is not moved by clusterctl
+            // move), which anyone can write: only a record MAAS shows with
+            // our mark, or none yet.
+            let mark = own_mark(r)?;
+            let records = r.maas()?.dns_resources(&name)?;
+            if records.iter().any(|rec| owner(rec, &mark) != Owner::Ours) {
+                return Err(not_ours(r, &name));
+            }
             persist_name(r, &name)?;
         }
         return Ok(name);
     }
-    let name = format!(
-        "{}-{}.{}",
-        cluster.metadata.name,
-        random_suffix()?,
-        r.object.spec.dns_domain
+    // A new name is one no record has yet, so that a record found under a
+    // name our status holds is one we made.
+    for _ in 0..3 {
+        let name = format!(
+            "{}-{}.{}",
+            cluster.metadata.name,
+            random_suffix()?,
+            r.object.spec.dns_domain
+        );
+        if r.maas()?.dns_resources(&name)?.is_empty() {
+            persist_name(r, &name)?;
+            return Ok(name);
+        }
+    }
+    Err(Error::Retry(format!(
+        "{}: every DNS name tried exists in MAAS already",
+        r.key()
+    )))
+}
+
+/// Who a record is, by its marks: `Ours` carries this cluster's,
+/// `Other` only another's, `Unmarked` none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Owner {
+    Ours,
+    Unmarked,
+    Other,
+}
+
+pub(super) fn owner(record: &DnsResource, mark: &str) -> Owner {
+    let marks: Vec<&str> = record
+        .txt()
+        .map(|t| t.trim_matches('"'))
+        .filter(|t| t.starts_with(mark::DNS_MARK_PREFIX))
+        .collect();
+    if marks.contains(&mark) {
+        Owner::Ours
+    } else if marks.is_empty() {
+        Owner::Unmarked
+    } else {
+        Owner::Other
+    }
+}
+
+/// This cluster's mark (its identity chosen and persisted first).
+fn own_mark(r: &mut ClusterReconciling) -> Result<String, Error> {
+    mark::dns_mark(&mark::ensure_identity(r)?)
+}
+
+/// `LoadBalancerReady=False` naming the record, a Warning when new; the
+/// error to retry with.
+fn not_ours(r: &mut ClusterReconciling, fqdn: &str) -> Error {
+    let message = format!(
+        "DNS record {fqdn} exists in MAAS without this cluster's mark (its TXT record \
+         {}...): it is not this cluster's, and capmaas will not use, change or delete it",
+        mark::DNS_MARK_PREFIX
     );
-    persist_name(r, &name)?;
-    Ok(name)
+    let reported = r
+        .condition(mc_api::LOAD_BALANCER_READY)
+        .is_some_and(|c| c.message == message);
+    if !reported {
+        r.event(EventType::Warning, mc_api::DNS_RECORD_NOT_OURS, &message);
+    }
+    r.set(Desired::false_(
+        mc_api::LOAD_BALANCER_READY,
+        mc_api::DNS_RECORD_NOT_OURS,
+        message.clone(),
+    ));
+    Error::Retry(format!("{}: {message}", r.key()))
+}
+
+/// Writes our mark on the record of `fqdn`.
+fn mark_record(r: &mut ClusterReconciling, fqdn: &str, mark: &str) -> Result<(), Error> {
+    r.maas()?.create_dns_txt(fqdn, mark)?;
+    Ok(())
 }
 
 /// `status.network.dnsName`, else an endpoint host that has our naming
@@ -142,6 +226,7 @@ pub(super) fn ensure_record(
     fqdn: &str,
     ips: &[String],
 ) -> Result<DnsResource, Error> {
+    let mark = own_mark(r)?;
     let mut found = r.maas()?.recent_dns_resources(fqdn)?;
     match found.len() {
         0 => {
@@ -151,9 +236,29 @@ pub(super) fn ensure_record(
                 "DNSRecordCreated",
                 &format!("Created DNS record {fqdn} (TTL {TTL_SECONDS})"),
             );
+            mark_record(r, fqdn, &mark)?;
             Ok(record)
         }
-        1 => Ok(found.remove(0)),
+        1 => {
+            let record = found.remove(0);
+            match owner(&record, &mark) {
+                Owner::Ours => {}
+                // Our status holds the name (chosen before creating, or
+                // checked when adopted): made by us before its mark (a
+                // crash between the two calls, or a capmaas from before
+                // marks).
+                Owner::Unmarked => {
+                    mark_record(r, fqdn, &mark)?;
+                    r.event(
+                        EventType::Normal,
+                        "DNSRecordMarked",
+                        &format!("Marked DNS record {fqdn} as this cluster's"),
+                    );
+                }
+                Owner::Other => return Err(not_ours(r, fqdn)),
+            }
+            Ok(record)
+        }
         n => Err(Error::Retry(format!(
             "expected 1 DNS resource for {fqdn:?}, got {n}"
         ))),
@@ -360,7 +465,25 @@ pub(super) fn delete_record(
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(e.into()),
     };
+    let mark = match Identity::recorded(&r.object.metadata) {
+        Recorded::Valid(identity) => mark::dns_mark(&identity)?,
+        Recorded::Missing | Recorded::Foreign(_) => String::new(),
+    };
+    let chosen = r.object.dns_name() == Some(fqdn.as_str());
     for record in records.iter().filter(|rec| rec.id >= 0) {
+        let ours = match owner(record, &mark) {
+            Owner::Ours => true,
+            Owner::Unmarked => chosen,
+            Owner::Other => false,
+        };
+        if !ours {
+            r.event(
+                EventType::Warning,
+                mc_api::DNS_RECORD_NOT_OURS,
+                &format!("DNS record {fqdn} is not this cluster's (no mark of it): left alone"),
+            );
+            continue;
+        }
         match r.maas()?.delete_dns_resource(record.id) {
             Ok(()) => r.event(
                 EventType::Normal,

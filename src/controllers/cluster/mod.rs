@@ -15,6 +15,7 @@
 //! `controllers::reconciling` for this kind.
 
 mod dns;
+mod mark;
 #[cfg(test)]
 mod tests;
 mod vip;

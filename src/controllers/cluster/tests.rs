@@ -244,16 +244,93 @@ fn a_stale_cache_cannot_pick_a_second_name() {
 }
 
 #[test]
-fn a_cluster_moved_without_status_adopts_its_endpoint_name() {
+fn a_cluster_moved_without_status_adopts_its_marked_endpoint_record() {
     let w = World::new(0);
     w.cluster(NS, "c1");
-    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
-        v["spec"]["controlPlaneEndpoint"] = json!({"host": "c1-abc123.maas", "port": 6443})
-    });
-    w.maas.add_dns("c1-abc123.maas", &["10.0.0.5"]);
     reconcile(&w).unwrap();
-    assert_eq!(dns_name(&w), "c1-abc123.maas");
-    assert_eq!(w.maas.dns_records().len(), 1);
+    let name = dns_name(&w);
+    let record = w.maas.dns_records()[0].clone();
+    assert_eq!(record.resource_records.len(), 1, "marked: {record:?}");
+    assert!(record.resource_records[0]
+        .rrdata
+        .starts_with("capmaas-owner="));
+    // `clusterctl move`: spec and annotations copied, status not, new UID.
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["status"] = json!({});
+        v["metadata"]["uid"] = json!("moved-uid");
+    });
+    w.maas.clear_calls();
+    reconcile(&w).unwrap();
+    assert_eq!(dns_name(&w), name);
+    assert_eq!(
+        w.maas.dns_records(),
+        vec![record],
+        "the same record, unchanged"
+    );
+    assert!(!w.maas.calls().iter().any(|c| c.starts_with("create_dns")));
+}
+
+/// Issue 19: a Cluster named `x` whose endpoint names an existing record
+/// `x-abc123.<domain>` (another management cluster's, or anyone's) must
+/// not adopt it: refused, named, never emptied, repointed or deleted.
+#[test]
+fn an_endpoint_naming_a_record_without_our_mark_is_refused_and_left_alone() {
+    for theirs in [None, Some("capmaas-owner=0123456789abcdef0123456789abcdef")] {
+        let w = World::new(0);
+        w.cluster(NS, "c1");
+        w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+            v["spec"]["controlPlaneEndpoint"] = json!({"host": "c1-abc123.maas", "port": 6443})
+        });
+        let id = w.maas.add_dns("c1-abc123.maas", &["10.0.0.5"]);
+        if let Some(mark) = theirs {
+            w.maas.create_dns_txt("c1-abc123.maas", mark).unwrap();
+        }
+        let before = w.maas.dns_records();
+        w.maas.clear_calls();
+        machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+        let err = reconcile(&w).unwrap_err();
+        assert!(err.to_string().contains("c1-abc123.maas"), "{err}");
+        let mc = w.maas_cluster(NS, "c1");
+        let lb = conditions::get(mc.conditions(), mc_api::LOAD_BALANCER_READY).unwrap();
+        assert_eq!(lb.reason, mc_api::DNS_RECORD_NOT_OURS);
+        assert!(lb.message.contains("c1-abc123.maas"), "{}", lb.message);
+        assert!(w
+            .kube
+            .event_reasons()
+            .contains(&mc_api::DNS_RECORD_NOT_OURS.to_string()));
+        assert!(mc.dns_name().is_none(), "not adopted");
+
+        w.delete(MAAS_CLUSTER, NS, "c1");
+        w.kube.remove(MAAS_MACHINE, NS, "cp1");
+        reconcile(&w).unwrap();
+        assert_eq!(w.maas.dns_records(), before, "{theirs:?}: untouched");
+        assert!(w.maas.dns_records().iter().any(|r| r.id == id));
+        assert!(!w.maas.calls().iter().any(|c| c.starts_with("set_dns")
+            || c.starts_with("delete_dns")
+            || c.starts_with("create_dns")));
+    }
+}
+
+/// The mark is written right after the record: a crash between the two
+/// calls (the name is in our status, chosen before creating) is repaired,
+/// and a record of an earlier capmaas (status, no mark) is marked.
+#[test]
+fn a_record_of_our_status_name_without_a_mark_is_marked() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.maas.fail_once("create_dns_txt", 503, "busy");
+    assert!(reconcile(&w).is_err());
+    assert!(w.maas.dns_records()[0].resource_records.is_empty());
+    reconcile(&w).unwrap();
+    let record = &w.maas.dns_records()[0];
+    assert_eq!(record.txt().count(), 1, "{record:?}");
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&"DNSRecordMarked".to_string()));
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    reconcile(&w).unwrap();
+    assert!(w.maas.dns_records().is_empty());
 }
 
 #[test]

@@ -10,16 +10,21 @@
 //!   and `Reserved` after; after a crash in between, the reservation is
 //!   found again in MAAS's list of the user's reservations instead of
 //!   being made twice;
-//! - an address already reserved for the MAAS user before the cluster
-//!   asked is used as it is (`External`) and never released; one another
-//!   MaasCluster records is refused;
+//! - every reservation is made with the cluster's mark (`mac=`, see
+//!   `mark.rs`), which MAAS lists with it: without a status (a cluster
+//!   moved with `clusterctl move`) a reservation is this cluster's only if
+//!   it carries the mark, never because the spec or endpoint names it;
+//! - an address already reserved for the MAAS user without our mark is
+//!   used as it is (`External`) and never released; in subnet mode only a
+//!   marked reservation in that subnet is taken; one another MaasCluster
+//!   records is refused;
 //! - the reservation is checked on every reconcile (one list call) and
 //!   made again if it was released outside capmaas;
 //! - it is released when the cluster is deleted, after its machines.
 
 use serde_json::{json, Value};
 
-use super::ClusterReconciling;
+use super::{mark, ClusterReconciling};
 use crate::api::maas_cluster::{
     self as mc_api, ControlPlaneVip, ControlPlaneVipStatus, VIP_EXTERNAL, VIP_RESERVED,
     VIP_RESERVING,
@@ -41,16 +46,21 @@ pub(super) fn ensure(r: &mut ClusterReconciling, vip: &ControlPlaneVip) -> Resul
     if let Some(address) = &address {
         refuse_if_claimed(r, address)?;
     }
+    let mark = mark::reservation_mac(&mark::ensure_identity(r)?)?;
     match recorded {
-        Some(rec) if !rec.address.is_empty() => keep(r, rec),
-        Some(rec) => recover_from_subnet(r, vip, &rec.reserved_before),
-        None => start(r, vip),
+        Some(rec) if !rec.address.is_empty() => keep(r, rec, &mark),
+        Some(rec) => recover_from_subnet(r, vip, &rec.reserved_before, &mark),
+        None => start(r, vip, &mark),
     }
 }
 
 /// A recorded address: reserved for us in MAAS (the reservation finished
 /// after a crash, or is still there), or reserved again.
-fn keep(r: &mut ClusterReconciling, rec: ControlPlaneVipStatus) -> Result<String, Error> {
+fn keep(
+    r: &mut ClusterReconciling,
+    rec: ControlPlaneVipStatus,
+    mark: &str,
+) -> Result<String, Error> {
     if is_reserved(r, &rec.address)? {
         if rec.phase == VIP_RESERVING {
             record(r, &rec.address, VIP_RESERVED, &[])?;
@@ -70,41 +80,34 @@ fn keep(r: &mut ClusterReconciling, rec: ControlPlaneVipStatus) -> Result<String
         );
         record(r, &rec.address, VIP_RESERVING, &[])?;
     }
-    reserve(r, ReserveFrom::Address(rec.address))
+    reserve(r, ReserveFrom::Address(rec.address), mark)
 }
 
-/// Nothing recorded yet: an address reserved for this MAAS user already
-/// is used (ours only when our endpoint names it: a cluster moved with
-/// `clusterctl move`, whose status stayed behind); otherwise the intent is
-/// persisted, then MAAS asked.
-fn start(r: &mut ClusterReconciling, vip: &ControlPlaneVip) -> Result<String, Error> {
-    let endpoint_host = r
-        .object
-        .spec
-        .control_plane_endpoint
-        .as_ref()
-        .map(|e| e.host.clone())
-        .filter(|h| !h.is_empty());
+/// Nothing recorded yet: a reservation of this MAAS user carrying our
+/// mark is ours (a cluster moved with `clusterctl move`, whose status
+/// stayed behind); an address reserved without it is used as it is;
+/// otherwise the intent is persisted, then MAAS asked.
+fn start(r: &mut ClusterReconciling, vip: &ControlPlaneVip, mark: &str) -> Result<String, Error> {
     match (&vip.address, &vip.subnet) {
         (Some(address), _) => {
-            if is_reserved(r, address)? {
-                let moved = endpoint_host.as_deref() == Some(address.as_str());
-                adopt(r, address, moved)?;
+            let listed = r.maas()?.ip_reservations(Some(address))?;
+            if let Some(found) = listed.iter().find(|x| &x.ip == address) {
+                adopt(r, address, found.has_mac(mark))?;
                 return Ok(address.clone());
             }
             record(r, address, VIP_RESERVING, &[])?;
-            reserve(r, ReserveFrom::Address(address.clone()))
+            reserve(r, ReserveFrom::Address(address.clone()), mark)
         }
         (None, Some(subnet)) => {
             let before = r.maas()?.ip_reservations(None)?;
-            if let Some(host) = endpoint_host.filter(|h| before.iter().any(|x| &x.ip == h)) {
-                refuse_if_claimed(r, &host)?;
-                adopt(r, &host, true)?;
-                return Ok(host);
+            if let Some(ours) = marked_in_subnet(r, &before, subnet, mark) {
+                refuse_if_claimed(r, &ours)?;
+                adopt(r, &ours, true)?;
+                return Ok(ours);
             }
             let before: Vec<String> = before.into_iter().map(|x| x.ip).collect();
             record(r, "", VIP_RESERVING, &before)?;
-            reserve(r, ReserveFrom::Subnet(subnet.clone()))
+            reserve(r, ReserveFrom::Subnet(subnet.clone()), mark)
         }
         (None, None) => Err(failed(
             r,
@@ -113,16 +116,42 @@ fn start(r: &mut ClusterReconciling, vip: &ControlPlaneVip) -> Result<String, Er
     }
 }
 
-/// Records an address MAAS already had reserved for this MAAS user.
-fn adopt(r: &mut ClusterReconciling, address: &str, moved: bool) -> Result<(), Error> {
-    if moved {
+/// Our marked reservation in `subnet` (MAAS names the subnet), the one our
+/// endpoint names if there are several.
+fn marked_in_subnet(
+    r: &ClusterReconciling,
+    listed: &[IpReservation],
+    subnet: &str,
+    mark: &str,
+) -> Option<String> {
+    let endpoint = r
+        .object
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .map(|e| e.host.as_str());
+    let ours: Vec<&IpReservation> = listed
+        .iter()
+        .filter(|x| x.has_mac(mark) && x.subnet.is_some() && in_subnet(x, subnet))
+        .collect();
+    ours.iter()
+        .find(|x| Some(x.ip.as_str()) == endpoint)
+        .or(ours.first())
+        .map(|x| x.ip.clone())
+}
+
+/// Records an address MAAS already had reserved for this MAAS user:
+/// `ours` (it carries our mark) as `Reserved`, released with the cluster;
+/// anyone else's as `External`, never released.
+fn adopt(r: &mut ClusterReconciling, address: &str, ours: bool) -> Result<(), Error> {
+    if ours {
         record(r, address, VIP_RESERVED, &[])?;
         r.event(
             EventType::Normal,
             "ControlPlaneVIPReserved",
             &format!(
-                "control-plane VIP {address}, reserved in MAAS and named by this cluster's \
-                 endpoint (a moved cluster), is this cluster's"
+                "control-plane VIP {address}, reserved in MAAS with this cluster's mark (a \
+                 moved cluster), is this cluster's"
             ),
         );
         return Ok(());
@@ -132,8 +161,8 @@ fn adopt(r: &mut ClusterReconciling, address: &str, moved: bool) -> Result<(), E
         EventType::Normal,
         "ControlPlaneVIPAdopted",
         &format!(
-            "control-plane VIP {address} was already reserved in MAAS for this MAAS user: \
-             used as it is, and left reserved when the cluster is deleted"
+            "control-plane VIP {address} was already reserved in MAAS for this MAAS user, not \
+             by this cluster: used as it is, and left reserved when the cluster is deleted"
         ),
     );
     Ok(())
@@ -146,12 +175,13 @@ fn recover_from_subnet(
     r: &mut ClusterReconciling,
     vip: &ControlPlaneVip,
     before: &[String],
+    mark: &str,
 ) -> Result<String, Error> {
     let Some(subnet) = vip.subnet.clone() else {
-        return start(r, vip);
+        return start(r, vip, mark);
     };
     match new_reservations(r, &subnet, before)?.as_slice() {
-        [] => reserve(r, ReserveFrom::Subnet(subnet)),
+        [] => reserve(r, ReserveFrom::Subnet(subnet), mark),
         [ip] => {
             let ip = ip.clone();
             record(r, &ip, VIP_RESERVED, &[])?;
@@ -201,8 +231,8 @@ fn in_subnet(reservation: &IpReservation, subnet: &str) -> bool {
 }
 
 /// Asks MAAS; the answer is recorded as `Reserved`.
-fn reserve(r: &mut ClusterReconciling, from: ReserveFrom) -> Result<String, Error> {
-    let reservation = match r.maas()?.reserve_ip(&from) {
+fn reserve(r: &mut ClusterReconciling, from: ReserveFrom, mark: &str) -> Result<String, Error> {
+    let reservation = match r.maas()?.reserve_ip(&from, mark) {
         Ok(reservation) => reservation,
         Err(e) if e.is_transient() => return Err(e.into()),
         Err(e) => {

@@ -219,20 +219,117 @@ fn an_address_reserved_before_is_used_and_never_released() {
         .contains(&"ControlPlaneVIPKept".to_string()));
 }
 
+/// `clusterctl move`: spec and annotations copied, status not, new UIDs.
+fn moved(w: &World, name: &str) {
+    w.edit(MAAS_CLUSTER, NS, name, |v| {
+        v["status"] = json!({});
+        v["metadata"]["uid"] = json!(format!("moved-{name}"));
+    });
+}
+
 #[test]
-fn after_clusterctl_move_the_reservation_named_by_the_endpoint_is_ours() {
+fn after_clusterctl_move_the_reservation_with_our_mark_is_ours() {
+    let w = World::new(0);
+    vip_cluster(&w, "c1", json!({"address": "10.0.0.50"}));
+    reconcile(&w).unwrap();
+    let mark = w.maas.reservations.lock().unwrap()[0].interface_set[0]
+        .mac_address
+        .clone();
+    assert!(mark.starts_with(|c: char| c.is_ascii_hexdigit()), "{mark}");
+    moved(&w, "c1");
+    w.maas.clear_calls();
+    reconcile(&w).unwrap();
+    assert_eq!(vip_status(&w, "c1").unwrap().phase, mc_api::VIP_RESERVED);
+    assert!(!w.maas.calls().iter().any(|c| c.starts_with("reserve_ip")));
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    reconcile(&w).unwrap();
+    assert!(w.maas.reserved_ips().is_empty());
+}
+
+#[test]
+fn an_endpoint_naming_a_reservation_without_our_mark_does_not_make_it_ours() {
+    // Issue 19: the same MAAS user reserved 10.0.0.50 before (by hand, or
+    // another management cluster); a tenant names it as VIP and endpoint.
     let w = World::new(0);
     w.maas.add_reservation("10.0.0.50");
     vip_cluster(&w, "c1", json!({"address": "10.0.0.50"}));
-    // Moved: spec (with our endpoint) copied, status not.
     w.edit(MAAS_CLUSTER, NS, "c1", |v| {
         v["spec"]["controlPlaneEndpoint"] = json!({"host": "10.0.0.50", "port": 6443})
     });
     reconcile(&w).unwrap();
-    assert_eq!(vip_status(&w, "c1").unwrap().phase, mc_api::VIP_RESERVED);
+    assert_eq!(vip_status(&w, "c1").unwrap().phase, mc_api::VIP_EXTERNAL);
     w.delete(MAAS_CLUSTER, NS, "c1");
     reconcile(&w).unwrap();
-    assert!(w.maas.reserved_ips().is_empty());
+    assert_eq!(w.maas.reserved_ips(), vec!["10.0.0.50"]);
+    assert!(!w.maas.calls().iter().any(|c| c.starts_with("release_ip")));
+}
+
+#[test]
+fn another_clusters_marked_reservation_is_not_ours() {
+    // A cluster in another namespace reserved 10.0.0.50 with its mark; a
+    // tenant names the same address (and copies the identity annotation,
+    // which names the other object and is replaced).
+    let w = World::new(0);
+    w.cluster("other", "c1");
+    w.edit(MAAS_CLUSTER, "other", "c1", |v| {
+        v["spec"]["controlPlaneVIP"] = json!({"address": "10.0.0.50"})
+    });
+    super::reconcile(&w.ctx, "other", "c1").unwrap();
+    let theirs = w
+        .maas_cluster("other", "c1")
+        .metadata
+        .annotations
+        .get(crate::controllers::identity::ANNOTATION)
+        .cloned()
+        .unwrap();
+    // Forget the other cluster's status, so only MAAS's mark can tell.
+    w.kube.remove(MAAS_CLUSTER, "other", "c1");
+
+    vip_cluster(&w, "c1", json!({"address": "10.0.0.50"}));
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["annotations"] =
+            json!({crate::controllers::identity::ANNOTATION: theirs.clone()});
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "10.0.0.50", "port": 6443});
+    });
+    reconcile(&w).unwrap();
+    assert_eq!(vip_status(&w, "c1").unwrap().phase, mc_api::VIP_EXTERNAL);
+    assert_ne!(
+        w.maas_cluster(NS, "c1")
+            .metadata
+            .annotations
+            .get(crate::controllers::identity::ANNOTATION),
+        Some(&theirs)
+    );
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.reserved_ips(), vec!["10.0.0.50"]);
+}
+
+#[test]
+fn in_subnet_mode_only_our_marked_reservation_in_that_subnet_is_taken() {
+    // Issue 19: an endpoint naming the user's reservation outside the
+    // subnet (or an unmarked one in it) is not adopted: a new address is
+    // reserved from the subnet, and only that one is released.
+    let w = World::new(0);
+    with_subnet(&w);
+    w.maas.add_reservation("192.168.9.9");
+    w.maas.add_reservation("10.0.0.50");
+    w.maas.reservations.lock().unwrap()[1].subnet = Some(crate::maas::ReservationSubnet {
+        id: 1,
+        name: "pxe".into(),
+        cidr: "10.0.0.0/24".into(),
+    });
+    vip_cluster(&w, "c1", json!({"subnet": "10.0.0.0/24"}));
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "192.168.9.9", "port": 6443})
+    });
+    reconcile(&w).unwrap();
+    let vip = vip_status(&w, "c1").unwrap();
+    assert_eq!(vip.phase, mc_api::VIP_RESERVED);
+    assert_eq!(vip.address, "10.0.0.51", "a new reservation of our own");
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.reserved_ips(), vec!["10.0.0.50", "192.168.9.9"]);
 }
 
 #[test]

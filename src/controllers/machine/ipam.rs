@@ -97,6 +97,7 @@ pub(super) fn ensure_static_addresses(
     if let Some(wait) = retry::waiting(r) {
         return Ok(Step::Stop(wait));
     }
+    remember_ours(r, &host)?;
     match link_addresses(r, &host, &network, &addresses)? {
         Ok(linked) => {
             r.set(Desired::true_(
@@ -129,6 +130,23 @@ pub(super) fn ensure_static_addresses(
             )))
         }
     }
+}
+
+/// Stores `status.machineState` before the first link: a deletion
+/// unlinks only on a machine this object observed as its own, so a crash
+/// right after linking must not leave that unknown (and the link behind).
+fn remember_ours(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(), Error> {
+    if r.status.machine_state.is_some() {
+        return Ok(());
+    }
+    // Linking happens only while the machine is Allocated.
+    let state = Some(host.status_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "Allocated".to_string());
+    let patch = json!({"status": {"machineState": state}});
+    r.patch_status_now(&patch, |status| {
+        status.machine_state = Some(state.clone());
+    })
 }
 
 /// One address per pool, in pool order; `Err(what)` while a claim is
@@ -461,8 +479,11 @@ fn unlink_addresses(
     if ours.is_empty() {
         return Ok(None);
     }
-    match host.status {
-        MachineStatus::Releasing | MachineStatus::DiskErasing => {
+    let owned_now = identity.is_some_and(|id| identity::ownership(&host, id) == Ownership::Ours);
+    let observed = r.status.machine_state.is_some();
+    match unlink_decision(&host.status, owned_now, observed) {
+        Unlink::Now => {}
+        Unlink::AfterRelease => {
             r.set(Desired::false_(
                 STATIC_ADDRESSES_READY,
                 mm_api::DELETED,
@@ -470,17 +491,17 @@ fn unlink_addresses(
             ));
             return Ok(Some(Action::RequeueAfter(RELEASE_WAIT)));
         }
-        MachineStatus::New | MachineStatus::Ready | MachineStatus::Broken => {}
-        // Allocated again: only if it is still ours (never released).
-        MachineStatus::Allocated
-            if identity.is_some_and(|id| identity::ownership(&host, id) == Ownership::Ours) => {}
-        _ => {
+        Unlink::Never => {
+            let whose = if observed {
+                format!("is {:?}", host.status_name)
+            } else {
+                "was never this MaasMachine's".to_string()
+            };
             r.event(
                 EventType::Warning,
                 STATIC_ADDRESS_FAILED,
                 &format!(
-                    "MAAS machine {system_id} is {:?}: its static addresses {} stay linked",
-                    host.status_name,
+                    "MAAS machine {system_id} {whose}: its static addresses {} stay linked",
                     ips.join(", ")
                 ),
             );
@@ -504,6 +525,35 @@ fn unlink_addresses(
     Ok(None)
 }
 
+/// What a deletion does with the STATIC links of our addresses on the
+/// recorded machine.
+#[derive(Debug, PartialEq, Eq)]
+enum Unlink {
+    Now,
+    /// MAAS refuses interface edits while releasing.
+    AfterRelease,
+    Never,
+}
+
+/// Only on a machine that is ours: allocated under our identity now, or
+/// one this object observed as its own (`status.machineState`, written
+/// only for our machine, before any link; `spec.systemID` cannot change)
+/// and that is now released. A `spec.systemID` naming a machine we never
+/// had, with a claim answered by the tenant's own pool, must not unlink an
+/// address an administrator pinned on it.
+fn unlink_decision(status: &MachineStatus, owned_now: bool, observed: bool) -> Unlink {
+    match status {
+        MachineStatus::Allocated if owned_now => Unlink::Now,
+        MachineStatus::Releasing | MachineStatus::DiskErasing if observed || owned_now => {
+            Unlink::AfterRelease
+        }
+        MachineStatus::New | MachineStatus::Ready | MachineStatus::Broken if observed => {
+            Unlink::Now
+        }
+        _ => Unlink::Never,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,5 +571,28 @@ mod tests {
         assert!(subnet_holds("0.0.0.0/0", "8.8.8.8", 0));
         assert!(!subnet_holds("10.0.0.0/33", "10.0.0.1", 33));
         assert!(!subnet_holds("garbage", "10.0.0.1", 24));
+    }
+
+    #[test]
+    fn addresses_are_unlinked_only_on_a_machine_that_is_ours() {
+        use MachineStatus::*;
+        // Ours now, or observed as ours and released since.
+        assert_eq!(unlink_decision(&Allocated, true, true), Unlink::Now);
+        assert_eq!(unlink_decision(&Ready, false, true), Unlink::Now);
+        assert_eq!(unlink_decision(&Broken, false, true), Unlink::Now);
+        assert_eq!(
+            unlink_decision(&Releasing, false, true),
+            Unlink::AfterRelease
+        );
+        assert_eq!(
+            unlink_decision(&DiskErasing, true, false),
+            Unlink::AfterRelease
+        );
+        // Never ours: a spec.systemID naming someone else's or nobody's machine.
+        assert_eq!(unlink_decision(&Ready, false, false), Unlink::Never);
+        assert_eq!(unlink_decision(&New, false, false), Unlink::Never);
+        assert_eq!(unlink_decision(&Releasing, false, false), Unlink::Never);
+        assert_eq!(unlink_decision(&Allocated, false, true), Unlink::Never);
+        assert_eq!(unlink_decision(&Deployed, false, true), Unlink::Never);
     }
 }

@@ -12,7 +12,7 @@ use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{World, IP_ADDRESS, IP_ADDRESS_CLAIM, MAAS_MACHINE};
 use crate::controllers::ports::MaasApi;
 use crate::controllers::Error;
-use crate::maas::{MachineStatus, PowerState};
+use crate::maas::{self, LinkMode, MachineStatus, PowerState};
 use crate::runtime::Action;
 
 const NS: &str = "ns";
@@ -344,6 +344,74 @@ fn a_claim_of_the_name_owned_by_something_else_is_not_used() {
     w.delete(MAAS_MACHINE, NS, "m1");
     reconcile(&w, "m1").unwrap();
     assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, "m1-0").is_some());
+}
+
+#[test]
+fn deleting_a_maas_machine_naming_a_machine_never_ours_unlinks_nothing() {
+    // Issue 19: a tenant names an unallocated machine whose address an
+    // administrator pinned STATIC, and answers its own claim from its own
+    // pool with that address.
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["systemID"] = json!("sys000")
+    });
+    let uid = w.maas_machine(NS, "m1").metadata.uid;
+    w.kube.put(
+        IP_ADDRESS_CLAIM,
+        json!({"metadata": {"name": "m1-0", "namespace": NS,
+                            "ownerReferences": [{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                                                 "kind": "MaasMachine", "name": "m1", "uid": uid}]},
+               "spec": {"poolRef": pool()}}),
+    );
+    answer(&w, "m1-0", "10.0.0.77", 24);
+    let pinned = maas::InterfaceLink {
+        id: 4242,
+        mode: LinkMode::Static,
+        ip: Some("10.0.0.77".into()),
+        subnet_id: Some(1),
+    };
+    w.maas
+        .machines
+        .lock()
+        .unwrap()
+        .get_mut("sys000")
+        .unwrap()
+        .interfaces[0]
+        .links = vec![pinned.clone()];
+    assert!(reconcile(&w, "m1").is_ok(), "refused as not ours, no error");
+    assert!(w.maas_machine(NS, "m1").status().machine_state.is_none());
+
+    w.delete(MAAS_MACHINE, NS, "m1");
+    w.maas.clear_calls();
+    reconcile(&w, "m1").unwrap();
+    assert!(calls_starting(&w, "unlink_subnet").is_empty());
+    assert!(calls_starting(&w, "release").is_empty());
+    assert_eq!(w.maas.host("sys000").interfaces[0].links, vec![pinned]);
+    assert!(w
+        .kube
+        .event_reasons()
+        .contains(&STATIC_ADDRESS_FAILED.to_string()));
+}
+
+#[test]
+fn the_machine_state_is_stored_before_the_first_link() {
+    let w = World::new(1);
+    worker_with_pool(&w, json!({"addressesFromPools": [pool()]}));
+    reconcile(&w, "m1").unwrap();
+    answer(&w, "m1-0", "10.0.0.77", 24);
+    // The reconcile stops right after the link (the deploy fails), before
+    // it observes the machine: only the state stored before the link says
+    // the machine is ours when it is deleted.
+    w.maas.fail_once("deploy", 503, "Service Unavailable");
+    let _ = reconcile(&w, "m1");
+    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    assert_eq!(calls_starting(&w, "link_subnet").len(), 1);
+    assert!(w.maas_machine(NS, "m1").status().machine_state.is_some());
+
+    w.delete(MAAS_MACHINE, NS, "m1");
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas.host(&id).interfaces[0].links.is_empty());
 }
 
 #[test]

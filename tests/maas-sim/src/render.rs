@@ -75,9 +75,17 @@ pub fn dns_resource(world: &World, d: &DnsRec) -> Value {
                    "resource_uri": format!("{API}/ipaddresses/")})
         })
         .collect();
+    let records: Vec<Value> = d.data.iter().map(|x| dns_data(world, d, x)).collect();
     json!({"id": d.id, "fqdn": world.dns_fqdn(d), "address_ttl": d.address_ttl,
-           "ip_addresses": ips, "resource_records": [],
+           "ip_addresses": ips, "resource_records": records,
            "resource_uri": format!("{API}/dnsresources/{}/", d.id)})
+}
+
+/// A DNSData as `DNSResourceRecordHandler` renders it.
+pub fn dns_data(world: &World, d: &DnsRec, x: &crate::world::DnsData) -> Value {
+    json!({"id": x.id, "fqdn": world.dns_fqdn(d), "ttl": null, "rrtype": x.rrtype,
+           "rrdata": x.rrdata,
+           "resource_uri": format!("{API}/dnsresourcerecords/{}/", x.id)})
 }
 
 /// An interface as `InterfaceHandler` renders it, links with their

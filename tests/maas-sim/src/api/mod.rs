@@ -305,6 +305,15 @@ fn dispatch(
             Ok(Response::empty(204))
         }
         (["dnsresources", _], _, Some(_)) => unknown_op(req, op),
+        (["dnsresourcerecords"], "POST", None) => {
+            admin_only(user)?;
+            let (i, j) = world.create_dns_data(params)?;
+            let rec = &world.dns[i];
+            Ok(Response::json(
+                200,
+                &render::dns_data(world, rec, &rec.data[j]),
+            ))
+        }
         (["domains"], "GET", None) => {
             let list: Vec<Value> = world
                 .domains
@@ -477,6 +486,7 @@ fn is_known_collection(name: &str) -> bool {
             | "nodes"
             | "machines"
             | "dnsresources"
+            | "dnsresourcerecords"
             | "domains"
             | "zones"
             | "resourcepools"

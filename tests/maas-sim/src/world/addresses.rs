@@ -137,6 +137,7 @@ impl World {
                         domain_id,
                         address_ttl: None,
                         ips: vec![ip.to_string()],
+                        data: Vec::new(),
                     });
                 }
             }
@@ -285,10 +286,37 @@ impl World {
             "created": super::events::format_iso(r.created),
             "ip": r.ip.to_string(),
             "owner": owner,
-            "interface_set": [],
+            "interface_set": self.reservation_interfaces(r),
             "subnet": self.subnet(r.subnet_id).map(super::network::subnet_json),
             "resource_uri": "/MAAS/api/2.0/ipaddresses/",
         })
+    }
+
+    /// With `mac=`, MAAS made an interface of that MAC (type `unknown`,
+    /// named `eth0`, on no machine) with the address linked STATIC, and
+    /// lists it; without, none.
+    fn reservation_interfaces(&self, r: &Reservation) -> Value {
+        let Some(mac) = &r.mac else {
+            return json!([]);
+        };
+        json!([{
+            "id": r.id,
+            "name": "eth0",
+            "type": "unknown",
+            "mac_address": mac.to_ascii_lowercase(),
+            "enabled": true,
+            "params": "",
+            "tags": [],
+            "parents": [],
+            "children": [],
+            "vlan": null,
+            "links": [{
+                "id": r.id,
+                "mode": "static",
+                "ip_address": r.ip.to_string(),
+                "subnet": self.subnet(r.subnet_id).map(super::network::subnet_json),
+            }],
+        }])
     }
 
     fn link_ip_json(&self, m: &super::Machine, iface: &super::Interface, link: &Link) -> Value {

@@ -95,8 +95,65 @@ impl World {
             domain_id,
             address_ttl: ttl.flatten(),
             ips,
+            data: Vec::new(),
         });
         Ok(self.dns.len() - 1)
+    }
+
+    /// `DNSResourceRecordsHandler.create`: `rrtype` and `rrdata` required
+    /// (400 `... must be provided.`), the name by `fqdn` or `name` and
+    /// `domain`; added to the DNS resource of that name, made (without
+    /// addresses) if there is none. The DNSData index is returned.
+    pub fn create_dns_data(&mut self, params: &[(String, String)]) -> Outcome<(usize, usize)> {
+        let one = |key: &str| {
+            params
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        let Some(rrtype) = one("rrtype") else {
+            return fail(400, "rrtype must be provided.");
+        };
+        let Some(rrdata) = one("rrdata") else {
+            return fail(400, "rrdata must be provided.");
+        };
+        let (name, domain_id) = match (one("name"), one("domain"), one("fqdn")) {
+            (Some(name), Some(domain), _) => (name, self.domain_by_ref(&domain)?),
+            (None, None, Some(fqdn)) => match self.split_fqdn(&fqdn) {
+                Some(x) => x,
+                None => return fail(404, "No Domain matches the given query."),
+            },
+            _ => return fail(400, "Either name and domain (or fqdn) must be specified"),
+        };
+        let index = match self
+            .dns
+            .iter()
+            .position(|d| d.name == name && d.domain_id == domain_id)
+        {
+            Some(i) => i,
+            None => {
+                let id = self.next_dns_id;
+                self.next_dns_id += 1;
+                self.dns.push(DnsRec {
+                    id,
+                    name,
+                    domain_id,
+                    address_ttl: None,
+                    ips: Vec::new(),
+                    data: Vec::new(),
+                });
+                self.dns.len() - 1
+            }
+        };
+        self.next_dns_data_id += 1;
+        let id = self.next_dns_data_id;
+        let rec = &mut self.dns[index];
+        rec.data.push(super::DnsData {
+            id,
+            rrtype: rrtype.to_ascii_uppercase(),
+            rrdata,
+        });
+        Ok((index, rec.data.len() - 1))
     }
 
     pub fn update_dns(&mut self, index: usize, params: &[(String, String)]) -> Outcome<()> {

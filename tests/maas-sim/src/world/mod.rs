@@ -71,6 +71,15 @@ pub struct DnsRec {
     pub domain_id: i64,
     pub address_ttl: Option<u32>,
     pub ips: Vec<String>,
+    /// Its other records (MAAS's DNSData), e.g. TXT.
+    pub data: Vec<DnsData>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DnsData {
+    pub id: i64,
+    pub rrtype: String,
+    pub rrdata: String,
 }
 
 /// Something due later in a machine's life. Time moves lazily: `advance`
@@ -228,6 +237,7 @@ pub struct World {
     pub machines: Vec<Machine>,
     pub dns: Vec<DnsRec>,
     next_dns_id: i64,
+    next_dns_data_id: i64,
     next_seq: u64,
     /// (token key, nonce) → timestamp, for replay detection.
     pub nonces: HashMap<(String, String), u64>,
@@ -311,6 +321,7 @@ impl World {
             machines: Vec::new(),
             dns: Vec::new(),
             next_dns_id: 1,
+            next_dns_data_id: 0,
             next_seq: 1,
             nonces: HashMap::new(),
             faults: Vec::new(),
@@ -415,6 +426,7 @@ impl World {
                 domain_id,
                 address_ttl: d.address_ttl,
                 ips: d.ip_addresses.clone(),
+                data: Vec::new(),
             });
         }
         Ok(world)
