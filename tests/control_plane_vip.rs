@@ -319,8 +319,8 @@ fn reservation_calls_answer_as_maas_does() {
 fn reservations_made_before_without_our_mark_are_never_released() {
     let cp = support::control_plane();
     let mut inventory = support::maas_sim::story_inventory();
-    inventory["subnets"] = json!([{"cidr": "10.30.0.0/24", "name": "nodes",
-                                   "gateway_ip": "10.30.0.1",
+    inventory["subnets"] = json!([{"cidr": "127.30.0.0/24", "name": "nodes",
+                                   "gateway_ip": "127.30.0.1",
                                    "vlan": {"vid": 30, "fabric": "fabric-nodes"}}]);
     let sim = MaasSim::start(Some(&inventory));
     let operator = sim.client_for(USER);
@@ -377,7 +377,7 @@ fn reservations_made_before_without_our_mark_are_never_released() {
 
     let ((phase, own), during) = run("vip-theirs-subnet", json!({"subnet": "lab"}), &outside);
     assert_eq!(phase, "Reserved");
-    assert!(own.starts_with("10.11.130.") && own != VIP, "{own}");
+    assert!(own.starts_with("127.11.130.") && own != VIP, "{own}");
     let mut all = vec![VIP.to_string(), outside.clone(), own.clone()];
     all.sort();
     assert_eq!(during, all);

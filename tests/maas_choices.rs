@@ -616,7 +616,7 @@ fn deleting_a_maas_machine_naming_a_machine_never_ours_leaves_its_static_address
         .into_iter()
         .find(|s| s.name == "nodes")
         .unwrap();
-    let pinned = "10.30.0.150";
+    let pinned = "127.30.0.150";
     admin
         .link_subnet_static(&target.system_id, eth1, nodes.id, pinned)
         .unwrap();
@@ -629,10 +629,10 @@ fn deleting_a_maas_machine_naming_a_machine_never_ours_leaves_its_static_address
     );
 
     let tenant_pool = Pool {
-        first: Ipv4Addr::new(10, 30, 0, 150),
-        last: Ipv4Addr::new(10, 30, 0, 150),
+        first: Ipv4Addr::new(127, 30, 0, 150),
+        last: Ipv4Addr::new(127, 30, 0, 150),
         prefix: 24,
-        gateway: Ipv4Addr::new(10, 30, 0, 1),
+        gateway: Ipv4Addr::new(127, 30, 0, 1),
     };
     let _ipam = IpamProvider::start(
         support::story::kube_client(lab.cp),
@@ -703,7 +703,7 @@ fn an_endpoint_naming_someone_elses_dns_record_does_not_take_it_over() {
     let victim = format!("{CLUSTER}-abc123.k8s.maas");
     let mut inventory = support::maas_sim::story_inventory();
     inventory["dns_resources"] = json!([{"fqdn": victim, "address_ttl": 10,
-                                        "ip_addresses": ["10.11.130.77"]}]);
+                                        "ip_addresses": ["127.11.130.77"]}]);
     let mut lab = start_with(
         &inventory,
         None,
@@ -719,7 +719,7 @@ fn an_endpoint_naming_someone_elses_dns_record_does_not_take_it_over() {
     };
     let before = record(&lab.sim);
     assert_eq!(before.len(), 1);
-    assert_eq!(before[0].1, ["10.11.130.77"]);
+    assert_eq!(before[0].1, ["127.11.130.77"]);
 
     let mc = support::eventually(60, "the record refused", || {
         lab.capmaas.assert_running();

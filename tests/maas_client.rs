@@ -749,13 +749,13 @@ fn dns_txt_records_are_listed_with_their_name() {
     let client = sim.client();
     let fqdn = "c1-api.k8s.maas";
     let created = client
-        .create_dns_resource(fqdn, 10, &["10.11.130.21".to_owned()])
+        .create_dns_resource(fqdn, 10, &["127.11.130.21".to_owned()])
         .unwrap();
     client.create_dns_txt(fqdn, "capmaas-owner=abc").unwrap();
     let found = client.dns_resources(fqdn).unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].id, created.id);
-    assert_eq!(found[0].ip_addresses, ["10.11.130.21"]);
+    assert_eq!(found[0].ip_addresses, ["127.11.130.21"]);
     assert_eq!(found[0].txt().collect::<Vec<_>>(), ["capmaas-owner=abc"]);
     assert_eq!(found[0].resource_records[0].rrtype, "TXT");
 
