@@ -19,6 +19,7 @@ use super::limit::{self, MAX_SMALL_BODY};
 use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
+use crate::clock::peer_seconds;
 
 /// client-go's file token source re-reads the token this often.
 const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
@@ -849,8 +850,7 @@ impl Client {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| peer_seconds(v, error::MAX_RETRY_AFTER));
         // An unreadable error body still leaves the status to classify by.
         let body = response
             .into_body()

@@ -28,6 +28,7 @@ use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
 use crate::backoff::Backoff;
+use crate::clock::peer_seconds;
 use crate::metrics;
 
 const KIB: u64 = 1024;
@@ -64,8 +65,9 @@ const MAX_ERROR_BODY: u64 = 64 * KIB;
 /// First retry delay; doubled per attempt up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// We honour `Retry-After` but never sleep longer than this per attempt: a
-/// reconcile worker has other objects to serve.
+/// We honour `Retry-After` but never wait longer than this per attempt: a
+/// reconcile worker has other objects to serve, and the number is the
+/// peer's (bounded where it is read, so no caller sees a bigger one).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// MAAS answers `query_power_state` only after asking the BMC, which it
 /// allows 60 s; this one call gets at least that long.
@@ -975,8 +977,7 @@ impl Client {
                     .headers()
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                    .and_then(|v| peer_seconds(v, MAX_RETRY_AFTER));
                 if (200..300).contains(&status) {
                     let limit = body_limit(call.op);
                     read(response.body_mut(), limit).map_err(|e| match e {

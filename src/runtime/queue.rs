@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::ObjectKey;
+use crate::clock::later;
 use crate::metrics;
 
 /// A sleeping `get` wakes at least this often even with nothing due, as a
@@ -166,7 +167,7 @@ impl WorkQueue {
             self.add_locked(&mut state, key, now);
             return;
         }
-        let due = now + delay;
+        let due = later(now, delay);
         if let Some(&existing) = state.due_at.get(&key) {
             if existing <= due {
                 return;
