@@ -636,6 +636,20 @@ mod tests {
         assert_eq!(queue.get(), None, "adds after shutdown are ignored");
     }
 
+    /// Issue 19 item 1: a requeue after a delay no clock can add (a
+    /// tenant's number once reached here) is a requeue a day later, and
+    /// the queue keeps serving the other keys.
+    #[test]
+    fn a_delay_past_the_clocks_range_is_clamped() {
+        let queue = WorkQueue::new("test-overflowing-delay");
+        queue.add_after(key("forged"), Duration::from_secs(u64::MAX));
+        queue.add_after(key("forged-too"), Duration::MAX);
+        queue.add_after(key("other"), Duration::from_millis(10));
+        assert_eq!(queue.get(), Some(key("other")));
+        queue.done(&key("other"));
+        assert_eq!(queue.len(), 0, "the forged keys wait (a day)");
+    }
+
     #[test]
     fn a_stray_done_does_not_duplicate_a_queued_key() {
         let queue = WorkQueue::new("test-stray-done");
