@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 
 use super::auth::ApiKey;
+use super::decode::{self, Charged};
 use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
@@ -57,6 +58,19 @@ fn body_limit(op: &str) -> u64 {
         // One object (machine, DNS resource, user, power state).
         _ => 4 * MIB,
     }
+}
+
+/// The most machines one list may hold: room for a full `machines_list`
+/// body of the simulator's smallest machines (about 3,500) and twice real
+/// MAAS's (about 1,800). More is a `Decode` error of that list.
+pub const MAX_LISTED_MACHINES: usize = 5_000;
+
+/// What a 2xx body of at most `body_limit` bytes may decode to beyond its
+/// strings (which the body cap bounds): half as much again
+/// ([`decode`](super::decode) says what is counted). A real machine list
+/// decodes to about a tenth of its size.
+fn decode_budget(body_limit: u64) -> usize {
+    usize::try_from(body_limit / 2).unwrap_or(usize::MAX)
 }
 
 /// Largest error body read: MAAS's are a line of text or a few field
@@ -461,7 +475,7 @@ impl Client {
 
     /// Lists machines matching `filter` (owner data is matched locally).
     pub fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
-        let machines: Vec<Machine> = self.json_streamed(Call {
+        let Charged::<Machine, MAX_LISTED_MACHINES>(machines) = self.json_streamed(Call {
             op: "machines_list",
             method: Method::Get,
             path: "machines/".into(),
@@ -874,7 +888,8 @@ impl Client {
     fn json<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, Error> {
         let op = call.op;
         let body = self.call(call)?;
-        serde_json::from_str(&body).map_err(|e| {
+        let budget = decode_budget(body_limit(op));
+        decode::with_budget(budget, || serde_json::from_str(&body)).map_err(|e| {
             Error::new(
                 op,
                 ErrorKind::Decode,
@@ -981,6 +996,15 @@ impl Client {
                 if (200..300).contains(&status) {
                     let limit = body_limit(call.op);
                     read(response.body_mut(), limit).map_err(|e| match e {
+                        BodyError::Json(e) if decode::is_over_bound(&e) => Error::new(
+                            call.op,
+                            ErrorKind::Decode,
+                            format!(
+                                "{} sent more than one answer to {} may hold ({e}); \
+                                 not read further, not retried",
+                                inner.api_root, call.op
+                            ),
+                        ),
                         BodyError::Json(e) => {
                             Error::new(call.op, ErrorKind::Decode, format!("unexpected JSON ({e})"))
                         }
@@ -1084,7 +1108,7 @@ fn read_json<T: DeserializeOwned>(body: &mut ureq::Body, limit: u64) -> Result<T
         64 * KIB as usize,
         body.with_config().limit(limit).reader(),
     );
-    serde_json::from_reader(reader).map_err(|e| {
+    decode::with_budget(decode_budget(limit), || serde_json::from_reader(reader)).map_err(|e| {
         if e.is_io() {
             // ureq's own error (over the limit, timeout) travels wrapped in
             // the io::Error; `From` unwraps it.

@@ -66,6 +66,7 @@
 
 mod auth;
 pub mod client;
+mod decode;
 mod error;
 mod form;
 pub mod image;
