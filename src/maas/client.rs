@@ -681,7 +681,8 @@ impl Client {
     pub fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
         #[derive(serde::Deserialize)]
         struct Answer {
-            events: Vec<Event>,
+            // Never more than asked for (at most MAX_EVENT_LIMIT).
+            events: Charged<Event, { MAX_EVENT_LIMIT as usize }>,
         }
         let answer: Answer = self.json(Call {
             op: "events_query",
@@ -691,7 +692,7 @@ impl Client {
             form: vec![],
             repeat: Repeat::Safe,
         })?;
-        Ok(answer.events)
+        Ok(answer.events.0)
     }
 
     // ---- DNS -------------------------------------------------------------
