@@ -66,7 +66,7 @@ const KEY: &str = "Ck9aXhYcVbPqRsTuWz:Tk2bYcZdAeBfCgDhEi:S3cr3tS3cr3tS3cr3tS3cr3
 const MIB: usize = 1024 * 1024;
 
 fn client(body: Vec<u8>) -> maas::Client {
-    maas::Client::new(ClientConfig::new(&serve(body), ApiKey::parse(KEY).unwrap()))
+    maas::Client::new(ClientConfig::new(serve(body), ApiKey::parse(KEY).unwrap()))
         .unwrap()
         .with_max_retries(0)
 }
