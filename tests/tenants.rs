@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use capmaas::kube::{self, resources, ListParams};
@@ -55,6 +55,14 @@ struct Tenant {
     user: &'static str,
     pool: &'static str,
     ns: String,
+}
+
+/// Each test runs its own capmaas over every namespace of the shared API
+/// server: one at a time, or they would reconcile each other's tenants.
+static ONE_CAPMAAS: Mutex<()> = Mutex::new(());
+
+fn one_capmaas() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CAPMAAS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn apply(cp: &support::ControlPlane, objects: &[Value]) {
@@ -180,6 +188,7 @@ fn warnings(kube: &kube::Client, ns: &str, name: &str, reason: &str) -> Vec<Valu
 
 #[test]
 fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
+    let _one = one_capmaas();
     let started = Instant::now();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(
@@ -485,6 +494,7 @@ fn add_hostile_tenant(cp: &support::ControlPlane, kube: &kube::Client, ns: &str,
 /// and tenant A; returns once A's machines are Ready, with the process's
 /// log and its peak resident memory (MiB).
 fn hostile_tenant_stops_nobody(attack: fn(&str) -> Vec<u8>, name: &str) -> (String, f64) {
+    let _one = one_capmaas();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(
         &tenants_inventory_path(),
