@@ -1143,12 +1143,20 @@ mod tests {
             r#"{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}"#;
         let (url, server) = serve(vec![
             (429, "Retry-After: 7\r\n", throttled.to_string()),
+            (
+                429,
+                "Retry-After: 18446744073709551615\r\n",
+                throttled.to_string(),
+            ),
             (503, "", "<html>unavailable</html>".to_string()),
         ]);
         let client = client_for(&url);
         let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
         assert!(matches!(err, Error::TooManyRequests { .. }), "{err}");
         assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+        // Issue 19 item 2: the peer's number, bounded where it is read.
+        let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
+        assert_eq!(err.retry_after(), Some(error::MAX_RETRY_AFTER));
         let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
         assert!(
             matches!(

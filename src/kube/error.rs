@@ -375,6 +375,9 @@ mod tests {
         let from_header = from_status(req(), 429, body, Some(Duration::from_secs(3)));
         assert_eq!(from_header.retry_after(), Some(Duration::from_secs(3)));
         assert!(from_header.is_transient());
+        let huge = br#"{"code":429,"details":{"retryAfterSeconds":18446744073709551615}}"#;
+        let bounded = from_status(req(), 429, huge, None);
+        assert_eq!(bounded.retry_after(), Some(MAX_RETRY_AFTER));
     }
 
     #[test]

@@ -535,7 +535,7 @@ impl Elector {
         if !ours {
             patch::apply(
                 &mut taken,
-                &json!({"spec": {"acquireTime": now, "leaseTransitions": record.transitions + 1}}),
+                &json!({"spec": {"acquireTime": now, "leaseTransitions": record.transitions.saturating_add(1)}}),
             );
         }
         // The GET's resourceVersion makes this a compare-and-swap.
