@@ -17,7 +17,8 @@
 //! Beside them: [`serve`] (health probes and Prometheus metrics),
 //! [`metrics`] (the process-wide registry every layer records into) and
 //! [`backoff`] (the one jittered exponential backoff, used by the runtime
-//! and the MAAS client). The MAAS simulator the tests run against is not
+//! and the MAAS client) and [`clock`] (time arithmetic that cannot
+//! overflow). The MAAS simulator the tests run against is not
 //! part of the product: it is its own package, `tests/maas-sim`.
 
 #![cfg_attr(
@@ -32,6 +33,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod clock;
 pub mod controllers;
 pub mod kube;
 pub mod maas;

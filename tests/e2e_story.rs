@@ -846,3 +846,113 @@ fn sigterm_releases_the_lease_and_exits_cleanly() {
         "Lease still held: {holder}"
     );
 }
+
+/// Issue 19 item 1, played through the real API server against the real
+/// binary: a tenant deletes a control-plane Machine, waits until its
+/// address has left the record (the drain then waits the TTL), and sets
+/// `capmaas.infrastructure.cluster.x-k8s.io/left-dns-at` (where versions
+/// before issue 19 kept the time) to 18446744073709551615. The requeue
+/// then overflowed the clock and the release build aborted, on every
+/// start; this debug build would show a panicked thread. Now the time is
+/// in the status, the annotation is removed, the drain goes on after the
+/// TTL and other machines are still reconciled.
+#[test]
+fn a_tenants_left_dns_at_annotation_never_drives_the_clock() {
+    const HOOK: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io/capmaas-dns";
+    const LEFT_DNS_AT: &str = "capmaas.infrastructure.cluster.x-k8s.io/left-dns-at";
+    const MACHINES: &str = "machines.cluster.x-k8s.io";
+    let (scenario, fqdn) = start_scenario("leftdns", |_| {});
+    let Scenario {
+        story,
+        sim,
+        mut capmaas,
+        _nodes,
+    } = scenario;
+    let cp = story.cp;
+    let cps = ["cp-a", "cp-b"];
+    for name in cps {
+        story.add_machine(name, true, cp_spec());
+    }
+    support::eventually(240, "both control planes Ready and in the record", || {
+        capmaas.assert_running();
+        let ips = cps
+            .iter()
+            .map(|name| {
+                let mm = story.maas_machine(name)?;
+                (mm["status"]["ready"] == true).then_some(())?;
+                let addresses = mm["status"]["addresses"].as_array()?;
+                let ip = addresses.iter().find(|a| a["type"] == "ExternalIP")?;
+                ip["address"].as_str().map(str::to_string)
+            })
+            .collect::<Option<BTreeSet<String>>>()?;
+        (dns_ips(&sim, &fqdn)?.0 == ips).then_some(())
+    });
+    support::eventually(60, "our pre-drain hook on Machine cp-a", || {
+        let machine = story.get(MACHINES, "cp-a")?;
+        machine["metadata"]["annotations"][HOOK]
+            .is_string()
+            .then_some(())
+    });
+    // Cluster API's finalizer keeps the Machine while it is deleted.
+    let finalizers = |list: Value| {
+        cp.kubectl(&[
+            "patch",
+            MACHINES,
+            "cp-a",
+            "-n",
+            &story.ns,
+            "--type=merge",
+            "-p",
+            &json!({"metadata": {"finalizers": list}}).to_string(),
+        ]);
+    };
+    finalizers(json!(["machine.cluster.x-k8s.io"]));
+    story.delete(MACHINES, "cp-a");
+    support::eventually(60, "cp-a out of the record, its drain waiting", || {
+        capmaas.assert_running();
+        let mm = story.maas_machine("cp-a")?;
+        let dns = objects::condition(&mm, "DNSAttached")?;
+        (dns["reason"] == "LeftDNSBeforeDrain").then_some(())
+    });
+
+    // The tenant's move.
+    cp.kubectl(&[
+        "annotate",
+        "maasmachines",
+        "cp-a",
+        "-n",
+        &story.ns,
+        "--overwrite",
+        &format!("{LEFT_DNS_AT}=18446744073709551615"),
+    ]);
+    // The record's TTL is 10 s: the drain is let go within it.
+    support::eventually(40, "the hook removed after the TTL", || {
+        capmaas.assert_running();
+        let machine = story.get(MACHINES, "cp-a")?;
+        machine["metadata"]["annotations"][HOOK]
+            .is_null()
+            .then_some(())
+    });
+    let mm = story.maas_machine("cp-a").unwrap();
+    assert!(
+        mm["metadata"]["annotations"][LEFT_DNS_AT].is_null(),
+        "the tenant's annotation is removed: {mm:#}"
+    );
+    assert!(mm["status"]["leftDNSAt"].is_string(), "{mm:#}");
+
+    // Still reconciling: a new worker comes up.
+    story.add_machine("w-1", false, worker_spec());
+    support::eventually(120, "a worker Ready after the attack", || {
+        capmaas.assert_running();
+        let mm = story.maas_machine("w-1")?;
+        (mm["status"]["ready"] == true).then_some(())
+    });
+    let log = std::fs::read_to_string(&capmaas.log).unwrap();
+    assert!(
+        !log.contains("panicked at"),
+        "a thread panicked:\n{}",
+        support::story::tail(&capmaas.log, 60)
+    );
+    finalizers(Value::Null);
+    tear_down(&story, &sim, &mut capmaas, 120, |_| true);
+}

@@ -30,6 +30,10 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use capmaas::kube::{self, resources, ListParams};
@@ -51,6 +55,14 @@ struct Tenant {
     user: &'static str,
     pool: &'static str,
     ns: String,
+}
+
+/// Each test runs its own capmaas over every namespace of the shared API
+/// server: one at a time, or they would reconcile each other's tenants.
+static ONE_CAPMAAS: Mutex<()> = Mutex::new(());
+
+fn one_capmaas() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CAPMAAS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn apply(cp: &support::ControlPlane, objects: &[Value]) {
@@ -176,6 +188,7 @@ fn warnings(kube: &kube::Client, ns: &str, name: &str, reason: &str) -> Vec<Valu
 
 #[test]
 fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
+    let _one = one_capmaas();
     let started = Instant::now();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(
@@ -378,5 +391,225 @@ fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
     println!(
         "two-tenant story done in {:.1}s",
         started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Issue 19: a tenant whose MAAS endpoint (its identityRef) attacks the
+// process. The release build aborts on a panic, so a number that once
+// overflowed a clock stopped capmaas for every tenant, on every start. The
+// binary the tests run is the debug build (a panic there ends one thread,
+// with "panicked at" in the log), so each test asserts that no thread
+// panicked, that the process runs, and that another tenant's machines are
+// reconciled while the hostile endpoint keeps answering.
+
+/// A MAAS endpoint a tenant controls: `whoami` answers as user `mallory`
+/// (the identity check passes); every other request gets `attack(head)`,
+/// and is counted.
+struct HostileMaas {
+    url: String,
+    attacks: Arc<AtomicUsize>,
+}
+
+fn hostile_maas(attack: fn(&str) -> Vec<u8>) -> HostileMaas {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/MAAS", listener.local_addr().unwrap());
+    let attacks = Arc::new(AtomicUsize::new(0));
+    let count = attacks.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut head = String::new();
+                let mut reader = BufReader::new(&stream);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                let answer = if head.contains("op=whoami") {
+                    http_response(
+                        "200 OK",
+                        "",
+                        br#"{"username": "mallory", "email": "", "is_superuser": false}"#,
+                    )
+                } else {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    attack(&head)
+                };
+                let _ = stream.write_all(&answer);
+                let _ = stream.flush();
+            });
+        }
+    });
+    HostileMaas { url, attacks }
+}
+
+fn http_response(status: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra_headers}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// The hostile tenant's objects: its identity Secret naming `endpoint`,
+/// Cluster, MaasCluster and one worker (whose reconcile resolves the
+/// identity, which puts the endpoint in the MAAS watch).
+fn add_hostile_tenant(cp: &support::ControlPlane, kube: &kube::Client, ns: &str, endpoint: &str) {
+    let mut maas_cluster = story::maas_cluster(ns);
+    maas_cluster["spec"]["identityRef"] = json!({"kind": "Secret", "name": IDENTITY_SECRET});
+    apply(
+        cp,
+        &[
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": IDENTITY_SECRET, "namespace": ns},
+                "stringData": {
+                    "MAAS_ENDPOINT": endpoint,
+                    "MAAS_API_KEY": "Ck9aXhYcVbPqRsTuWz:Tk2bYcZdAeBfCgDhEi:S3cr3tS3cr3tS3cr3tS3cr3tS3cr3tAB",
+                },
+            }),
+            story::cluster(ns),
+            maas_cluster,
+        ],
+    );
+    add_machine(
+        cp,
+        kube,
+        ns,
+        "mallory-0",
+        json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192}),
+    );
+}
+
+/// Runs capmaas with a hostile tenant (endpoint answering with `attack`)
+/// and tenant A; returns once A's machines are Ready, with the process's
+/// log and its peak resident memory (MiB).
+fn hostile_tenant_stops_nobody(attack: fn(&str) -> Vec<u8>, name: &str) -> (String, f64) {
+    let _one = one_capmaas();
+    let cp = support::control_plane();
+    let sim = MaasSim::start_from_file(
+        &tenants_inventory_path(),
+        &["--deploy-seconds", "1", "--release-seconds", "0.5"],
+    );
+    let mut capmaas = Capmaas::start(
+        &story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join(format!("capmaas-{name}.log")),
+        &[],
+    );
+    capmaas.wait_ready(60);
+    let kube = story::kube_client(cp);
+    let hostile = hostile_maas(attack);
+    let mallory = cp.new_namespace("mallory");
+    add_hostile_tenant(cp, &kube, &mallory, &hostile.url);
+    let log = capmaas.log.clone();
+    support::wait_explained(
+        60,
+        "capmaas (its MAAS watch) asks the hostile endpoint",
+        || story::tail(&log, 40),
+        || (hostile.attacks.load(Ordering::SeqCst) > 0).then_some(()),
+    );
+    // Before issue 19 the process was gone (or, in this debug build, its
+    // watch thread) within a second of the first answer.
+    std::thread::sleep(Duration::from_secs(2));
+    capmaas.assert_running();
+
+    let a = Tenant {
+        user: "tenant-a",
+        pool: "tenant-a-pool",
+        ns: cp.new_namespace("tenant-a"),
+    };
+    add_tenant(cp, &kube, &sim, &a);
+    support::wait_explained(
+        120,
+        "tenant A's MaasMachines Ready beside the hostile tenant",
+        || story::tail(&log, 40),
+        || {
+            [IN_POOL, ANY_POOL]
+                .iter()
+                .all(|n| {
+                    get(&kube, &resources::MAAS_MACHINES, &a.ns, n)
+                        .is_some_and(|mm| condition_is(&mm, "Ready", "True"))
+                })
+                .then_some(())
+        },
+    );
+    capmaas.assert_running();
+    let peak_mib = capmaas.memory().hwm_kib as f64 / 1024.0;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("panicked at"),
+        "a thread panicked:\n{}",
+        story::tail(&log, 60)
+    );
+    (text, peak_mib)
+}
+
+/// Issue 19 item 2: the tenant's endpoint passes the identity check, then
+/// answers everything with 503 and `Retry-After: 18446744073709551615`.
+/// The MAAS watch once added that to `Instant::now()` and aborted.
+#[test]
+fn a_tenants_maas_asking_to_retry_after_forever_stops_nobody() {
+    let (log, _) = hostile_tenant_stops_nobody(
+        |_| {
+            http_response(
+                "503 Service Unavailable",
+                "Retry-After: 18446744073709551615\r\n",
+                b"busy",
+            )
+        },
+        "retry-after",
+    );
+    assert!(
+        log.contains("MAAS watch: listing machines of") && log.contains("mallory"),
+        "the hostile source's list failed, alone"
+    );
+}
+
+/// Issue 19 item 3: the tenant's endpoint answers the machine list with
+/// 2 MiB of `{}` (before: about 466 MiB decoded, from one tenant, in a
+/// 128 MiB pod). The list is refused at 5,000 machines, the process stays
+/// small, and the other tenant is served.
+#[test]
+fn a_tenants_machine_list_of_empty_objects_fails_only_its_own_source() {
+    fn empty_objects(head: &str) -> Vec<u8> {
+        if head.starts_with("GET /MAAS/api/2.0/events/") {
+            // The watch's events cursor first, then the list.
+            return http_response("200 OK", "", br#"{"count": 0, "events": []}"#);
+        }
+        if !head.starts_with("GET /MAAS/api/2.0/machines/") {
+            return http_response("503 Service Unavailable", "", b"busy");
+        }
+        let count = 2 * 1024 * 1024 / 3;
+        let mut body = Vec::with_capacity(3 * count + 2);
+        body.push(b'[');
+        for i in 0..count {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(b"{}");
+        }
+        body.push(b']');
+        http_response("200 OK", "", &body)
+    }
+    let (log, peak_mib) = hostile_tenant_stops_nobody(empty_objects, "empty-objects");
+    println!("capmaas peak RSS with the hostile list: {peak_mib:.1} MiB");
+    assert!(
+        peak_mib < 100.0,
+        "peak RSS {peak_mib:.1} MiB (the unbounded decode took ~466 MiB)"
+    );
+    assert!(
+        log.contains("more than one answer to machines_list may hold"),
+        "the list is refused as over its bound"
     );
 }

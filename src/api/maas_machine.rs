@@ -261,6 +261,11 @@ pub struct MaasMachineStatus {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub dns_attached: bool,
+    /// When (`metav1.Time`) the address of a deleting control plane was
+    /// seen out of the API server's DNS record: its drain waits the
+    /// record's TTL from then. In the status, where a tenant cannot write.
+    #[serde(rename = "leftDNSAt", default, skip_serializing_if = "Option::is_none")]
+    pub left_dns_at: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<MachineAddress>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

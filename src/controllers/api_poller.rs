@@ -30,6 +30,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 
 use super::ports::{ApiWatch, WorkloadApi};
 use crate::backoff::Backoff;
+use crate::clock::later;
 use crate::kube;
 use crate::runtime;
 
@@ -274,7 +275,7 @@ impl Schedule {
         if let Some(entry) = self.watched.get_mut(key) {
             entry.in_flight = false;
             entry.failed_before = true;
-            entry.due = now + entry.backoff.next_delay();
+            entry.due = later(now, entry.backoff.next_delay());
         }
     }
 }

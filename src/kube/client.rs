@@ -19,6 +19,7 @@ use super::limit::{self, MAX_SMALL_BODY};
 use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
+use crate::clock::peer_seconds;
 
 /// client-go's file token source re-reads the token this often.
 const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
@@ -849,8 +850,7 @@ impl Client {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| peer_seconds(v, error::MAX_RETRY_AFTER));
         // An unreadable error body still leaves the status to classify by.
         let body = response
             .into_body()
@@ -1143,12 +1143,20 @@ mod tests {
             r#"{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}"#;
         let (url, server) = serve(vec![
             (429, "Retry-After: 7\r\n", throttled.to_string()),
+            (
+                429,
+                "Retry-After: 18446744073709551615\r\n",
+                throttled.to_string(),
+            ),
             (503, "", "<html>unavailable</html>".to_string()),
         ]);
         let client = client_for(&url);
         let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
         assert!(matches!(err, Error::TooManyRequests { .. }), "{err}");
         assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+        // Issue 19 item 2: the peer's number, bounded where it is read.
+        let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
+        assert_eq!(err.retry_after(), Some(error::MAX_RETRY_AFTER));
         let err = client.get(&CONFIG_MAPS, Some("ns"), "x").unwrap_err();
         assert!(
             matches!(

@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// The longest `Retry-After` of the API server (or a proxy in front of it)
+/// honoured: the number is the peer's, the wait is ours.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 /// A failed Kubernetes API call, configuration or decode step.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -284,8 +288,11 @@ pub(crate) fn classify(
         429 => Error::TooManyRequests {
             request,
             message,
-            retry_after: retry_after
-                .or_else(|| details.retry_after_seconds.map(Duration::from_secs)),
+            retry_after: retry_after.or_else(|| {
+                details
+                    .retry_after_seconds
+                    .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER))
+            }),
         },
         500..=599 => Error::Transient {
             request,
@@ -368,6 +375,9 @@ mod tests {
         let from_header = from_status(req(), 429, body, Some(Duration::from_secs(3)));
         assert_eq!(from_header.retry_after(), Some(Duration::from_secs(3)));
         assert!(from_header.is_transient());
+        let huge = br#"{"code":429,"details":{"retryAfterSeconds":18446744073709551615}}"#;
+        let bounded = from_status(req(), 429, huge, None);
+        assert_eq!(bounded.retry_after(), Some(MAX_RETRY_AFTER));
     }
 
     #[test]

@@ -24,9 +24,11 @@ pub fn micro_time(t: SystemTime) -> String {
     format!("{:.6}", timestamp(t))
 }
 
-/// A `metav1.Time` for seconds since the Unix epoch.
+/// A `metav1.Time` for seconds since the Unix epoch (the last time jiff
+/// can show for more seconds than that).
 pub fn time_of_unix_seconds(secs: u64) -> String {
-    time(UNIX_EPOCH + Duration::from_secs(secs))
+    crate::clock::system_later(UNIX_EPOCH, Duration::from_secs(secs))
+        .map_or_else(|| format!("{:.0}", Timestamp::MAX), time)
 }
 
 /// Seconds since the Unix epoch of an RFC 3339 time,

@@ -24,10 +24,12 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 
 use super::auth::ApiKey;
+use super::decode::{self, Charged};
 use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
 use crate::backoff::Backoff;
+use crate::clock::peer_seconds;
 use crate::metrics;
 
 const KIB: u64 = 1024;
@@ -58,14 +60,28 @@ fn body_limit(op: &str) -> u64 {
     }
 }
 
+/// The most machines one list may hold: room for a full `machines_list`
+/// body of the simulator's smallest machines (about 3,500) and twice real
+/// MAAS's (about 1,800). More is a `Decode` error of that list.
+pub const MAX_LISTED_MACHINES: usize = 5_000;
+
+/// What a 2xx body of at most `body_limit` bytes may decode to beyond its
+/// strings (which the body cap bounds): half as much again
+/// ([`decode`](super::decode) says what is counted). A real machine list
+/// decodes to about a tenth of its size.
+fn decode_budget(body_limit: u64) -> usize {
+    usize::try_from(body_limit / 2).unwrap_or(usize::MAX)
+}
+
 /// Largest error body read: MAAS's are a line of text or a few field
 /// errors; a bigger one is cut, the status still classifies the error.
 const MAX_ERROR_BODY: u64 = 64 * KIB;
 /// First retry delay; doubled per attempt up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// We honour `Retry-After` but never sleep longer than this per attempt: a
-/// reconcile worker has other objects to serve.
+/// We honour `Retry-After` but never wait longer than this per attempt: a
+/// reconcile worker has other objects to serve, and the number is the
+/// peer's (bounded where it is read, so no caller sees a bigger one).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// MAAS answers `query_power_state` only after asking the BMC, which it
 /// allows 60 s; this one call gets at least that long.
@@ -459,7 +475,7 @@ impl Client {
 
     /// Lists machines matching `filter` (owner data is matched locally).
     pub fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
-        let machines: Vec<Machine> = self.json_streamed(Call {
+        let Charged::<Machine, MAX_LISTED_MACHINES>(machines) = self.json_streamed(Call {
             op: "machines_list",
             method: Method::Get,
             path: "machines/".into(),
@@ -665,7 +681,8 @@ impl Client {
     pub fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
         #[derive(serde::Deserialize)]
         struct Answer {
-            events: Vec<Event>,
+            // Never more than asked for (at most MAX_EVENT_LIMIT).
+            events: Charged<Event, { MAX_EVENT_LIMIT as usize }>,
         }
         let answer: Answer = self.json(Call {
             op: "events_query",
@@ -675,7 +692,7 @@ impl Client {
             form: vec![],
             repeat: Repeat::Safe,
         })?;
-        Ok(answer.events)
+        Ok(answer.events.0)
     }
 
     // ---- DNS -------------------------------------------------------------
@@ -906,7 +923,8 @@ impl Client {
     fn json<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, Error> {
         let op = call.op;
         let body = self.call(call)?;
-        serde_json::from_str(&body).map_err(|e| {
+        let budget = decode_budget(body_limit(op));
+        decode::with_budget(budget, || serde_json::from_str(&body)).map_err(|e| {
             Error::new(
                 op,
                 ErrorKind::Decode,
@@ -1009,11 +1027,19 @@ impl Client {
                     .headers()
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                    .and_then(|v| peer_seconds(v, MAX_RETRY_AFTER));
                 if (200..300).contains(&status) {
                     let limit = body_limit(call.op);
                     read(response.body_mut(), limit).map_err(|e| match e {
+                        BodyError::Json(e) if decode::is_over_bound(&e) => Error::new(
+                            call.op,
+                            ErrorKind::Decode,
+                            format!(
+                                "{} sent more than one answer to {} may hold ({e}); \
+                                 not read further, not retried",
+                                inner.api_root, call.op
+                            ),
+                        ),
                         BodyError::Json(e) => {
                             Error::new(call.op, ErrorKind::Decode, format!("unexpected JSON ({e})"))
                         }
@@ -1117,7 +1143,7 @@ fn read_json<T: DeserializeOwned>(body: &mut ureq::Body, limit: u64) -> Result<T
         64 * KIB as usize,
         body.with_config().limit(limit).reader(),
     );
-    serde_json::from_reader(reader).map_err(|e| {
+    decode::with_budget(decode_budget(limit), || serde_json::from_reader(reader)).map_err(|e| {
         if e.is_io() {
             // ureq's own error (over the limit, timeout) travels wrapped in
             // the io::Error; `From` unwraps it.

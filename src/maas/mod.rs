@@ -68,6 +68,7 @@
 
 mod auth;
 pub mod client;
+mod decode;
 mod error;
 mod form;
 pub mod image;

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Deserializer};
-use serde_json::Value;
+
+use super::decode::{charged_list, charged_text_map, Loose};
 
 /// A machine's lifecycle state (MAAS `status`, see maas-api.md §5).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -218,7 +219,7 @@ pub struct Interface {
     pub kind: String,
     #[serde(deserialize_with = "null_as_default")]
     pub mac_address: String,
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "charged_list")]
     pub children: Vec<String>,
 }
 
@@ -347,7 +348,7 @@ struct RawInterface {
     id: i64,
     #[serde(deserialize_with = "null_as_default")]
     name: String,
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "charged_list")]
     links: Vec<RawLink>,
 }
 
@@ -393,7 +394,7 @@ struct RawMachine {
     pool: String,
     #[serde(deserialize_with = "name_of")]
     domain: String,
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "charged_list")]
     ip_addresses: Vec<String>,
     #[serde(deserialize_with = "lenient_u64")]
     cpu_count: u64,
@@ -413,16 +414,16 @@ struct RawMachine {
     #[serde(deserialize_with = "null_as_default")]
     ephemeral_deploy: bool,
     owner: Option<String>,
-    #[serde(deserialize_with = "string_map")]
+    #[serde(deserialize_with = "charged_text_map")]
     owner_data: BTreeMap<String, String>,
-    #[serde(deserialize_with = "string_map")]
+    #[serde(deserialize_with = "charged_text_map")]
     workload_annotations: BTreeMap<String, String>,
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "charged_list")]
     tag_names: Vec<String>,
     boot_interface: Option<Interface>,
-    #[serde(deserialize_with = "null_as_default")]
+    #[serde(deserialize_with = "charged_list")]
     interface_set: Vec<RawInterface>,
-    parent: Option<Value>,
+    parent: Loose,
     #[serde(deserialize_with = "null_as_default")]
     locked: bool,
     #[serde(deserialize_with = "null_as_default")]
@@ -446,14 +447,11 @@ impl<'de> Deserialize<'de> for Machine {
         let mut owner_data = raw.workload_annotations;
         owner_data.extend(raw.owner_data);
         let (addresses, interfaces) = interfaces_and_addresses(raw.interface_set);
-        let parent = raw.parent.and_then(|p| match p {
-            Value::String(s) => Some(s),
-            Value::Object(o) => o
-                .get("system_id")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+        let parent = match raw.parent {
+            Loose::Str(s) => Some(s),
+            Loose::Object { system_id, .. } => system_id,
             _ => None,
-        });
+        };
         Ok(Machine {
             system_id: raw.system_id,
             hostname: raw.hostname,
@@ -1107,23 +1105,15 @@ where
 
 /// `{"name": "zone-a", ...}` or `"zone-a"` or null → the name.
 fn name_of<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(match Option::<Value>::deserialize(d)? {
-        Some(Value::String(s)) => s,
-        Some(Value::Object(o)) => o
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+    Ok(match Loose::deserialize(d)? {
+        Loose::Str(s) => s,
+        Loose::Object { name, .. } => name.unwrap_or_default(),
         _ => String::new(),
     })
 }
 
 fn lenient_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(match Option::<Value>::deserialize(d)? {
-        Some(Value::Number(n)) => n.as_f64().unwrap_or(0.0),
-        Some(Value::String(s)) => s.parse().unwrap_or(0.0),
-        _ => 0.0,
-    })
+    Ok(Loose::deserialize(d)?.as_f64().unwrap_or(0.0))
 }
 
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -1136,24 +1126,7 @@ fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 }
 
 fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    Ok(match Option::<Value>::deserialize(d)? {
-        Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Some(Value::String(s)) => s.parse().ok(),
-        _ => None,
-    })
-}
-
-/// Owner data values are strings; tolerate null and non-string values.
-fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    let map = Option::<BTreeMap<String, Value>>::deserialize(d)?.unwrap_or_default();
-    Ok(map
-        .into_iter()
-        .filter_map(|(k, v)| match v {
-            Value::String(s) => Some((k, s)),
-            Value::Null => None,
-            other => Some((k, other.to_string())),
-        })
-        .collect())
+    Ok(Loose::deserialize(d)?.as_i64())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLoc
 use std::time::{Duration, Instant};
 
 use super::ObjectKey;
+use crate::clock::later;
 
 /// A read-mostly map `namespace/name → object` for one kind.
 ///
@@ -113,7 +114,7 @@ impl<T> Store<T> {
     /// Blocks until [`is_synced`](Store::is_synced) or `timeout` passes;
     /// returns whether the store is synced.
     pub fn wait_until_synced(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         let mut guard = self
             .inner
             .synced_lock

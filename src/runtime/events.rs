@@ -33,6 +33,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use serde_json::{json, Value};
 
 use super::join_within;
+use crate::clock::later;
 use crate::kube::{self, resources::EVENTS, Client};
 
 /// Repeats closer together than this are aggregated into one Event.
@@ -131,7 +132,7 @@ impl EventRecorder {
     /// Waits until every event recorded before this call has been written
     /// (or given up on), at most `timeout`; true if it got there.
     pub fn flush(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         let (done_tx, done_rx) = crossbeam_channel::bounded(self.senders.len());
         for sender in self.senders.iter() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -150,7 +151,7 @@ impl EventRecorder {
     /// dropped. True if the writers finished in time. For shutdown, when
     /// clones may still live in threads that did not finish.
     pub fn close(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         for sender in self.senders.iter() {
             let left = deadline.saturating_duration_since(Instant::now());
             if sender.send_timeout(Message::Close, left).is_err() {

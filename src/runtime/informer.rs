@@ -63,6 +63,7 @@ use serde_json::value::RawValue;
 use super::object::Head;
 use super::{Object, ObjectKey, Shutdown, Store};
 use crate::backoff::{random_between, Backoff};
+use crate::clock::later;
 use crate::kube::{self, Client, Resource, WatchEvent};
 use crate::metrics;
 
@@ -434,7 +435,7 @@ impl<T: Object> Watcher<T> {
                         State::Watching {
                             resource_version,
                             stream,
-                            suspicious_before: Instant::now() + short,
+                            suspicious_before: later(Instant::now(), short),
                             events: 0,
                         }
                     }

@@ -38,6 +38,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Value};
 
 use crate::backoff::{random_between, random_u64};
+use crate::clock::later;
 use crate::kube::{self, merge_patch as patch, resources::LEASES, Client};
 use crate::metrics;
 
@@ -126,7 +127,7 @@ impl LeaderGate {
     /// Blocks until this process leads, leadership is lost, or `timeout`
     /// passes; returns the standing at that moment.
     pub fn wait_for_leadership(&self, timeout: Duration) -> Leadership {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         let mut state = self.lock();
         while matches!(*state, GateState::Standby) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -385,7 +386,8 @@ impl Elector {
                     // From standby the gate always opens (if this attempt
                     // was so slow that the window is already over, the
                     // renew loop below reports the loss).
-                    self.gate.lead_until(attempt + self.config.renew_deadline);
+                    self.gate
+                        .lead_until(later(attempt, self.config.renew_deadline));
                     break;
                 }
                 Ok(false) => {}
@@ -415,7 +417,10 @@ impl Elector {
             match self.try_acquire_or_renew(true) {
                 Ok(true) => {
                     last_renew = attempt;
-                    if !self.gate.lead_until(attempt + self.config.renew_deadline) {
+                    if !self
+                        .gate
+                        .lead_until(later(attempt, self.config.renew_deadline))
+                    {
                         self.lose(&format!(
                             "Lease {lease} renewed only after the renew deadline ({:?})",
                             self.config.renew_deadline
@@ -530,7 +535,7 @@ impl Elector {
         if !ours {
             patch::apply(
                 &mut taken,
-                &json!({"spec": {"acquireTime": now, "leaseTransitions": record.transitions + 1}}),
+                &json!({"spec": {"acquireTime": now, "leaseTransitions": record.transitions.saturating_add(1)}}),
             );
         }
         // The GET's resourceVersion makes this a compare-and-swap.

@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::ObjectKey;
+use crate::clock::later;
 use crate::metrics;
 
 /// A sleeping `get` wakes at least this often even with nothing due, as a
@@ -166,7 +167,7 @@ impl WorkQueue {
             self.add_locked(&mut state, key, now);
             return;
         }
-        let due = now + delay;
+        let due = later(now, delay);
         if let Some(&existing) = state.due_at.get(&key) {
             if existing <= due {
                 return;
@@ -633,6 +634,20 @@ mod tests {
         }
         queue.add(key("late"));
         assert_eq!(queue.get(), None, "adds after shutdown are ignored");
+    }
+
+    /// Issue 19 item 1: a requeue after a delay no clock can add (a
+    /// tenant's number once reached here) is a requeue a day later, and
+    /// the queue keeps serving the other keys.
+    #[test]
+    fn a_delay_past_the_clocks_range_is_clamped() {
+        let queue = WorkQueue::new("test-overflowing-delay");
+        queue.add_after(key("forged"), Duration::from_secs(u64::MAX));
+        queue.add_after(key("forged-too"), Duration::MAX);
+        queue.add_after(key("other"), Duration::from_millis(10));
+        assert_eq!(queue.get(), Some(key("other")));
+        queue.done(&key("other"));
+        assert_eq!(queue.len(), 0, "the forged keys wait (a day)");
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::clock::later;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 /// How often the signal thread looks at the flag the signal handler sets.
@@ -131,7 +132,7 @@ pub fn listen_for_signals(shutdown: &Shutdown) -> io::Result<JoinHandle<()>> {
 /// total; returns true if all finished. Threads still running are left
 /// behind (the process is about to exit).
 pub fn join_within(handles: Vec<JoinHandle<()>>, deadline: Duration) -> bool {
-    let until = Instant::now() + deadline;
+    let until = later(Instant::now(), deadline);
     let mut pending = handles;
     loop {
         let (finished, running): (Vec<_>, Vec<_>) =

@@ -57,6 +57,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::clock::later;
 use crate::runtime::{LeaderGate, Leadership};
 
 /// Largest request head (request line + headers) read; bigger requests get 431.
@@ -347,7 +348,7 @@ fn admit(conns: &mut Vec<Conn>, stream: TcpStream, peer: IpAddr) {
         peer,
         state: State::Head {
             buf: Vec::new(),
-            deadline: Instant::now() + HEAD_TIMEOUT,
+            deadline: later(Instant::now(), HEAD_TIMEOUT),
         },
     });
 }
@@ -374,7 +375,7 @@ fn step(conn: &mut Conn, routes: &Routes, now: Instant) -> Step {
                     conn.state = State::Write {
                         bytes: response.to_bytes(),
                         sent: 0,
-                        deadline: now + WRITE_TIMEOUT,
+                        deadline: later(now, WRITE_TIMEOUT),
                     };
                     Step::Progress
                 }
@@ -403,7 +404,7 @@ fn step(conn: &mut Conn, routes: &Routes, now: Instant) -> Step {
                     }
                     conn.state = State::Linger {
                         discarded: 0,
-                        deadline: now + LINGER_TIMEOUT,
+                        deadline: later(now, LINGER_TIMEOUT),
                     };
                 }
                 Step::Progress

@@ -9,7 +9,7 @@
 //! Machine deleting, hook on it:
 //!   address still in the record ─► wait (the MaasCluster takes it out once
 //!                                  another control plane serves)
-//!   out ─► record the time (annotation left-dns-at, written once) ─► wait
+//!   out ─► record the time (status.leftDNSAt, written once) ─► wait
 //!          the record's TTL from it ─► remove the hook: Cluster API drains
 //! ```
 //!
@@ -21,7 +21,12 @@
 //! that is no longer a control plane of a cluster we manage, whose
 //! MaasMachine is being deleted or is gone ([`release_orphaned_hooks`])
 //! loses the hook too. The wait survives a restart: it is computed from the
-//! recorded time, not from memory.
+//! recorded time, not from memory. That time is in the status, which the
+//! tenant cannot write (versions before issue 19 kept it in an annotation,
+//! which the tenant could set to a time that overflowed the requeue; such
+//! an annotation is removed and the wait starts again, at most one TTL
+//! more); and the wait is never longer than the TTL, itself bounded by
+//! [`MAX_TTL_WAIT`], whatever the recorded time or MAAS says.
 
 use std::time::Duration;
 
@@ -34,14 +39,15 @@ use crate::api::{Desired, MaasCluster};
 use crate::controllers::cluster::{is_running, role, Role};
 use crate::controllers::ports::EventType;
 use crate::controllers::{Context, Error};
+use crate::kube::time;
 use crate::runtime::Action;
 
 /// Our pre-drain hook on a control-plane Machine.
 pub const PRE_DRAIN_HOOK: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io/capmaas-dns";
 /// The hook's value: who owns it (the contract asks for the owner's name).
 const HOOK_OWNER: &str = "capmaas";
-/// On the MaasMachine: when (Unix seconds) its address was seen out of the
-/// record, so the TTL wait survives a restart.
+/// Where versions before issue 19 recorded the time (an annotation the
+/// tenant can write): removed when seen, never read.
 pub const LEFT_DNS_AT: &str = "capmaas.infrastructure.cluster.x-k8s.io/left-dns-at";
 /// `DNSAttached` reasons while the drain waits.
 pub const LEAVING_DNS: &str = "LeavingDNSBeforeDrain";
@@ -49,6 +55,10 @@ pub const LEFT_DNS: &str = "LeftDNSBeforeDrain";
 /// The TTL waited for when MAAS does not say (capmaas creates the record
 /// with 10 s; MAAS's default for a record without one is 30 s).
 const DEFAULT_TTL_SECONDS: u64 = 30;
+/// The longest TTL waited for: the record's TTL is MAAS's number (a
+/// tenant's MAAS may say 136 years); an hour is far above any TTL an API
+/// server's record should have.
+pub const MAX_TTL_WAIT: u64 = 3600;
 
 fn has_hook(machine: &Machine) -> bool {
     machine.metadata.has_annotation(PRE_DRAIN_HOOK)
@@ -150,12 +160,17 @@ pub(super) fn hold_drain(
         .iter()
         .flat_map(|rec| rec.ip_addresses.iter())
         .any(|ip| ips.contains(ip));
+    if r.object.metadata.has_annotation(LEFT_DNS_AT) {
+        r.patch(&json!({"metadata": {"annotations": {LEFT_DNS_AT: null}}}))?;
+    }
+    let now = r.ctx.clock.now();
+    // Recorded by us; a time still to come is not one we wrote.
     let recorded = r
-        .object
-        .metadata
-        .annotations
-        .get(LEFT_DNS_AT)
-        .and_then(|t| t.parse::<u64>().ok());
+        .status
+        .left_dns_at
+        .as_deref()
+        .and_then(time::unix_seconds)
+        .filter(|at| *at <= now);
     if in_record {
         if !others_serving(r, owners) {
             r.event(
@@ -169,10 +184,8 @@ pub(super) fn hold_drain(
             release_hook(r.ctx, machine)?;
             return Ok(None);
         }
-        if recorded.is_some() {
-            // Back in the record (a hand edit): its TTL wait starts again.
-            r.patch(&json!({"metadata": {"annotations": {LEFT_DNS_AT: null}}}))?;
-        }
+        // Back in the record (a hand edit): its TTL wait starts again.
+        r.status.left_dns_at = None;
         r.set(Desired::false_(
             mm_api::DNS_ATTACHED,
             LEAVING_DNS,
@@ -187,12 +200,12 @@ pub(super) fn hold_drain(
     let ttl = records
         .iter()
         .find_map(|rec| rec.address_ttl)
-        .map_or(DEFAULT_TTL_SECONDS, u64::from);
-    let now = r.ctx.clock.now();
+        .map_or(DEFAULT_TTL_SECONDS, u64::from)
+        .min(MAX_TTL_WAIT);
     let left_at = match recorded {
         Some(at) => at,
         None => {
-            r.patch(&json!({"metadata": {"annotations": {LEFT_DNS_AT: now.to_string()}}}))?;
+            r.status.left_dns_at = Some(time::time_of_unix_seconds(now));
             r.event(
                 EventType::Normal,
                 LEFT_DNS,

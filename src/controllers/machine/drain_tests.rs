@@ -11,6 +11,7 @@ use crate::api::conditions;
 use crate::api::maas_machine as mm_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE};
 use crate::controllers::ports::Clock;
+use crate::kube::time;
 use crate::runtime::Action;
 
 const NS: &str = "ns";
@@ -143,13 +144,8 @@ fn a_deleted_control_plane_leaves_dns_then_waits_the_ttl_before_its_drain() {
         "the record's TTL"
     );
     assert_eq!(reason(&w, "cp1"), LEFT_DNS);
-    let recorded = w
-        .maas_machine(NS, "cp1")
-        .metadata
-        .annotations
-        .get(LEFT_DNS_AT)
-        .cloned();
-    assert_eq!(recorded, Some(left_at.to_string()));
+    let recorded = w.maas_machine(NS, "cp1").status().left_dns_at;
+    assert_eq!(recorded, Some(time::time_of_unix_seconds(left_at)));
     assert!(has_hook(&w, "cp1"));
     assert!(w.kube.event_reasons().contains(&LEFT_DNS.to_string()));
 
@@ -160,12 +156,8 @@ fn a_deleted_control_plane_leaves_dns_then_waits_the_ttl_before_its_drain() {
         Action::RequeueAfter(Duration::from_secs(6))
     );
     assert_eq!(
-        w.maas_machine(NS, "cp1")
-            .metadata
-            .annotations
-            .get(LEFT_DNS_AT)
-            .cloned(),
-        Some(left_at.to_string()),
+        w.maas_machine(NS, "cp1").status().left_dns_at,
+        Some(time::time_of_unix_seconds(left_at)),
         "written once"
     );
     assert!(has_hook(&w, "cp1"));
@@ -176,6 +168,54 @@ fn a_deleted_control_plane_leaves_dns_then_waits_the_ttl_before_its_drain() {
     // Nothing was released: that comes after the drain, with the MaasMachine.
     assert!(w.maas.releases.lock().unwrap().is_empty());
     assert_eq!(record_ips(&w), vec![ip2]);
+}
+
+/// Issue 19 item 1: the tenant sets the annotation where versions before
+/// issue 19 kept the time (to a number whose requeue overflowed the clock
+/// and aborted the process), and forges the status too: neither drives the
+/// wait, which is never longer than the record's TTL. The annotation is
+/// removed: a machine mid-wait from an older version waits one TTL again.
+#[test]
+fn a_tenants_left_dns_at_never_drives_the_drains_clock() {
+    let w = World::new(2);
+    running(&w, &["cp1", "cp2"], &[]);
+    w.delete(CAPI_MACHINE, NS, "cp1");
+    reconcile(&w, "cp1");
+    reconcile_cluster(&w);
+    let left_at = w.clock.now();
+    for forged in ["18446744073709551615", "0", "-1", "soon"] {
+        w.edit(MAAS_MACHINE, NS, "cp1", |mm| {
+            mm["metadata"]["annotations"][LEFT_DNS_AT] = json!(forged);
+        });
+        let action = reconcile(&w, "cp1");
+        assert_eq!(
+            action,
+            Action::RequeueAfter(Duration::from_secs(10)),
+            "{forged}: the record's TTL from our own record"
+        );
+        let mm = w.maas_machine(NS, "cp1");
+        assert!(
+            !mm.metadata.has_annotation(LEFT_DNS_AT),
+            "{forged}: removed"
+        );
+        assert_eq!(
+            mm.status().left_dns_at,
+            Some(time::time_of_unix_seconds(left_at))
+        );
+        assert!(has_hook(&w, "cp1"));
+    }
+    // A status time still to come (or one far in the future) is not ours:
+    // the wait starts again from now, one TTL.
+    w.edit(MAAS_MACHINE, NS, "cp1", |mm| {
+        mm["status"]["leftDNSAt"] = json!("9999-12-31T23:59:59Z");
+    });
+    assert_eq!(
+        reconcile(&w, "cp1"),
+        Action::RequeueAfter(Duration::from_secs(10))
+    );
+    w.clock.advance(10);
+    reconcile(&w, "cp1");
+    assert!(!has_hook(&w, "cp1"), "the drain may go on");
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub(super) fn refused(r: &mut MachineReconciling, event_reason: &str, message: &
         Some(delay) => (delay * 2).clamp(FIRST_RETRY, MAX_RETRY),
         None => FIRST_RETRY,
     };
-    let at = r.ctx.clock.now() + delay.as_secs();
+    let at = r.ctx.clock.now().saturating_add(delay.as_secs());
     r.event(EventType::Warning, event_reason, message);
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,
@@ -65,7 +65,9 @@ pub(super) fn waiting(r: &MachineReconciling) -> Option<Action> {
     }
     let (at, _) = schedule(&condition.message)?;
     let now = r.ctx.clock.now();
-    (at > now).then(|| Action::RequeueAfter(Duration::from_secs(at - now)))
+    // The status is ours, but a wait longer than the longest we write is
+    // not one we wrote.
+    (at > now).then(|| Action::RequeueAfter(Duration::from_secs(at - now).min(MAX_RETRY)))
 }
 
 /// The next try (Unix seconds) and the wait that led to it, from a

@@ -38,7 +38,7 @@ pub(super) fn start(r: &mut RemediationReconciling, target: &Target) -> Result<A
         Ok(host) => host,
         Err(refusal) => return refuse(r, refusal),
     };
-    let count = r.status.retry_count + 1;
+    let count = r.status.retry_count.saturating_add(1);
     r.status.retry_count = count;
     r.status.last_remediated = Some(r.now.clone());
     r.status.phase = api::PHASE_RUNNING.into();

@@ -71,6 +71,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::{Client, Error, ErrorKind, Event, EventLevel, EventQuery, Machine};
+use crate::clock::later;
 use crate::metrics;
 pub use diff::{changed_fields, in_transit};
 pub use orphans::{find_orphans, Orphans};
@@ -305,7 +306,7 @@ impl MaasWatch {
     /// False when it is still in a MAAS call: it ends when that call does
     /// and holds nothing that needs flushing.
     pub fn join(self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
+        let deadline = later(Instant::now(), within);
         while !self.thread.is_finished() {
             if Instant::now() >= deadline {
                 return false;
@@ -670,10 +671,11 @@ impl Worker {
         // Keep the cadence; a list slower than the interval waits a whole
         // one rather than listing back to back.
         let now = Instant::now();
-        state.next_due = if started + interval > now {
-            started + interval
+        let on_cadence = later(started, interval);
+        state.next_due = if on_cadence > now {
+            on_cadence
         } else {
-            now + interval
+            later(now, interval)
         };
         for change in &changes {
             let kind = match change {
@@ -739,7 +741,7 @@ impl Worker {
             .backoff
             .next_delay()
             .max(error.retry_after().unwrap_or_default());
-        state.next_due = Instant::now() + delay;
+        state.next_due = later(Instant::now(), delay);
         let stale = {
             let mut views = self.shared.views_mut();
             let view = views.entry(id.clone()).or_default();
