@@ -73,6 +73,21 @@ fn go_provider_machines_are_adopted_once_and_nothing_else_is() {
     assert!(out.contains("dry run: nothing was changed"), "{out}");
     assert_eq!(sim.state()["machines"], before["machines"], "dry run");
 
+    // Issue 21 item 1: `--apply=false` used to apply.
+    let no = adopt(cp, &sim, &["--namespace", &ns, "--apply=false"]);
+    let out = String::from_utf8_lossy(&no.stdout);
+    assert!(out.contains("dry run: nothing was changed"), "{out}");
+    assert_eq!(sim.state()["machines"], before["machines"], "--apply=false");
+    let maybe = adopt(cp, &sim, &["--namespace", &ns, "--apply=maybe"]);
+    let err = String::from_utf8_lossy(&maybe.stderr);
+    assert_eq!(maybe.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("capmaas adopt: --apply: expected --apply, --apply=true or --apply=false, got \"maybe\""),
+        "{err}"
+    );
+    assert!(maybe.stdout.is_empty(), "refused before doing anything");
+    assert_eq!(sim.state()["machines"], before["machines"], "--apply=maybe");
+
     let applied = adopt(cp, &sim, &["--namespace", &ns, "--apply"]);
     let out = String::from_utf8_lossy(&applied.stdout);
     assert!(
