@@ -110,10 +110,14 @@ fn adopt_main(config: &cli::adopt::Config) -> ExitCode {
             kube.clone(),
             maas_ca_pem(&controller)?,
         );
-        let scope = if config.all_namespaces {
-            adopt::Scope::AllNamespaces
-        } else {
-            adopt::Scope::Namespaces(config.namespaces.clone())
+        let scope = adopt::Scope {
+            namespaces: if config.all_namespaces {
+                adopt::Namespaces::All
+            } else {
+                adopt::Namespaces::Named(config.namespaces.clone())
+            },
+            clusters: config.clusters.clone(),
+            created_before: config.created_before,
         };
         adopt::run(&kube, &credentials, &scope, config.apply)
     };
