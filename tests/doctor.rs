@@ -180,6 +180,30 @@ fn doctor_passes_a_sound_setup_and_fails_each_broken_check() {
     assert!(line(&out, &orphan).ends_with("would release"), "{out}");
     assert!(out.contains("dry run: nothing was released"), "{out}");
     assert_eq!(sim.state()["machines"], before, "dry run");
+    // Issue 21 item 1: `--apply=false` used to release.
+    let (code, out) = doctor(cp, &sim, &["--release-orphans", "--apply=false"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, &orphan).ends_with("would release"), "{out}");
+    assert_eq!(
+        sim.state()["machines"],
+        before,
+        "--apply=false releases nothing"
+    );
+    for bad in [
+        ["--release-orphans", "--apply=maybe"],
+        ["--release-orphans", "--apply=0"],
+        ["--release-orphans=no", "--apply"],
+    ] {
+        let (code, out) = doctor(cp, &sim, &bad);
+        assert_eq!(code, 2, "{bad:?}: {out}");
+        assert!(out.starts_with("capmaas doctor: --"), "{bad:?}: {out}");
+        assert!(out.contains("expected"), "{bad:?}: {out}");
+    }
+    assert_eq!(
+        sim.state()["machines"],
+        before,
+        "refused flags release nothing"
+    );
 
     let (code, out) = doctor(cp, &sim, &["--release-orphans", "--apply"]);
     assert_eq!(code, 0, "{out}");

@@ -11,32 +11,54 @@
 //! From then on the controller acts on the machine as on its own.
 //!
 //! Nothing a tenant's object says can trigger it: the administrator chooses
-//! the namespaces, reads the plan (a dry run by default), and applies it.
-//! It refuses, and says why: two MaasMachines naming one machine, a machine
-//! under another identity, an unallocated machine, one this MAAS user
-//! cannot see. Running it again is harmless (adopted machines are reported
-//! as such).
+//! the namespaces (and clusters, and how recent an object may be), reads
+//! the plan (a dry run by default), and applies it. A tenant can write any
+//! `spec.systemID` and any owner references in its namespace, so a
+//! MaasMachine is adopted only on the Go provider's own marks
+//! ([`evidence`]): `status.hostname` is the MAAS machine's hostname (the Go
+//! provider writes it through the status subresource, which tenants' roles
+//! do not grant), and the owner chain is whole (the owner Machine exists
+//! with that UID, its infrastructureRef is this MaasMachine, its cluster is
+//! the cluster-name label's). An object without them is refused and does
+//! not count as a claim: it neither blocks nor takes the machine of the
+//! object that has them. It also refuses, and says why, a machine under
+//! another identity, an unallocated machine, one this MAAS user cannot see,
+//! and two objects with all the marks naming one machine. Running it again
+//! is harmless (adopted machines are reported as such).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::credentials::Credentials;
 use super::identity::{self, Identity, Ownership, Recorded};
 use super::ports::{MaasApi, MaasClients};
-use crate::api::capi::{Cluster, CLUSTER_NAME_LABEL};
+use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::kube::{self, resources, ListParams};
 use crate::maas;
 
 /// Which namespaces to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
-    Namespaces(Vec<String>),
-    AllNamespaces,
+pub enum Namespaces {
+    Named(Vec<String>),
+    All,
+}
+
+/// What the administrator asks to adopt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub namespaces: Namespaces,
+    /// Only MaasMachines of these Clusters (by the cluster-name label);
+    /// empty: every cluster.
+    pub clusters: Vec<String>,
+    /// Only MaasMachines the API server created before this time (Unix
+    /// seconds): objects a tenant wrote after the Go provider stopped are
+    /// left out, whatever they say.
+    pub created_before: Option<u64>,
 }
 
 /// What happens (or would happen) to one MaasMachine.
@@ -134,92 +156,34 @@ pub fn run(
     apply: bool,
 ) -> Result<Report, String> {
     let machines = list_maas_machines(kube, scope)?;
-    let mut by_system_id: HashMap<String, usize> = HashMap::new();
-    for m in &machines {
-        if let Some(id) = m.system_id() {
-            *by_system_id.entry(id.to_string()).or_default() += 1;
-        }
-    }
+    // Looked at first, written after: whether a MaasMachine may be adopted
+    // depends on every other one naming its machine.
+    let mut planned: Vec<(Line, Option<Planned>)> = machines
+        .iter()
+        .filter_map(|(m, created)| {
+            let system_id = m.system_id()?.to_string();
+            Some(plan(kube, credentials, scope, m, *created, system_id))
+        })
+        .collect();
+    refuse_contested(&mut planned);
     let mut report = Report::default();
-    for m in &machines {
-        let Some(system_id) = m.system_id().map(str::to_string) else {
-            continue;
-        };
-        let mut line = Line {
-            namespace: m.metadata.namespace.clone(),
-            name: m.metadata.name.clone(),
-            system_id: system_id.clone(),
-            hostname: String::new(),
-            state: String::new(),
-            identity: String::new(),
-            verdict: Verdict::Adopt,
-        };
-        if by_system_id.get(&system_id).copied().unwrap_or(0) > 1 {
-            line.verdict = Verdict::Refused(format!(
-                "several MaasMachines name MAAS machine {system_id}; \
-                 fix or delete the wrong ones first"
-            ));
-            report.lines.push(line);
-            continue;
-        }
-        // Only what capmaas never allocated itself: an object without an
-        // identity (the Go provider's), or one whose adoption is under way.
-        let identity = match Identity::recorded(&m.metadata) {
-            Recorded::Valid(identity) => identity,
-            Recorded::Foreign(other) => {
-                line.verdict = Verdict::Refused(format!(
-                    "its identity annotation names another object ({other:?})"
-                ));
-                report.lines.push(line);
-                continue;
+    for (mut line, planned) in planned {
+        let result = match (&line.verdict, planned) {
+            (Verdict::Adopt, Some(p)) if apply => {
+                adopt(kube, p.maas.as_ref(), p.object, &p.host, &p.identity)
             }
-            Recorded::Missing => match Identity::new_for(&m.metadata) {
-                Some(identity) => identity,
-                None => {
-                    line.verdict =
-                        Verdict::Refused("namespace and name too long for a MAAS identity".into());
-                    report.lines.push(line);
-                    continue;
-                }
-            },
-        };
-        line.identity = identity.to_string();
-        let maas = match maas_of(kube, credentials, m) {
-            Ok(maas) => maas,
-            Err(why) => {
-                line.verdict = Verdict::Refused(why);
-                report.lines.push(line);
-                continue;
-            }
-        };
-        let host = match maas.machine(&system_id) {
-            Ok(host) => host,
-            Err(e) if e.is_not_found() || e.is_forbidden() => {
-                line.verdict = Verdict::Refused(
-                    "MAAS machine does not exist or is not visible to this MAAS user".into(),
-                );
-                report.lines.push(line);
-                continue;
-            }
-            Err(e) => {
-                line.verdict = Verdict::Failed(format!("reading the MAAS machine: {e}"));
-                report.lines.push(line);
-                continue;
-            }
-        };
-        line.hostname = host.hostname.clone();
-        line.state = host.status_name.clone();
-        line.verdict = verdict(&host, &identity, identity::may_be_adopted(&m.metadata));
-        let result = match line.verdict {
-            Verdict::Adopt if apply => adopt(kube, maas.as_ref(), m, &host, &identity),
             // A run cut short after the owner data: the object still needs
             // its mark (and the controller its wake-up).
-            Verdict::AlreadyAdopted
+            (Verdict::AlreadyAdopted, Some(p))
                 if apply
-                    && m.metadata.annotations.get(ADOPTED).map(String::as_str)
-                        != Some(identity.as_str()) =>
+                    && p.object
+                        .metadata
+                        .annotations
+                        .get(ADOPTED)
+                        .map(String::as_str)
+                        != Some(p.identity.as_str()) =>
             {
-                mark_adopted(kube, m, &identity)
+                mark_adopted(kube, p.object, &p.identity)
             }
             _ => Ok(()),
         };
@@ -229,6 +193,184 @@ pub fn run(
         report.lines.push(line);
     }
     Ok(report)
+}
+
+/// What adopting one line needs, once its verdict is known.
+struct Planned<'a> {
+    object: &'a MaasMachine,
+    maas: Arc<dyn MaasApi>,
+    host: maas::Machine,
+    identity: Identity,
+}
+
+/// One MaasMachine's line: its verdict, read from the objects and MAAS
+/// without writing anything.
+fn plan<'a>(
+    kube: &kube::Client,
+    credentials: &Credentials,
+    scope: &Scope,
+    m: &'a MaasMachine,
+    created: Option<u64>,
+    system_id: String,
+) -> (Line, Option<Planned<'a>>) {
+    let mut line = Line {
+        namespace: m.metadata.namespace.clone(),
+        name: m.metadata.name.clone(),
+        system_id: system_id.clone(),
+        hostname: String::new(),
+        state: String::new(),
+        identity: String::new(),
+        verdict: Verdict::Adopt,
+    };
+    let refused = |mut line: Line, why: String| {
+        line.verdict = Verdict::Refused(why);
+        (line, None)
+    };
+    if let Some(before) = scope.created_before {
+        if created.is_none_or(|created| created >= before) {
+            return refused(
+                line,
+                "created at or after --created-before (or with no creation time): \
+                 not one the Go provider made"
+                    .into(),
+            );
+        }
+    }
+    // Only what capmaas never allocated itself: an object without an
+    // identity (the Go provider's), or one whose adoption is under way.
+    let identity = match Identity::recorded(&m.metadata) {
+        Recorded::Valid(identity) => identity,
+        Recorded::Foreign(other) => {
+            return refused(
+                line,
+                format!("its identity annotation names another object ({other:?})"),
+            )
+        }
+        Recorded::Missing => match Identity::new_for(&m.metadata) {
+            Some(identity) => identity,
+            None => {
+                return refused(
+                    line,
+                    "namespace and name too long for a MAAS identity".into(),
+                )
+            }
+        },
+    };
+    line.identity = identity.to_string();
+    if let Err(why) = owner_chain(kube, m) {
+        return refused(line, why);
+    }
+    let maas = match maas_of(kube, credentials, m) {
+        Ok(maas) => maas,
+        Err(why) => return refused(line, why),
+    };
+    let host = match maas.machine(&system_id) {
+        Ok(host) => host,
+        Err(e) if e.is_not_found() || e.is_forbidden() => {
+            return refused(
+                line,
+                "MAAS machine does not exist or is not visible to this MAAS user".into(),
+            )
+        }
+        Err(e) => {
+            line.verdict = Verdict::Failed(format!("reading the MAAS machine: {e}"));
+            return (line, None);
+        }
+    };
+    line.hostname = host.hostname.clone();
+    line.state = host.status_name.clone();
+    line.verdict = verdict(&host, &identity, identity::may_be_adopted(&m.metadata));
+    if line.verdict == Verdict::Adopt {
+        if let Err(why) = evidence(m, &host) {
+            return refused(line, why);
+        }
+    }
+    let planned = Planned {
+        object: m,
+        maas,
+        host,
+        identity,
+    };
+    (line, Some(planned))
+}
+
+/// The Go provider's mark on the object that a tenant cannot write: it
+/// copies the machine's hostname into `status.hostname` through the status
+/// subresource once it has allocated it.
+fn evidence(m: &MaasMachine, host: &maas::Machine) -> Result<(), String> {
+    let recorded = m.status.as_ref().and_then(|s| s.hostname.as_deref());
+    match recorded {
+        Some(name) if !name.is_empty() && name.eq_ignore_ascii_case(&host.hostname) => Ok(()),
+        Some(name) => Err(format!(
+            "its status.hostname {name:?} is not the MAAS machine's: not the Go provider's record \
+             of this machine"
+        )),
+        None => {
+            Err("no status.hostname: the Go provider never recorded this machine as its own".into())
+        }
+    }
+}
+
+/// The owner chain the Go provider's MaasMachines have: a controller owner
+/// Machine that exists with that UID, whose infrastructureRef is this
+/// MaasMachine and whose cluster is the one the cluster-name label names.
+fn owner_chain(kube: &kube::Client, m: &MaasMachine) -> Result<(), String> {
+    let ns = &m.metadata.namespace;
+    let owner = m
+        .metadata
+        .owner(crate::api::capi::GROUP, "Machine")
+        .ok_or("no owner Machine: not created by Cluster API for a cluster")?;
+    let machine: Machine = get(kube, &resources::MACHINES, ns, &owner.name)?;
+    if machine.metadata.uid != owner.uid {
+        return Err(format!(
+            "its owner reference names Machine {ns}/{} with another UID (a Machine since \
+             deleted and made again)",
+            owner.name
+        ));
+    }
+    let infra = machine.spec.infrastructure_ref.as_ref();
+    if !infra.is_some_and(|r| r.kind == "MaasMachine" && r.name == m.metadata.name) {
+        return Err(format!(
+            "its owner Machine {ns}/{} has another infrastructureRef",
+            owner.name
+        ));
+    }
+    let label = m.metadata.label(CLUSTER_NAME_LABEL).unwrap_or_default();
+    if machine.spec.cluster_name != label {
+        return Err(format!(
+            "its owner Machine belongs to cluster {:?}, its cluster-name label says {label:?}",
+            machine.spec.cluster_name
+        ));
+    }
+    Ok(())
+}
+
+/// Several MaasMachines with every mark naming one machine: none is
+/// adopted (the administrator narrows the scope). Objects without the marks
+/// were refused already and do not count.
+fn refuse_contested(planned: &mut [(Line, Option<Planned<'_>>)]) {
+    let mut claims: HashMap<String, Vec<String>> = HashMap::new();
+    for (line, _) in planned.iter() {
+        if line.verdict == Verdict::Adopt {
+            claims
+                .entry(line.system_id.clone())
+                .or_default()
+                .push(format!("{}/{}", line.namespace, line.name));
+        }
+    }
+    for (line, _) in planned.iter_mut() {
+        match claims.get(&line.system_id) {
+            Some(names) if names.len() > 1 && line.verdict == Verdict::Adopt => {
+                line.verdict = Verdict::Refused(format!(
+                    "{} all carry the Go provider's marks for MAAS machine {}; narrow the \
+                     scope (--namespace, --cluster, --created-before) to the rightful one",
+                    names.join(", "),
+                    line.system_id
+                ));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Whether this machine may become this identity's (`adoptable`: the
@@ -349,10 +491,21 @@ fn get<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(|e| format!("{} {ns}/{name}: {e}", r.kind))
 }
 
-fn list_maas_machines(kube: &kube::Client, scope: &Scope) -> Result<Vec<MaasMachine>, String> {
-    let namespaces: Vec<Option<&str>> = match scope {
-        Scope::AllNamespaces => vec![None],
-        Scope::Namespaces(names) => names.iter().map(|n| Some(n.as_str())).collect(),
+/// The MaasMachines in scope, with their creation time (Unix seconds, as
+/// the API server set it).
+fn list_maas_machines(
+    kube: &kube::Client,
+    scope: &Scope,
+) -> Result<Vec<(MaasMachine, Option<u64>)>, String> {
+    let namespaces: Vec<Option<&str>> = match &scope.namespaces {
+        Namespaces::All => vec![None],
+        Namespaces::Named(names) => names.iter().map(|n| Some(n.as_str())).collect(),
+    };
+    let in_clusters = |m: &MaasMachine| {
+        scope.clusters.is_empty()
+            || m.metadata
+                .label(CLUSTER_NAME_LABEL)
+                .is_some_and(|c| scope.clusters.iter().any(|s| s == c))
     };
     let mut all = Vec::new();
     for ns in namespaces {
@@ -361,12 +514,19 @@ fn list_maas_machines(kube: &kube::Client, scope: &Scope) -> Result<Vec<MaasMach
                 &resources::MAAS_MACHINES,
                 ns,
                 &ListParams::default(),
-                |m: MaasMachine| Some(m),
+                |item: Value| {
+                    let created = item
+                        .pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .and_then(kube::time::unix_seconds);
+                    let m: MaasMachine = serde_json::from_value(item).ok()?;
+                    in_clusters(&m).then_some((m, created))
+                },
             )
             .map_err(|e| format!("listing MaasMachines: {e}"))?;
         all.extend(items);
     }
-    all.sort_by(|a, b| {
+    all.sort_by(|(a, _), (b, _)| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
     Ok(all)
@@ -461,5 +621,58 @@ mod tests {
         assert!(report.is_clean());
         report.lines[0].verdict = Verdict::Refused("x".into());
         assert!(!report.is_clean());
+    }
+
+    #[test]
+    fn only_the_go_providers_status_hostname_is_evidence() {
+        let host = maas::Machine {
+            hostname: "node-1".into(),
+            ..maas::Machine::default()
+        };
+        let with = |hostname: Option<&str>| MaasMachine {
+            status: Some(crate::api::MaasMachineStatus {
+                hostname: hostname.map(str::to_string),
+                ..Default::default()
+            }),
+            ..MaasMachine::default()
+        };
+        assert!(evidence(&with(Some("node-1")), &host).is_ok());
+        assert!(evidence(&with(Some("NODE-1")), &host).is_ok());
+        let other = evidence(&with(Some("node-2")), &host).unwrap_err();
+        assert!(other.contains("\"node-2\""), "{other}");
+        assert!(evidence(&with(Some("")), &host).is_err());
+        assert!(evidence(&with(None), &host).is_err());
+        assert!(evidence(&MaasMachine::default(), &host).is_err());
+    }
+
+    #[test]
+    fn two_objects_with_every_mark_on_one_machine_are_both_refused() {
+        let line = |name: &str, id: &str, verdict: Verdict| Line {
+            namespace: "ns".into(),
+            name: name.into(),
+            system_id: id.into(),
+            hostname: String::new(),
+            state: String::new(),
+            identity: String::new(),
+            verdict,
+        };
+        let mut planned = vec![
+            (line("a", "x", Verdict::Adopt), None),
+            (line("b", "x", Verdict::Adopt), None),
+            (
+                line("thief", "y", Verdict::Refused("no marks".into())),
+                None,
+            ),
+            (line("c", "y", Verdict::Adopt), None),
+        ];
+        refuse_contested(&mut planned);
+        for (l, _) in planned.iter().take(2) {
+            assert!(
+                matches!(&l.verdict, Verdict::Refused(why) if why.contains("ns/a, ns/b")),
+                "{l:?}"
+            );
+        }
+        // An object without the marks does not count as a claim.
+        assert_eq!(planned[3].0.verdict, Verdict::Adopt);
     }
 }

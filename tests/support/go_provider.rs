@@ -58,3 +58,52 @@ pub fn maas_machine(ns: &str, name: &str, system_id: &str) -> Value {
                  "systemID": system_id, "providerID": format!("maas:///zone-a/{system_id}")},
     })
 }
+
+/// What the Go provider writes through the status subresource once it has
+/// the machine (a tenant's role does not grant `maasmachines/status`).
+pub fn record_status(cp: &ControlPlane, ns: &str, name: &str, hostname: &str) {
+    let status = json!({"status": {"hostname": hostname, "machineState": "Deployed"}});
+    cp.kubectl(&[
+        "patch",
+        "maasmachine",
+        name,
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+}
+
+/// The story cluster's MaasMachine `name` for `system_id` as Cluster API
+/// and the Go provider leave it: its Machine (made here), owned by it, and
+/// with `hostname` recorded in its status when given.
+pub fn owned_maas_machine(
+    cp: &ControlPlane,
+    ns: &str,
+    name: &str,
+    system_id: &str,
+    hostname: Option<&str>,
+) {
+    let machine = super::objects::machine(ns, story::CLUSTER, name, false);
+    cp.kubectl_stdin(&["apply", "-f", "-"], &machine.to_string());
+    let uid = cp.kubectl(&[
+        "get",
+        "machine",
+        name,
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let mut object = maas_machine(ns, name, system_id);
+    object["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": super::capi::CAPI_API_VERSION, "kind": "Machine", "name": name,
+        "uid": uid.trim(), "controller": true, "blockOwnerDeletion": true,
+    }]);
+    cp.kubectl_stdin(&["apply", "-f", "-"], &object.to_string());
+    if let Some(hostname) = hostname {
+        record_status(cp, ns, name, hostname);
+    }
+}

@@ -217,16 +217,20 @@ impl Capmaas {
         let health_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let file = std::fs::File::create(&log)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        // The story's machines are the simulator's records: nothing serves
+        // at their addresses, so probing their API servers before they join
+        // the DNS record would keep all control planes but the first out.
+        // The KCP lab, whose machines serve, passes
+        // `--dns-attach-without-api-check=false` instead (a flag given twice
+        // is refused).
+        const DNS_ATTACH: &str = "--dns-attach-without-api-check";
+        let default_dns_attach =
+            (!extra_args.iter().any(|a| a.starts_with(DNS_ATTACH))).then_some(DNS_ATTACH);
         let child = Command::new(bin)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--metrics-bind-address={metrics_addr}"))
             .arg(format!("--health-probe-bind-address={health_addr}"))
-            // The story's machines are the simulator's records: nothing
-            // serves at their addresses, so probing their API servers before
-            // they join the DNS record would keep all control planes but the
-            // first out. The KCP lab, whose machines serve, passes
-            // `--dns-attach-without-api-check=false` (the last flag wins).
-            .arg("--dns-attach-without-api-check")
+            .args(default_dns_attach)
             .args(extra_args)
             .env_remove("KUBECONFIG")
             .env("MAAS_ENDPOINT", &sim.url)
