@@ -270,7 +270,7 @@ impl MaasWatch {
     /// the latter).
     pub fn spawn(
         config: WatchConfig,
-        handler: impl Fn(&MachineChange) + Send + 'static,
+        handler: impl Fn(&MachineChange) + Send + Sync + 'static,
         stop: Receiver<()>,
     ) -> io::Result<MaasWatch> {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
@@ -280,14 +280,7 @@ impl MaasWatch {
             views: RwLock::new(HashMap::new()),
             wake: wake_tx,
         });
-        let mut worker = Worker {
-            shared: Arc::clone(&shared),
-            handler: Box::new(handler),
-            stop,
-            stopping: false,
-            wake: wake_rx,
-            sources: HashMap::new(),
-        };
+        let mut worker = Worker::new(Arc::clone(&shared), Arc::new(handler), stop, wake_rx)?;
         let thread = thread::Builder::new()
             .name("maas-watch".into())
             .spawn(move || worker.run())?;
@@ -530,17 +523,74 @@ struct Applied {
     newcomers: HashSet<String>,
 }
 
+/// The handler, shared by the listing threads.
+type Handler = Arc<dyn Fn(&MachineChange) + Send + Sync>;
+
+/// One source's interval, handed to a listing thread and back.
+type Job = (SourceId, SourceState);
+
+/// The scheduler: decides which source is due and hands it to one of
+/// [`MAX_CONCURRENT_LISTS`] listing threads, so a slow or silent source
+/// holds one of them, never the others' cadence.
 struct Worker {
     shared: Arc<Shared>,
-    handler: Box<dyn Fn(&MachineChange) + Send>,
     stop: Receiver<()>,
     /// Set once `stop` fired (a message on it is consumed when seen).
     stopping: bool,
     wake: Receiver<()>,
+    /// Sources waiting for their next interval.
     sources: HashMap<SourceId, SourceState>,
+    /// Sources being listed (their state is with a listing thread).
+    in_flight: HashSet<SourceId>,
+    jobs: Sender<Job>,
+    done: Receiver<Job>,
 }
 
+/// Sources listed at the same time. Each list is bounded by the client's
+/// timeout, so a few silent sources delay the others by at most one
+/// scheduling round, and an endless number of them cannot open an endless
+/// number of connections.
+const MAX_CONCURRENT_LISTS: usize = 4;
+
 impl Worker {
+    fn new(
+        shared: Arc<Shared>,
+        handler: Handler,
+        stop: Receiver<()>,
+        wake: Receiver<()>,
+    ) -> io::Result<Worker> {
+        let (jobs, job_rx) = crossbeam_channel::unbounded::<Job>();
+        let (done_tx, done) = crossbeam_channel::unbounded::<Job>();
+        for n in 0..MAX_CONCURRENT_LISTS {
+            let lister = Lister {
+                shared: Arc::clone(&shared),
+                handler: Arc::clone(&handler),
+            };
+            let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
+            // Ends when the scheduler drops `jobs` (after its current job).
+            thread::Builder::new()
+                .name(format!("maas-watch-{n}"))
+                .spawn(move || {
+                    for (id, mut state) in job_rx {
+                        lister.poll(&id, &mut state);
+                        if done_tx.send((id, state)).is_err() {
+                            return;
+                        }
+                    }
+                })?;
+        }
+        Ok(Worker {
+            shared,
+            stop,
+            stopping: false,
+            wake,
+            sources: HashMap::new(),
+            in_flight: HashSet::new(),
+            jobs,
+            done,
+        })
+    }
+
     fn run(&mut self) {
         log::debug!("MAAS watch started");
         while !self.stopped() {
@@ -554,10 +604,12 @@ impl Worker {
                 .collect();
             due.sort();
             for (_, id) in due {
-                if self.stopped() {
-                    break;
+                if let Some(state) = self.sources.remove(&id) {
+                    self.in_flight.insert(id.clone());
+                    if self.jobs.send((id, state)).is_err() {
+                        return;
+                    }
                 }
-                self.poll(&id);
             }
             let wait = self
                 .sources
@@ -568,10 +620,27 @@ impl Worker {
             crossbeam_channel::select! {
                 recv(self.stop) -> _ => self.stopping = true,
                 recv(self.wake) -> _ => {}
+                recv(self.done) -> job => {
+                    if let Ok((id, state)) = job {
+                        self.returned(id, state);
+                    }
+                }
                 default(wait) => {}
             }
         }
         log::debug!("MAAS watch stopped");
+    }
+
+    /// A source back from its interval: waits for its next one, unless it
+    /// was dropped meanwhile.
+    fn returned(&mut self, id: SourceId, state: SourceState) {
+        self.in_flight.remove(&id);
+        if self.shared.wanted().iter().any(|(w, _)| *w == id) {
+            self.sources.insert(id, state);
+        } else {
+            self.shared.views_mut().remove(&id);
+            publish_gauges(&self.shared);
+        }
     }
 
     /// Whether `stop` fired: a message, or every sender gone.
@@ -593,6 +662,9 @@ impl Worker {
             .cloned()
             .collect();
         for (id, reader) in wanted {
+            if self.in_flight.contains(&id) {
+                continue;
+            }
             match self.sources.get_mut(&id) {
                 // New credentials for the same user: same state.
                 Some(state) => state.reader = reader,
@@ -625,23 +697,36 @@ impl Worker {
             views.remove(&id);
         }
         drop(views);
-        self.publish_gauges();
+        publish_gauges(&self.shared);
     }
+}
 
-    /// One interval of one source: list, diff, report, then events.
-    fn poll(&mut self, id: &SourceId) {
-        let Some(state) = self.sources.get_mut(id) else {
-            return;
-        };
+/// What a listing thread needs: the view and the handler.
+struct Lister {
+    shared: Arc<Shared>,
+    handler: Handler,
+}
+
+impl Lister {
+    /// One interval of one source: the events mark (once), the list, diff,
+    /// report, then the events step. The list and the event log fail
+    /// independently: a MAAS that refuses `events/?op=query` still has its
+    /// machines listed (the failure is a metric and a log line).
+    fn poll(&self, id: &SourceId, state: &mut SourceState) {
         let reader = Arc::clone(&state.reader);
         let label = state.label.clone();
         let level = self.shared.config.events.clone();
-        let started = Instant::now();
-        let listed = match (&level, state.events.needs_mark()) {
-            (Some(_), true) => state.events.mark(reader.as_ref()),
-            _ => Ok(()),
+        if level.is_some() && state.events.needs_mark() {
+            if let Err(error) = state.events.mark(reader.as_ref()) {
+                count_event_query(&label, "error");
+                log::warn!(
+                    "MAAS watch: reading the newest event of {id} failed: {error}; listing \
+                     machines without their event log, trying again next interval"
+                );
+            }
         }
-        .and_then(|()| reader.machines_owned_by(id.user()));
+        let started = Instant::now();
+        let listed = reader.machines_owned_by(id.user());
         metrics::observe(
             "maas_watch_list_duration_seconds",
             "Duration of one MAAS watch list (all machines of one MAAS user).",
@@ -651,18 +736,18 @@ impl Worker {
         let list = match listed {
             Ok(list) => list,
             Err(error) => {
-                self.list_failed(id, &error);
+                self.list_failed(id, state, &error);
                 return;
             }
         };
         count_list(&label, "ok");
-        let Applied {
+        let Some(Applied {
             changes,
             transit,
             listed,
             newcomers,
-        } = self.apply(id, list, started);
-        let Some(state) = self.sources.get_mut(id) else {
+        }) = self.apply(id, list, started)
+        else {
             return;
         };
         state.backoff.reset();
@@ -688,18 +773,23 @@ impl Worker {
                 &[("source", &label), ("change", kind)],
             );
         }
-        self.publish_gauges();
+        publish_gauges(&self.shared);
         for change in &changes {
             self.notify(change);
         }
-        if let Some(level) = level {
-            self.follow_events(id, &level, transit, &listed, &newcomers);
+        // Without its starting point the event log would replay history.
+        if let (Some(level), false) = (level, state.events.needs_mark()) {
+            self.follow_events(id, state, &level, transit, &listed, &newcomers);
         }
     }
 
-    /// Replaces the source's view with the list.
-    fn apply(&self, id: &SourceId, list: Vec<Machine>, listed_at: Instant) -> Applied {
+    /// Replaces the source's view with the list; None when the source was
+    /// dropped while it was listed.
+    fn apply(&self, id: &SourceId, list: Vec<Machine>, listed_at: Instant) -> Option<Applied> {
         let mut views = self.shared.views_mut();
+        if !self.shared.wanted().iter().any(|(w, _)| w == id) {
+            return None;
+        }
         let view = views.entry(id.clone()).or_default();
         let (machines, changes) = diff::apply_list(id, &view.machines, list, listed_at);
         view.machines = machines;
@@ -722,18 +812,15 @@ impl Worker {
                 _ => None,
             })
             .collect();
-        Applied {
+        Some(Applied {
             changes,
             transit,
             listed,
             newcomers,
-        }
+        })
     }
 
-    fn list_failed(&mut self, id: &SourceId, error: &Error) {
-        let Some(state) = self.sources.get_mut(id) else {
-            return;
-        };
+    fn list_failed(&self, id: &SourceId, state: &mut SourceState, error: &Error) {
         count_list(&state.label, "error");
         let delay = state
             .backoff
@@ -742,6 +829,9 @@ impl Worker {
         state.next_due = Instant::now() + delay;
         let stale = {
             let mut views = self.shared.views_mut();
+            if !self.shared.wanted().iter().any(|(w, _)| w == id) {
+                return;
+            }
             let view = views.entry(id.clone()).or_default();
             view.last_error = Some(error.to_string());
             view.machines.len()
@@ -763,16 +853,14 @@ impl Worker {
 
     /// The events step of one interval (see `events.rs`).
     fn follow_events(
-        &mut self,
+        &self,
         id: &SourceId,
+        state: &mut SourceState,
         level: &EventLevel,
         transit: HashSet<String>,
         listed: &HashSet<String>,
         newcomers: &HashSet<String>,
     ) {
-        let Some(state) = self.sources.get_mut(id) else {
-            return;
-        };
         let mut tracked: HashSet<String> = state
             .tracked
             .iter()
@@ -828,33 +916,6 @@ impl Worker {
             .cloned()
     }
 
-    /// Machines per source and the time of each source's last good list.
-    fn publish_gauges(&self) {
-        let views = self.shared.views();
-        let mut machines = Vec::new();
-        let mut last_success = Vec::new();
-        for (id, state) in &self.sources {
-            let Some(view) = views.get(id) else {
-                continue;
-            };
-            let labels = vec![("source", state.label.as_str())];
-            machines.push((labels.clone(), view.machines.len() as f64));
-            if let Some(at) = view.last_success {
-                last_success.push((labels, unix_seconds(at)));
-            }
-        }
-        metrics::gauge_replace_all(
-            "maas_watch_machines",
-            "Machines the MAAS user of each MAAS watch source owns, as last listed.",
-            &machines,
-        );
-        metrics::gauge_replace_all(
-            "maas_watch_last_success_timestamp_seconds",
-            "When the last good MAAS watch list of each source was sent (Unix time).",
-            &last_success,
-        );
-    }
-
     /// Calls the handler; a panicking handler is logged and the watch goes
     /// on (in builds that unwind).
     fn notify(&self, change: &MachineChange) {
@@ -867,6 +928,31 @@ impl Worker {
             );
         }
     }
+}
+
+/// Machines per source and the time of each source's last good list.
+fn publish_gauges(shared: &Shared) {
+    let views = shared.views();
+    let mut machines = Vec::new();
+    let mut last_success = Vec::new();
+    let labels: Vec<(String, &View)> = views.iter().map(|(id, v)| (id.to_string(), v)).collect();
+    for (label, view) in &labels {
+        let labels = vec![("source", label.as_str())];
+        machines.push((labels.clone(), view.machines.len() as f64));
+        if let Some(at) = view.last_success {
+            last_success.push((labels, unix_seconds(at)));
+        }
+    }
+    metrics::gauge_replace_all(
+        "maas_watch_machines",
+        "Machines the MAAS user of each MAAS watch source owns, as last listed.",
+        &machines,
+    );
+    metrics::gauge_replace_all(
+        "maas_watch_last_success_timestamp_seconds",
+        "When the last good MAAS watch list of each source was sent (Unix time).",
+        &last_success,
+    );
 }
 
 fn count_list(label: &str, result: &str) {
