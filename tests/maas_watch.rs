@@ -508,3 +508,61 @@ fn one_list_per_interval_at_1000_machines() {
     );
     w.stop();
 }
+
+/// Issue 20 item 6: a MAAS that answers 404 to every `events/?op=query`
+/// (seen in the field) still has its machines listed: a power-off is
+/// reported by the next list, not at the 10-minute resync; the events
+/// failures are counted, and the machine list never is.
+#[test]
+fn a_failing_events_query_never_blinds_the_machine_list() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0.2"]);
+    let client = sim.client();
+    let powered = deploy_ours(&client, "cp-pool", "blind-powered");
+    wait_until_deployed(&client, &powered.system_id);
+    sim.set_fault(
+        json!({"method": "GET", "endpoint": "events/", "op": "query",
+                         "status": 404, "body": "Not Found"}),
+    );
+    let w = watch(&sim, config(Duration::from_secs(1)));
+    let (appeared, _) = w.wait_for(|c| is_change_of(c, &powered.system_id));
+    assert!(matches!(appeared, MachineChange::Appeared { .. }));
+    assert!(w.watch.is_fresh(&w.source), "the list succeeded");
+
+    sim.power_off(&powered.system_id);
+    let (change, _) = w.wait_for(|c| is_change_of(c, &powered.system_id));
+    let MachineChange::Changed { new, .. } = &change else {
+        panic!("{:?}", summary(&[change]));
+    };
+    assert_eq!(new.power_state, PowerState::Off);
+    assert!(w.watch.is_fresh(&w.source));
+    assert_eq!(w.watch.last_error(&w.source), None, "the list never failed");
+    assert!(
+        sim.call_count(EVENT_QUERIES) >= 2,
+        "the events mark is retried"
+    );
+    // Metrics are process-wide: only this source's lines.
+    let label = format!("source=\"{}\"", w.source);
+    let metrics: String = capmaas::metrics::render()
+        .lines()
+        .filter(|l| l.contains(&label))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let failed_events = metrics
+        .lines()
+        .any(|l| l.starts_with("maas_watch_event_queries_total") && l.contains("result=\"error\""));
+    assert!(failed_events, "the failing part is a metric:\n{metrics}");
+    let failed_lists = metrics
+        .lines()
+        .any(|l| l.starts_with("maas_watch_lists_total") && l.contains("result=\"error\""));
+    assert!(!failed_lists, "no list failed:\n{metrics}");
+
+    // Once events answer again, the event log starts from there.
+    sim.clear_faults();
+    let before = sim.call_count(EVENT_QUERIES);
+    let deadline = Instant::now() + EVENTUALLY;
+    while sim.call_count(EVENT_QUERIES) == before {
+        assert!(Instant::now() < deadline, "the events mark is tried again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.stop();
+}
