@@ -64,6 +64,8 @@ FLAGS:
     --health-probe-bind-address ADDR       /healthz, /readyz (default: :8081; \"0\" disables)
     --maas-ca-file PATH                    verify MAAS with the CA certificate(s) (PEM) in this
                                            file instead of the public roots (default: public roots)
+    --maas-endpoint-allow URL[,URL...]     per-cluster credentials (spec.identityRef) may only
+                                           name these MAAS endpoints (repeatable; default: any)
     --no-swap-update[=BOOL]                do not set swap_size=0 before deploy; needed with a
                                            non-admin MAAS key (default: false)
     --release-erase[=BOOL]                 erase disks when releasing machines (default: false)
@@ -99,6 +101,8 @@ struct Config {
     metrics_bind_address: Option<SocketAddr>,
     health_probe_bind_address: Option<SocketAddr>,
     maas_ca_file: Option<PathBuf>,
+    /// `--maas-endpoint-allow`, as API roots.
+    maas_endpoint_allow: Vec<String>,
     options: Options,
     shutdown_timeout: Duration,
 }
@@ -122,6 +126,7 @@ impl Default for Config {
             metrics_bind_address: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             health_probe_bind_address: Some(SocketAddr::from(([0, 0, 0, 0], 8081))),
             maas_ca_file: None,
+            maas_endpoint_allow: Vec::new(),
             options: Options::default(),
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -197,6 +202,9 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
                 config.health_probe_bind_address = parse_address(name, value)?
             }
             "maas-ca-file" => config.maas_ca_file = Some(parse_path(name, value)?),
+            "maas-endpoint-allow" => config
+                .maas_endpoint_allow
+                .extend(parse_endpoints(name, value)?),
             "no-swap-update" => config.options.no_swap_update = parse_bool(name, value)?,
             "release-erase" => config.options.release_erase = parse_bool(name, value)?,
             "dns-attach-without-api-check" => {
@@ -361,6 +369,17 @@ fn parse_path(name: &str, value: &str) -> Result<PathBuf, String> {
         ));
     }
     Ok(PathBuf::from(value))
+}
+
+/// A comma-separated list of MAAS endpoints, as API roots (so that
+/// `http://h:5240/MAAS` and `http://h:5240/MAAS/api/2.0/` are one).
+fn parse_endpoints(name: &str, value: &str) -> Result<Vec<String>, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(|url| maas::client::api_root(url).map_err(|e| format!("--{name}: {e}")))
+        .collect()
 }
 
 /// Which Kubernetes naming rule a flag value follows.
@@ -880,6 +899,7 @@ fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manage
         maasmachine_concurrency: config.maasmachine_concurrency,
         sync_period: config.sync_period,
         maas_watch_interval: config.maas_watch_interval,
+        maas_endpoint_allow: config.maas_endpoint_allow.clone(),
         leader_election,
         identity,
         metrics_bind_address: config.metrics_bind_address,

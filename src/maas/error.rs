@@ -74,22 +74,60 @@ impl MaasBody {
     }
 }
 
+/// How much of a peer's body an error shows: the endpoint is a tenant's
+/// choice, and errors end up in conditions and Events.
+pub const SHOWN_BODY_CHARS: usize = 200;
+/// The same for a detail that quotes a body after our own words.
+const SHOWN_DETAIL_CHARS: usize = 400;
+
+impl MaasBody {
+    /// The whole body as kept (up to 2,000 characters, scrubbed of the
+    /// key), for a debug log line; errors show [`SHOWN_BODY_CHARS`].
+    pub fn full_text(&self) -> String {
+        match self {
+            MaasBody::Empty => String::new(),
+            MaasBody::Text(text) => text.clone(),
+            MaasBody::FieldErrors(fields) => fields
+                .iter()
+                .map(|(field, messages)| format!("{field}: {}", messages.join(" ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
+}
+
+/// A peer's text fit for one line of a condition or an Event: control
+/// characters and runs of whitespace become one space, and at most `max`
+/// characters are kept.
+pub fn sanitised(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut chars = 0;
+    let mut space = false;
+    for c in text.trim().chars() {
+        if c.is_whitespace() || c.is_control() {
+            space = true;
+            continue;
+        }
+        if chars >= max {
+            out.push_str("...");
+            return out;
+        }
+        if space && !out.is_empty() {
+            out.push(' ');
+            chars += 1;
+        }
+        space = false;
+        out.push(c);
+        chars += 1;
+    }
+    out
+}
+
 impl fmt::Display for MaasBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MaasBody::Empty => f.write_str("(empty body)"),
-            MaasBody::Text(text) => f.write_str(text),
-            MaasBody::FieldErrors(fields) => {
-                let mut first = true;
-                for (field, messages) in fields {
-                    if !first {
-                        f.write_str("; ")?;
-                    }
-                    first = false;
-                    write!(f, "{field}: {}", messages.join(" "))?;
-                }
-                Ok(())
-            }
+            _ => f.write_str(&sanitised(&self.full_text(), SHOWN_BODY_CHARS)),
         }
     }
 }
@@ -240,6 +278,7 @@ impl Error {
     pub fn message(&self) -> String {
         match self.kind {
             ErrorKind::Status => self.body.to_string(),
+            ErrorKind::Decode => sanitised(&self.detail, SHOWN_DETAIL_CHARS),
             _ => self.detail.clone(),
         }
     }
@@ -257,7 +296,11 @@ impl fmt::Display for Error {
             (ErrorKind::Timeout, _) => write!(f, "timed out: {}", self.detail)?,
             (ErrorKind::Transport, _) => write!(f, "connection failed: {}", self.detail)?,
             (ErrorKind::Tls, _) => write!(f, "TLS: {}", self.detail)?,
-            (ErrorKind::Decode, _) => write!(f, "unexpected response: {}", self.detail)?,
+            (ErrorKind::Decode, _) => write!(
+                f,
+                "unexpected response: {}",
+                sanitised(&self.detail, SHOWN_DETAIL_CHARS)
+            )?,
             (ErrorKind::Status, None) => write!(f, "{}", self.detail)?,
         }
         if self.attempts > 1 {
