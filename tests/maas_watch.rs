@@ -566,3 +566,66 @@ fn a_failing_events_query_never_blinds_the_machine_list() {
     }
     w.stop();
 }
+
+/// A MAAS that accepts connections and never answers (its listener and
+/// the connections it took live until the test process ends).
+fn silent_maas() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/MAAS", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.extend(stream.ok());
+        }
+    });
+    url
+}
+
+/// Issue 19 item 10 (and the BENCHMARKS figure "Tenant isolation"): a
+/// tenant's silent MAAS endpoint, listed next to a healthy one, leaves the
+/// healthy source's view fresh. Before the fix the single watch thread sat
+/// in the silent source's 30 s list timeouts and the healthy view went
+/// stale between them.
+///
+///     cargo test --test maas_watch a_silent_source -- --nocapture
+#[test]
+fn a_silent_source_leaves_the_other_sources_view_fresh() {
+    let sim = MaasSim::start(None);
+    let healthy = sim.client();
+    let healthy_source = SourceId::of(&healthy, "admin");
+    // The production timeouts (30 s per call), not the simulator's.
+    let key = capmaas::maas::ApiKey::parse(&sim.key_of("admin")).unwrap();
+    let silent = Client::new(capmaas::maas::ClientConfig::new(silent_maas(), key)).unwrap();
+    let silent_source = SourceId::of(&silent, "tenant");
+    let (stop, stop_rx) = crossbeam_channel::bounded(1);
+    let watch = MaasWatch::spawn(config(Duration::from_secs(1)), |_| {}, stop_rx).unwrap();
+    // The silent source first, as a tenant's new cluster would be.
+    watch.set_sources(vec![
+        (silent_source.clone(), silent),
+        (healthy_source.clone(), healthy),
+    ]);
+    let deadline = Instant::now() + EVENTUALLY;
+    while !watch.is_fresh(&healthy_source) {
+        assert!(Instant::now() < deadline, "the healthy source is listed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // 90 samples over 9 s: the view is fresh while its last list started
+    // less than two intervals (2 s) ago.
+    let mut stale = 0;
+    for _ in 0..90 {
+        std::thread::sleep(Duration::from_millis(100));
+        if !watch.is_fresh(&healthy_source) {
+            stale += 1;
+        }
+    }
+    println!("healthy source stale in {stale} of 90 samples next to a silent source");
+    assert!(
+        !watch.is_fresh(&silent_source),
+        "the silent source never answered"
+    );
+    // Generous: a loaded machine may delay a list now and then, but the
+    // healthy source is never held behind the silent one's 30 s timeouts.
+    assert!(stale < 20, "stale in {stale} of 90 samples");
+    stop.send(()).unwrap();
+    assert!(watch.join(Duration::from_secs(2)));
+}
