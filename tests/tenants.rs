@@ -492,3 +492,118 @@ fn a_silent_tenant_endpoint_does_not_hold_other_tenants_allocations() {
     assert!(!condition_is(&mc, "CredentialsReady", "True"), "{mc:#}");
     capmaas.assert_running();
 }
+
+/// A MAAS endpoint answering every request with `status` and `body`,
+/// counting requests.
+fn answering_maas(status: &'static str, body: String) -> (String, Arc<AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/MAAS", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (counted, body) = (counted.clone(), body.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&stream);
+                let mut line = String::new();
+                // The request head (GETs only: no body to read).
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if line == "\r\n" {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let answer = format!(
+                            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\n\
+                             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = (&stream).write_all(answer.as_bytes());
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    (url, requests)
+}
+
+/// Issue 19 item 8: a tenant's endpoint answers whatever it likes. Its
+/// answer reaches the tenant's condition and Events only as a short,
+/// single-line reason (not the 2,000 characters it sent), and with
+/// `--maas-endpoint-allow` an endpoint not listed is never called at all.
+///
+///     cargo test --test tenants a_tenants_endpoint -- --nocapture
+#[test]
+fn a_tenants_endpoint_reaches_its_status_short_and_only_when_allowed() {
+    let cp = support::control_plane();
+    let sim = MaasSim::start_from_file(&tenants_inventory_path(), &[]);
+    let chatter = "ATTACKER-TEXT <script>x</script>\n\u{1b}[31m".repeat(60);
+    let (talkative_url, _) = answering_maas("401 Unauthorized", chatter);
+    let (unlisted_url, unlisted_requests) = answering_maas("200 OK", "{}".into());
+    let allowed = format!("{},{talkative_url}", sim.url);
+    let mut capmaas = Capmaas::start(
+        &story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join("capmaas-endpoints.log"),
+        &[format!("--maas-endpoint-allow={allowed}")],
+    );
+    capmaas.wait_ready(60);
+    let kube = story::kube_client(cp);
+    let talkative = cp.new_namespace("talkative");
+    let unlisted = cp.new_namespace("unlisted");
+    add_cluster(
+        cp,
+        &kube,
+        &talkative,
+        &talkative_url,
+        &sim.key_of("tenant-a"),
+    );
+    add_cluster(cp, &kube, &unlisted, &unlisted_url, &sim.key_of("tenant-b"));
+    let diagnostics = || {
+        format!(
+            "--- capmaas ({}):\n{}",
+            capmaas.log.display(),
+            story::tail(&capmaas.log, 40)
+        )
+    };
+    let refused = |ns: &str| {
+        let mc = get(&kube, &resources::MAAS_CLUSTERS, ns, CLUSTER)?;
+        let c = condition(&mc, "CredentialsReady")?;
+        (c["status"] == "False" && !string(&c["message"]).contains("not answered yet"))
+            .then(|| string(&c["message"]))
+    };
+    let talkative_why =
+        support::wait_explained(60, "the talkative tenant refused", diagnostics, || {
+            refused(&talkative)
+        });
+    let unlisted_why =
+        support::wait_explained(60, "the unlisted tenant refused", diagnostics, || {
+            refused(&unlisted)
+        });
+    println!("talkative: {talkative_why}\nunlisted: {unlisted_why}");
+
+    assert!(talkative_why.contains("401"), "{talkative_why}");
+    let events: Vec<String> = list(&kube, &resources::EVENTS, &talkative)
+        .iter()
+        .map(|e| string(&e["message"]))
+        .collect();
+    assert!(!events.is_empty(), "a Warning event says why");
+    for text in events.iter().chain([&talkative_why]) {
+        assert!(text.len() < 800, "{} characters: {text}", text.len());
+        assert!(text.matches("ATTACKER-TEXT").count() <= 6, "{text}");
+        assert!(!text.contains(['\n', '\u{1b}']), "one clean line: {text:?}");
+    }
+
+    assert!(
+        unlisted_why.contains("--maas-endpoint-allow"),
+        "{unlisted_why}"
+    );
+    assert_eq!(
+        unlisted_requests.load(Ordering::SeqCst),
+        0,
+        "an endpoint not allowed is never called"
+    );
+    capmaas.assert_running();
+}

@@ -397,11 +397,7 @@ impl Credentials {
                 }
                 failures = *before;
             }
-            Some(Check::Running { .. }) => {
-                return Err(CredentialsError::Unavailable(format!(
-                    "{what}: checking the credentials with MAAS (not answered yet)"
-                )))
-            }
+            Some(Check::Running { .. }) => return Err(not_answered_yet(what)),
             Some(Check::Passed { .. }) => return self.take_passed(&mut checks, &key, what),
             None => {}
         }
@@ -469,10 +465,7 @@ impl Credentials {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(CredentialsError::Unavailable(format!(
-                    "{what}: MAAS has not answered the credentials check within {CHECK_WAIT:?}; \
-                     waiting for it"
-                )));
+                return Err(not_answered_yet(what));
             }
             checks = self
                 .checks
@@ -513,6 +506,14 @@ impl Credentials {
         }
         maas::Client::new(config).map_err(|e| CredentialsError::Invalid(format!("{what}: {e}")))
     }
+}
+
+/// One message while a check runs, however many reconciles ask (a
+/// condition that does not flap, one Event).
+fn not_answered_yet(what: &str) -> CredentialsError {
+    CredentialsError::Unavailable(format!(
+        "{what}: checking the credentials with MAAS (not answered yet)"
+    ))
 }
 
 /// Checks a new client with `whoami`: its MAAS user.
