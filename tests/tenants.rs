@@ -607,3 +607,163 @@ fn a_tenants_endpoint_reaches_its_status_short_and_only_when_allowed() {
     );
     capmaas.assert_running();
 }
+
+/// A MAAS of a tenant's making: it authenticates anyone as `b`, lists
+/// `machine` as b's (in transit) and answers every events query with a new
+/// error event about it. Counts its machine lists.
+fn forging_maas(machine: Value) -> (String, Arc<AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/MAAS", listener.local_addr().unwrap());
+    let lists = Arc::new(AtomicUsize::new(0));
+    let counted = lists.clone();
+    let next_event = Arc::new(AtomicUsize::new(1000));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (counted, next_event, machine) =
+                (counted.clone(), next_event.clone(), machine.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&stream);
+                let mut request = String::new();
+                if reader.read_line(&mut request).is_err() {
+                    return;
+                }
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let system_id = machine["system_id"].clone();
+                let body = if request.contains("/users/") {
+                    json!({"username": "b", "email": "", "is_superuser": false})
+                } else if request.contains("/machines/") {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    json!([machine])
+                } else if request.contains("/events/") {
+                    let id = next_event.fetch_add(1, Ordering::SeqCst);
+                    json!({"events": [{"id": id, "node": system_id, "hostname": "x",
+                        "username": "b", "level": "ERROR", "created": "",
+                        "type": "Node installation failure", "description": "forged by b"}]})
+                } else {
+                    json!({})
+                };
+                let (status, body) = if body == json!({}) {
+                    ("404 Not Found", "Not Found".to_string())
+                } else {
+                    ("200 OK", body.to_string())
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = (&stream).write_all(answer.as_bytes());
+            });
+        }
+    });
+    (url, lists)
+}
+
+/// Issue 19 item 9: tenant A's deployed machine, and
+/// - tenant B's own MAAS endpoint listing that system ID as B's, with A's
+///   identity in its owner data and an error event: A's MaasMachine gets
+///   no Event of B's making;
+/// - tenant C (the controller-wide MAAS user's key) naming that system ID
+///   in a MaasMachine: refused, and the condition says "not yours" without
+///   A's namespace, name, uid or the machine's MAAS owner.
+///
+///     cargo test --test tenants another_tenant -- --nocapture
+#[test]
+fn another_tenant_can_neither_write_events_on_nor_read_whose_a_machine_is() {
+    let cp = support::control_plane();
+    let sim = MaasSim::start_from_file(&tenants_inventory_path(), &["--deploy-seconds", "1"]);
+    let mut capmaas = Capmaas::start(
+        &story::capmaas_bin(),
+        &cp.kubeconfig,
+        &sim,
+        cp.dir.join("capmaas-forging-tenant.log"),
+        &["--maas-watch-interval=5s".to_string()],
+    );
+    capmaas.wait_ready(60);
+    let kube = story::kube_client(cp);
+    let diagnostics = || {
+        format!(
+            "--- capmaas ({}):\n{}",
+            capmaas.log.display(),
+            story::tail(&capmaas.log, 40)
+        )
+    };
+    let a = cp.new_namespace("tenant-a");
+    add_cluster(cp, &kube, &a, &sim.url, &sim.key_of("tenant-a"));
+    add_machine(
+        cp,
+        &kube,
+        &a,
+        IN_POOL,
+        json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192,
+               "resourcePool": "tenant-a-pool"}),
+    );
+    let victim = support::wait_explained(120, "A's machine Ready", diagnostics, || {
+        get(&kube, &resources::MAAS_MACHINES, &a, IN_POOL)
+            .filter(|mm| condition_is(mm, "Ready", "True"))
+    });
+    let victim_id = string(&victim["spec"]["systemID"]);
+    let victim_uid = string(&victim["metadata"]["uid"]);
+
+    // B's endpoint forges A's machine as its own, in transit, with events.
+    let mut forged = sim.machine_state(&victim_id);
+    forged["owner"] = json!("b");
+    forged["status"] = json!(9);
+    forged["status_name"] = json!("Deploying");
+    let (forging_url, lists) = forging_maas(forged);
+    let b = cp.new_namespace("tenant-b");
+    add_cluster(cp, &kube, &b, &forging_url, &sim.key_of("tenant-b"));
+    // C names A's system ID with the controller-wide user's key.
+    let c = cp.new_namespace("tenant-c");
+    add_cluster(cp, &kube, &c, &sim.url, &sim.key_of("admin"));
+    add_machine(
+        cp,
+        &kube,
+        &c,
+        "steal",
+        json!({"image": story::IMAGE, "minCPU": 4, "minMemory": 8192,
+               "systemID": victim_id, "providerID": format!("maas:///zone-a/{victim_id}")}),
+    );
+    let why = support::wait_explained(60, "C's MaasMachine refused", diagnostics, || {
+        let mm = get(&kube, &resources::MAAS_MACHINES, &c, "steal")?;
+        let deployed = condition(&mm, "MachineDeployed")?;
+        (deployed["reason"] == "MachineNotOwned").then(|| string(&deployed["message"]))
+    });
+    println!("C is told: {why}");
+    assert!(why.contains(&victim_id), "{why}");
+    for secret in [a.as_str(), victim_uid.as_str(), "tenant-a\"", "admin\""] {
+        assert!(!why.contains(secret), "{secret:?} shown to C: {why}");
+    }
+    for event in list(&kube, &resources::EVENTS, &c) {
+        let message = string(&event["message"]);
+        assert!(
+            !message.contains(&a) && !message.contains(&victim_uid),
+            "{message}"
+        );
+    }
+
+    // B's endpoint listed (and its events step ran) a few times.
+    support::wait_explained(60, "B's endpoint listed three times", diagnostics, || {
+        (lists.load(Ordering::SeqCst) >= 3).then_some(())
+    });
+    let forged_events: Vec<Value> = list(&kube, &resources::EVENTS, &a)
+        .into_iter()
+        .filter(|e| string(&e["message"]).contains("forged by b"))
+        .collect();
+    assert!(
+        forged_events.is_empty(),
+        "B wrote on A's object: {forged_events:#?}"
+    );
+    let still = get(&kube, &resources::MAAS_MACHINES, &a, IN_POOL).unwrap();
+    assert!(
+        condition_is(&still, "Ready", "True"),
+        "A unaffected: {still:#}"
+    );
+    assert_eq!(sim.machine_state(&victim_id)["owner"], "tenant-a");
+    capmaas.assert_running();
+}
