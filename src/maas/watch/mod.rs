@@ -1,5 +1,8 @@
-//! The MAAS watch: one thread that keeps a view of every machine each MAAS
-//! user in use owns, and tells a handler what changed. It is the MAAS
+//! The MAAS watch: a scheduler thread and up to four listing threads that
+//! keep a view of every machine each MAAS user in use owns, and tell a
+//! handler what changed. Sources are listed concurrently: a slow or silent
+//! MAAS (a tenant's endpoint) holds one listing thread for its timeout,
+//! never the other sources' cadence. It is the MAAS
 //! counterpart of the Kubernetes informers; MAAS has no watch API, so it
 //! lists.
 //!
@@ -33,6 +36,11 @@
 //!   [`MachineChange::Events`]. Which events count as a machine's is
 //!   explained in `watch/events.rs`. Nothing in transit: no call.
 //!
+//! The events mark and the list fail independently: a MAAS that refuses
+//! the events query (a 404 to `events/?op=query` has been seen) still has
+//! its machines listed, the event log waiting (counted as an error in
+//! `maas_watch_event_queries_total`, logged) until the mark succeeds.
+//!
 //! A failing list changes nothing: the view is kept (and goes stale, see
 //! [`WatchHandle::is_fresh`]), nothing is reported gone, and the source is
 //! tried again after a backoff of 5 s doubling to 5 minutes (each delay up
@@ -40,11 +48,12 @@
 //! next success. The watch's MAAS calls are not retried by the client: the
 //! next attempt is the watch's own.
 //!
-//! The handler runs on the watch thread after the view is updated (so a
-//! reconcile it triggers reads at least that list); keep it quick. The
-//! thread stops within a second of `stop` firing, or once the MAAS call in
-//! flight ends (each bounded by the client's timeout); [`MaasWatch::join`]
-//! waits a bounded time.
+//! The handler runs on a listing thread (so it must be `Sync`) after the
+//! view is updated (so a reconcile it triggers reads at least that list);
+//! keep it quick. The scheduler stops within a second of `stop` firing;
+//! a listing thread ends once the MAAS call in flight does (each bounded
+//! by the client's timeout) and holds nothing that needs flushing;
+//! [`MaasWatch::join`] waits a bounded time for the scheduler.
 //!
 //! Metrics (label `source` = `user@endpoint`): `maas_watch_lists_total{result}`,
 //! `maas_watch_list_duration_seconds`, `maas_watch_machines`,
