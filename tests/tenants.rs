@@ -31,7 +31,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use capmaas::kube::{self, resources, ListParams};
@@ -53,6 +53,15 @@ struct Tenant {
     user: &'static str,
     pool: &'static str,
     ns: String,
+}
+
+/// The tests of this file share one control plane, and each capmaas
+/// reconciles every namespace: one capmaas at a time, or a test's objects
+/// are also handled by another test's capmaas (with other flags).
+static ONE_CAPMAAS: Mutex<()> = Mutex::new(());
+
+fn one_capmaas() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CAPMAAS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn apply(cp: &support::ControlPlane, objects: &[Value]) {
@@ -190,6 +199,7 @@ fn warnings(kube: &kube::Client, ns: &str, name: &str, reason: &str) -> Vec<Valu
 
 #[test]
 fn tenants_use_their_own_maas_users_and_cannot_take_each_others_machines() {
+    let _one = one_capmaas();
     let started = Instant::now();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(
@@ -420,6 +430,7 @@ fn silent_maas() -> (String, Arc<AtomicUsize>) {
 ///     cargo test --test tenants a_silent_tenant -- --nocapture
 #[test]
 fn a_silent_tenant_endpoint_does_not_hold_other_tenants_allocations() {
+    let _one = one_capmaas();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(&tenants_inventory_path(), &["--deploy-seconds", "1"]);
     let mut capmaas = Capmaas::start(
@@ -536,6 +547,7 @@ fn answering_maas(status: &'static str, body: String) -> (String, Arc<AtomicUsiz
 ///     cargo test --test tenants a_tenants_endpoint -- --nocapture
 #[test]
 fn a_tenants_endpoint_reaches_its_status_short_and_only_when_allowed() {
+    let _one = one_capmaas();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(&tenants_inventory_path(), &[]);
     let chatter = "ATTACKER-TEXT <script>x</script>\n\u{1b}[31m".repeat(60);
@@ -675,6 +687,7 @@ fn forging_maas(machine: Value) -> (String, Arc<AtomicUsize>) {
 ///     cargo test --test tenants another_tenant -- --nocapture
 #[test]
 fn another_tenant_can_neither_write_events_on_nor_read_whose_a_machine_is() {
+    let _one = one_capmaas();
     let cp = support::control_plane();
     let sim = MaasSim::start_from_file(&tenants_inventory_path(), &["--deploy-seconds", "1"]);
     let mut capmaas = Capmaas::start(
