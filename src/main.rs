@@ -952,6 +952,27 @@ mod tests {
     }
 
     #[test]
+    fn maas_endpoint_allow_is_a_repeatable_list_of_api_roots() {
+        assert!(parse(&[]).unwrap().maas_endpoint_allow.is_empty());
+        let c = parse(&[
+            "--maas-endpoint-allow=http://a:5240/MAAS, https://b/MAAS/api/2.0/",
+            "--maas-endpoint-allow",
+            "http://c:5240/MAAS/",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.maas_endpoint_allow,
+            [
+                "http://a:5240/MAAS/api/2.0/",
+                "https://b/MAAS/api/2.0/",
+                "http://c:5240/MAAS/api/2.0/"
+            ]
+        );
+        let err = parse(&["--maas-endpoint-allow=ftp://a/MAAS"]).unwrap_err();
+        assert!(err.starts_with("--maas-endpoint-allow: "), "{err}");
+    }
+
+    #[test]
     fn defaults_match_the_help_text() {
         let c = parse(&[]).unwrap();
         assert_eq!(
@@ -988,6 +1009,7 @@ mod tests {
             "--metrics-bind-address",
             "--health-probe-bind-address",
             "--maas-ca-file",
+            "--maas-endpoint-allow",
             "--no-swap-update",
             "--release-erase",
             "--dns-attach-without-api-check",

@@ -441,6 +441,24 @@ mod tests {
         );
     }
 
+    /// Issue 19 item 8: a peer's body reaches errors (and so conditions
+    /// and Events) as one short line; the debug log can have it all.
+    #[test]
+    fn a_peer_body_is_shown_short_on_one_line() {
+        let sent = "line one\n\u{1b}[31m<b>x</b>\t\r\n".repeat(100);
+        let body = MaasBody::parse(&sent);
+        let shown = Error::status("whoami", 401, body.clone(), None).to_string();
+        assert!(!shown.contains(['\n', '\r', '\t', '\u{1b}']), "{shown:?}");
+        assert!(shown.starts_with("MAAS whoami: HTTP 401 Unauthorized: line one [31m<b>x</b> line"));
+        assert!(shown.chars().count() < SHOWN_BODY_CHARS + 60, "{shown}");
+        assert!(shown.ends_with("..."), "{shown}");
+        assert!(body.full_text().len() > 1900, "the log keeps up to 2,000");
+        assert_eq!(sanitised("  a \n\n b  ", 10), "a b");
+        assert_eq!(sanitised("abcdef", 3), "abc...");
+        let fields = MaasBody::parse(r#"{"name": ["bad\nname"]}"#);
+        assert_eq!(fields.to_string(), "name: bad name");
+    }
+
     #[test]
     fn classification() {
         let e = |s, ra: Option<u64>| {
