@@ -278,6 +278,7 @@ fn manager_config(config: &Config, kubeconfig_namespace: Option<&str>) -> manage
         maasmachine_concurrency: config.maasmachine_concurrency,
         sync_period: config.sync_period,
         maas_watch_interval: config.maas_watch_interval,
+        maas_endpoint_allow: config.maas_endpoint_allow.clone(),
         leader_election,
         identity,
         metrics_bind_address: config.metrics_bind_address,

@@ -508,3 +508,136 @@ fn one_list_per_interval_at_1000_machines() {
     );
     w.stop();
 }
+
+/// Issue 20 item 6: a MAAS that answers 404 to every `events/?op=query`
+/// (seen in the field) still has its machines listed: a power-off is
+/// reported by the next list, not at the 10-minute resync; the events
+/// failures are counted, and the machine list never is.
+#[test]
+fn a_failing_events_query_never_blinds_the_machine_list() {
+    let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "0.2"]);
+    let client = sim.client();
+    let powered = deploy_ours(&client, "cp-pool", "blind-powered");
+    wait_until_deployed(&client, &powered.system_id);
+    sim.set_fault(
+        json!({"method": "GET", "endpoint": "events/", "op": "query",
+                         "status": 404, "body": "Not Found"}),
+    );
+    let w = watch(&sim, config(Duration::from_secs(1)));
+    let (appeared, _) = w.wait_for(|c| is_change_of(c, &powered.system_id));
+    assert!(matches!(appeared, MachineChange::Appeared { .. }));
+    assert!(w.watch.is_fresh(&w.source), "the list succeeded");
+
+    sim.power_off(&powered.system_id);
+    let (change, _) = w.wait_for(|c| is_change_of(c, &powered.system_id));
+    let MachineChange::Changed { new, .. } = &change else {
+        panic!("{:?}", summary(&[change]));
+    };
+    assert_eq!(new.power_state, PowerState::Off);
+    assert!(w.watch.is_fresh(&w.source));
+    assert_eq!(w.watch.last_error(&w.source), None, "the list never failed");
+    assert!(
+        sim.call_count(EVENT_QUERIES) >= 2,
+        "the events mark is retried"
+    );
+    // Metrics are process-wide: only this source's lines.
+    let label = format!("source=\"{}\"", w.source);
+    let metrics: String = capmaas::metrics::render()
+        .lines()
+        .filter(|l| l.contains(&label))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let failed_events = metrics
+        .lines()
+        .any(|l| l.starts_with("maas_watch_event_queries_total") && l.contains("result=\"error\""));
+    assert!(failed_events, "the failing part is a metric:\n{metrics}");
+    let failed_lists = metrics
+        .lines()
+        .any(|l| l.starts_with("maas_watch_lists_total") && l.contains("result=\"error\""));
+    assert!(!failed_lists, "no list failed:\n{metrics}");
+
+    // Once events answer again, the event log starts from there.
+    sim.clear_faults();
+    let before = sim.call_count(EVENT_QUERIES);
+    let deadline = Instant::now() + EVENTUALLY;
+    while sim.call_count(EVENT_QUERIES) == before {
+        assert!(Instant::now() < deadline, "the events mark is tried again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.stop();
+}
+
+/// A MAAS that accepts connections and never answers (its listener and
+/// the connections it took live until the test process ends).
+fn silent_maas() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/MAAS", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.extend(stream.ok());
+        }
+    });
+    url
+}
+
+/// Issue 19 item 10 (and the BENCHMARKS figure "Tenant isolation"): a
+/// tenant's silent MAAS endpoint, listed next to a healthy one, leaves the
+/// healthy source's view fresh. Before the fix the single watch thread sat
+/// in the silent source's 30 s list timeouts and the healthy view went
+/// stale between them.
+///
+///     cargo test --test maas_watch a_silent_source -- --nocapture
+#[test]
+fn a_silent_source_leaves_the_other_sources_view_fresh() {
+    let sim = MaasSim::start(None);
+    let healthy = sim.client();
+    let healthy_source = SourceId::of(&healthy, "admin");
+    // The production timeouts (30 s per call), not the simulator's.
+    let key = capmaas::maas::ApiKey::parse(&sim.key_of("admin")).unwrap();
+    let silent = Client::new(capmaas::maas::ClientConfig::new(silent_maas(), key)).unwrap();
+    let silent_source = SourceId::of(&silent, "tenant");
+    let (stop, stop_rx) = crossbeam_channel::bounded(1);
+    let watch = MaasWatch::spawn(config(Duration::from_secs(1)), |_| {}, stop_rx).unwrap();
+    // The silent source first, as a tenant's new cluster would be.
+    watch.set_sources(vec![
+        (silent_source.clone(), silent),
+        (healthy_source.clone(), healthy),
+    ]);
+    let started = Instant::now();
+    while !watch.is_fresh(&healthy_source) {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the healthy source is listed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let first_list = started.elapsed();
+    // 90 samples over 18 s: the view is fresh while its last list started
+    // less than two intervals (2 s) ago.
+    let mut stale = 0;
+    for _ in 0..90 {
+        std::thread::sleep(Duration::from_millis(200));
+        if !watch.is_fresh(&healthy_source) {
+            stale += 1;
+        }
+    }
+    println!(
+        "healthy source first listed after {:.1}s, then stale in {stale} of 90 samples \
+         next to a silent source",
+        first_list.as_secs_f64()
+    );
+    assert!(
+        !watch.is_fresh(&silent_source),
+        "the silent source never answered"
+    );
+    // Generous: a loaded machine may delay a list now and then, but the
+    // healthy source is never held behind the silent one's 30 s timeouts.
+    assert!(stale < 20, "stale in {stale} of 90 samples");
+    assert!(
+        first_list < Duration::from_secs(10),
+        "first listed after {first_list:?}"
+    );
+    stop.send(()).unwrap();
+    assert!(watch.join(Duration::from_secs(2)));
+}

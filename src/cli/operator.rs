@@ -7,7 +7,8 @@ use std::time::Duration;
 use capmaas::controllers::Options;
 
 use super::values::{
-    human, parse_address, parse_count, parse_duration, parse_name, parse_path, NameRule,
+    human, parse_address, parse_count, parse_duration, parse_endpoints, parse_name, parse_path,
+    NameRule,
 };
 use super::{Flag, Spec};
 
@@ -54,6 +55,8 @@ FLAGS:
     --health-probe-bind-address ADDR       /healthz, /readyz (default: :8081; \"0\" disables)
     --maas-ca-file PATH                    verify MAAS with the CA certificate(s) (PEM) in this
                                            file instead of the public roots (default: public roots)
+    --maas-endpoint-allow URL[,URL...]     per-cluster credentials (spec.identityRef) may only
+                                           name these MAAS endpoints (repeatable; default: any)
     --no-swap-update[=BOOL]                do not set swap_size=0 before deploy; needed with a
                                            non-admin MAAS key (default: false)
     --release-erase[=BOOL]                 erase disks when releasing machines (default: false)
@@ -92,6 +95,8 @@ pub struct Config {
     pub metrics_bind_address: Option<SocketAddr>,
     pub health_probe_bind_address: Option<SocketAddr>,
     pub maas_ca_file: Option<PathBuf>,
+    /// `--maas-endpoint-allow`, as API roots.
+    pub maas_endpoint_allow: Vec<String>,
     pub options: Options,
     pub shutdown_timeout: Duration,
 }
@@ -115,6 +120,7 @@ impl Default for Config {
             metrics_bind_address: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
             health_probe_bind_address: Some(SocketAddr::from(([0, 0, 0, 0], 8081))),
             maas_ca_file: None,
+            maas_endpoint_allow: Vec::new(),
             options: Options::default(),
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -183,6 +189,10 @@ pub const FLAGS: &[Flag<Config>] = &[
     }),
     Flag::value("maas-ca-file", |c, n, v| {
         c.maas_ca_file = Some(parse_path(n, v)?);
+        Ok(())
+    }),
+    Flag::repeated("maas-endpoint-allow", |c, n, v| {
+        c.maas_endpoint_allow.extend(parse_endpoints(n, v)?);
         Ok(())
     }),
     Flag::switch("no-swap-update", |c, on| c.options.no_swap_update = on),

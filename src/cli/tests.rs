@@ -75,6 +75,7 @@ fn defaults_match_the_help_text() {
         "--metrics-bind-address",
         "--health-probe-bind-address",
         "--maas-ca-file",
+        "--maas-endpoint-allow",
         "--no-swap-update",
         "--release-erase",
         "--dns-attach-without-api-check",
@@ -82,6 +83,27 @@ fn defaults_match_the_help_text() {
     ] {
         assert!(operator::USAGE.contains(flag), "{flag} missing from --help");
     }
+}
+
+#[test]
+fn maas_endpoint_allow_is_a_repeatable_list_of_api_roots() {
+    assert!(parse(&[]).unwrap().maas_endpoint_allow.is_empty());
+    let c = parse(&[
+        "--maas-endpoint-allow=http://a:5240/MAAS, https://b/MAAS/api/2.0/",
+        "--maas-endpoint-allow",
+        "http://c:5240/MAAS/",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.maas_endpoint_allow,
+        [
+            "http://a:5240/MAAS/api/2.0/",
+            "https://b/MAAS/api/2.0/",
+            "http://c:5240/MAAS/api/2.0/"
+        ]
+    );
+    let err = parse(&["--maas-endpoint-allow=ftp://a/MAAS"]).unwrap_err();
+    assert!(err.starts_with("--maas-endpoint-allow: "), "{err}");
 }
 
 #[test]

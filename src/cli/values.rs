@@ -152,6 +152,17 @@ pub fn parse_address(name: &str, value: &str) -> Result<Option<SocketAddr>, Stri
     Ok(Some(addr))
 }
 
+/// A comma-separated list of MAAS endpoints, as API roots (so that
+/// `http://h:5240/MAAS` and `http://h:5240/MAAS/api/2.0/` are one).
+pub fn parse_endpoints(name: &str, value: &str) -> Result<Vec<String>, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(|url| capmaas::maas::client::api_root(url).map_err(|e| format!("--{name}: {e}")))
+        .collect()
+}
+
 pub fn parse_path(name: &str, value: &str) -> Result<PathBuf, String> {
     if value.is_empty() || value.len() > MAX_VALUE_LEN || value.contains('\0') {
         return Err(format!(

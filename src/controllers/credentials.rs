@@ -12,10 +12,23 @@
 //!   rebuilt when the Secret changes (a rotated key takes effect at once).
 //! - A new client is checked with `whoami` before use: a wrong key is a
 //!   clear condition on the cluster, not an error at the first allocation.
+//!   The check runs on a thread of its own (at most [`MAX_CHECKS`] at
+//!   once): a reconcile waits for it up to [`CHECK_WAIT`], so a tenant's
+//!   silent endpoint holds no shared worker for its 30 s timeout. A failed
+//!   check is remembered for its Secret's version and tried again after a
+//!   backoff (5 s doubling to 5 minutes); a changed Secret is checked at
+//!   once.
+//! - With `--maas-endpoint-allow`, a Secret's endpoint must be one of the
+//!   listed MAAS endpoints (compared as API roots, `.../MAAS/api/2.0/`):
+//!   any other is refused before any request is made to it.
+//! - What a tenant's endpoint answers reaches the cluster's condition only
+//!   as the client's short, sanitised error (see `maas::MaasBody`).
 //!
 //! - Every client in use is a source of the MAAS watch (listed as the user
 //!   it authenticates as); each cluster's MAAS reads machines from that
-//!   source's view ([`MaasView`]). The sources are updated whenever the set
+//!   source's view ([`MaasView`]). [`SourceTenants`] records which
+//!   namespaces use which source, so that what a source lists wakes and
+//!   writes Events on that source's own objects only. The sources are updated whenever the set
 //!   of clients changes (a new Secret, a rotated key, an idle client gone).
 //!
 //! Keys of the Secret, the same as the controller-wide Secret
@@ -23,8 +36,9 @@
 //! and, optionally, `MAAS_CA_CERT` (PEM; else the controller's
 //! `--maas-ca-file`, else the public roots).
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -47,6 +61,14 @@ pub const CA_CERT_KEY: &str = "MAAS_CA_CERT";
 const CLIENT_IDLE: Duration = Duration::from_secs(30 * 60);
 /// At most this many per-cluster clients are kept.
 const MAX_CLIENTS: usize = 256;
+/// How long a reconcile waits for the credentials check it started; a
+/// slower MAAS answers to a later reconcile.
+pub const CHECK_WAIT: Duration = Duration::from_secs(1);
+/// Credentials checks running at once (each a thread and a connection).
+pub const MAX_CHECKS: usize = 16;
+/// Retry delays of a failed check: first, and longest.
+const CHECK_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_CHECK_BACKOFF: Duration = Duration::from_secs(300);
 
 /// Why a cluster's MAAS cannot be used; the message is for a condition and
 /// never carries the key.
@@ -88,6 +110,87 @@ struct Resolved {
     username: String,
 }
 
+/// Which namespaces use which MAAS watch source: the watch's reports of a
+/// source concern the objects of those namespaces only (a tenant's
+/// endpoint lists whatever it likes, under any system ID).
+#[derive(Default)]
+pub struct SourceTenants {
+    namespaces: Mutex<HashMap<SourceId, HashSet<String>>>,
+}
+
+impl SourceTenants {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SourceId, HashSet<String>>> {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `namespace` reads MAAS through `source`.
+    pub fn record(&self, source: &SourceId, namespace: &str) {
+        let mut map = self.lock();
+        let namespaces = map.entry(source.clone()).or_default();
+        if !namespaces.contains(namespace) {
+            namespaces.insert(namespace.to_string());
+        }
+    }
+
+    /// Whether `source` is one the objects of `namespace` read MAAS through.
+    pub fn serves(&self, source: &SourceId, namespace: &str) -> bool {
+        self.lock()
+            .get(source)
+            .is_some_and(|namespaces| namespaces.contains(namespace))
+    }
+
+    /// Forgets the sources no longer in use.
+    fn retain(&self, sources: &[SourceId]) {
+        self.lock().retain(|source, _| sources.contains(source));
+    }
+}
+
+/// One identity Secret's credentials check, by Secret.
+enum Check {
+    /// Running on its own thread, for this Secret version.
+    Running { version: String },
+    /// Done: the client and its user, to be taken into the cache.
+    Passed {
+        version: String,
+        client: maas::Client,
+        username: String,
+    },
+    /// Failed: the answer for this version until `retry_at`.
+    Failed {
+        version: String,
+        error: CredentialsError,
+        retry_at: Instant,
+        failures: u32,
+    },
+}
+
+impl Check {
+    fn version(&self) -> &str {
+        match self {
+            Check::Running { version }
+            | Check::Passed { version, .. }
+            | Check::Failed { version, .. } => version,
+        }
+    }
+}
+
+/// The checks, shared with their threads.
+#[derive(Default)]
+struct Checks {
+    by_secret: Mutex<HashMap<(String, String), Check>>,
+    finished: Condvar,
+}
+
+impl Checks {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(String, String), Check>> {
+        self.by_secret
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// The real [`MaasClients`]: the controller-wide client plus the clients
 /// built from identity Secrets.
 pub struct Credentials {
@@ -103,6 +206,10 @@ pub struct Credentials {
     watch: Option<WatchHandle>,
     /// The watch's sources as last set.
     watched: Mutex<Vec<SourceId>>,
+    tenants: Arc<SourceTenants>,
+    checks: Arc<Checks>,
+    /// `--maas-endpoint-allow`, as API roots; empty: any endpoint.
+    allowed_endpoints: Vec<String>,
 }
 
 impl Credentials {
@@ -126,7 +233,24 @@ impl Credentials {
             clients: Mutex::new(ClientCache::new(CLIENT_IDLE, MAX_CLIENTS)),
             watch: None,
             watched: Mutex::new(Vec::new()),
+            tenants: Arc::new(SourceTenants::default()),
+            checks: Arc::new(Checks::default()),
+            allowed_endpoints: Vec::new(),
         }
+    }
+
+    /// Records which namespaces use which source in `tenants` (the MAAS
+    /// watch's router reads it).
+    pub fn with_tenants(mut self, tenants: Arc<SourceTenants>) -> Credentials {
+        self.tenants = tenants;
+        self
+    }
+
+    /// Per-cluster credentials may only name these MAAS endpoints (API
+    /// roots, see [`maas::client::api_root`]); empty: any.
+    pub fn with_allowed_endpoints(mut self, api_roots: Vec<String>) -> Credentials {
+        self.allowed_endpoints = api_roots;
+        self
     }
 
     /// Lists every client's machines with `watch`, and reads them from its
@@ -177,6 +301,7 @@ impl Credentials {
         let ids: Vec<SourceId> = sources.iter().map(|(id, _)| id.clone()).collect();
         let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
         if *watched != ids {
+            self.tenants.retain(&ids);
             *watched = ids;
             watch.set_sources(sources);
         }
@@ -222,20 +347,7 @@ impl Credentials {
         if let Some(resolved) = self.cache().get(&key, &version, Instant::now()) {
             return Ok(resolved);
         }
-        let config = client_config(&secret, &what, self.ca_pem.as_deref())?;
-        let client = maas::Client::new(config)
-            .map_err(|e| CredentialsError::Invalid(format!("{what}: {e}")))?;
-        let username = match client.start_check() {
-            StartCheck::Ready(user) => user.username,
-            StartCheck::Refused(why) => {
-                return Err(CredentialsError::Refused(format!("{what}: {why}")))
-            }
-            StartCheck::Unreachable(e) => {
-                return Err(CredentialsError::Unavailable(format!(
-                    "{what}: MAAS not reachable: {e}"
-                )))
-            }
-        };
+        let (client, username) = self.checked(key.clone(), &version, &secret, &what)?;
         for warning in client.security_warnings() {
             log::warn!("{what}: {warning}");
         }
@@ -258,6 +370,184 @@ impl Credentials {
             .put(key, version, resolved.clone(), Instant::now());
         Ok(resolved)
     }
+
+    /// The checked client of a Secret version not in the cache: the result
+    /// of its check, started here when there is none (or its backoff is
+    /// over), waited for up to [`CHECK_WAIT`].
+    fn checked(
+        &self,
+        key: (String, String),
+        version: &str,
+        secret: &Value,
+        what: &str,
+    ) -> Result<(maas::Client, String), CredentialsError> {
+        let mut checks = self.checks.lock();
+        let now = Instant::now();
+        let mut failures = 0;
+        match checks.get(&key) {
+            Some(check) if check.version() != version => {}
+            Some(Check::Failed {
+                error,
+                retry_at,
+                failures: before,
+                ..
+            }) => {
+                if now < *retry_at {
+                    return Err(error.clone());
+                }
+                failures = *before;
+            }
+            Some(Check::Running { .. }) => return Err(not_answered_yet(what)),
+            Some(Check::Passed { .. }) => return self.take_passed(&mut checks, &key, what),
+            None => {}
+        }
+        let running = checks
+            .values()
+            .filter(|c| matches!(c, Check::Running { .. }))
+            .count();
+        if running >= MAX_CHECKS {
+            return Err(CredentialsError::Unavailable(format!(
+                "{what}: {running} MAAS credentials checks in progress; trying again later"
+            )));
+        }
+        let client = self.client_for(secret, what)?;
+        checks.insert(
+            key.clone(),
+            Check::Running {
+                version: version.to_string(),
+            },
+        );
+        let shared = Arc::clone(&self.checks);
+        let (thread_key, thread_version, thread_what) =
+            (key.clone(), version.to_string(), what.to_string());
+        let spawned = std::thread::Builder::new()
+            .name("maas-credentials-check".into())
+            .spawn(move || {
+                let outcome = check(&client, &thread_what);
+                let mut checks = shared.lock();
+                // A newer version's check replaced this one: drop the answer.
+                if checks.get(&thread_key).map(Check::version) == Some(thread_version.as_str()) {
+                    match outcome {
+                        Ok(username) => {
+                            checks.insert(
+                                thread_key,
+                                Check::Passed {
+                                    version: thread_version,
+                                    client,
+                                    username,
+                                },
+                            );
+                        }
+                        Err(error) => remember_failure(
+                            &mut checks,
+                            thread_key,
+                            &thread_version,
+                            error,
+                            failures,
+                        ),
+                    }
+                }
+                drop(checks);
+                shared.finished.notify_all();
+            });
+        if let Err(e) = spawned {
+            checks.remove(&key);
+            return Err(CredentialsError::Unavailable(format!(
+                "{what}: cannot start the credentials check: {e}"
+            )));
+        }
+        let deadline = Instant::now() + CHECK_WAIT;
+        loop {
+            match checks.get(&key) {
+                Some(Check::Passed { .. }) => return self.take_passed(&mut checks, &key, what),
+                Some(Check::Failed { error, .. }) => return Err(error.clone()),
+                _ => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(not_answered_yet(what));
+            }
+            checks = self
+                .checks
+                .finished
+                .wait_timeout(checks, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn take_passed(
+        &self,
+        checks: &mut HashMap<(String, String), Check>,
+        key: &(String, String),
+        what: &str,
+    ) -> Result<(maas::Client, String), CredentialsError> {
+        match checks.remove(key) {
+            Some(Check::Passed {
+                client, username, ..
+            }) => Ok((client, username)),
+            _ => Err(CredentialsError::Unavailable(format!(
+                "{what}: the credentials check is being repeated"
+            ))),
+        }
+    }
+
+    /// The client a Secret describes, not checked yet.
+    fn client_for(&self, secret: &Value, what: &str) -> Result<maas::Client, CredentialsError> {
+        let config = client_config(secret, what, self.ca_pem.as_deref())?;
+        let root = maas::client::api_root(&config.endpoint)
+            .map_err(|e| CredentialsError::Invalid(format!("{what}: {e}")))?;
+        if !self.allowed_endpoints.is_empty() && !self.allowed_endpoints.contains(&root) {
+            return Err(CredentialsError::Invalid(format!(
+                "{what}: MAAS endpoint {} is not one this controller may use \
+                 (--maas-endpoint-allow); ask its operator",
+                maas::redact_url(&root)
+            )));
+        }
+        maas::Client::new(config).map_err(|e| CredentialsError::Invalid(format!("{what}: {e}")))
+    }
+}
+
+/// One message while a check runs, however many reconciles ask (a
+/// condition that does not flap, one Event).
+fn not_answered_yet(what: &str) -> CredentialsError {
+    CredentialsError::Unavailable(format!(
+        "{what}: checking the credentials with MAAS (not answered yet)"
+    ))
+}
+
+/// Checks a new client with `whoami`: its MAAS user.
+fn check(client: &maas::Client, what: &str) -> Result<String, CredentialsError> {
+    match client.start_check() {
+        StartCheck::Ready(user) => Ok(user.username),
+        StartCheck::Refused(why) => Err(CredentialsError::Refused(format!("{what}: {why}"))),
+        StartCheck::Unreachable(e) => Err(CredentialsError::Unavailable(format!(
+            "{what}: MAAS not reachable: {e}"
+        ))),
+    }
+}
+
+/// Records a failed check, answered as is until its backoff is over.
+fn remember_failure(
+    checks: &mut HashMap<(String, String), Check>,
+    key: (String, String),
+    version: &str,
+    error: CredentialsError,
+    failures_before: u32,
+) {
+    let failures = failures_before.saturating_add(1);
+    let delay = CHECK_BACKOFF
+        .saturating_mul(1 << failures.saturating_sub(1).min(8))
+        .min(MAX_CHECK_BACKOFF);
+    checks.insert(
+        key,
+        Check::Failed {
+            version: version.to_string(),
+            error,
+            retry_at: Instant::now() + delay,
+            failures,
+        },
+    );
 }
 
 impl MaasClients for Credentials {
@@ -267,8 +557,21 @@ impl MaasClients for Credentials {
         identity: Option<&IdentityRef>,
     ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
         let api: Arc<dyn MaasApi> = match identity {
-            None => self.default.clone(),
-            Some(identity) => self.resolve(namespace, identity)?.api,
+            None => {
+                if let Some(user) = self.default_username.get() {
+                    self.tenants
+                        .record(&SourceId::of(&self.default_client, user), namespace);
+                }
+                self.default.clone()
+            }
+            Some(identity) => {
+                let resolved = self.resolve(namespace, identity)?;
+                self.tenants.record(
+                    &SourceId::of(&resolved.client, &resolved.username),
+                    namespace,
+                );
+                resolved.api
+            }
         };
         self.sync_watch();
         Ok(api)

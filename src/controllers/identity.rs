@@ -145,7 +145,10 @@ pub fn marked(machine: &maas::Machine) -> bool {
         .is_some_and(|v| !v.is_empty())
 }
 
-/// Why a recorded machine is not acted on, in words for a condition.
+/// Why a recorded machine is not acted on, in words for a condition. The
+/// object's author named the system ID, perhaps another tenant's: the
+/// message says "not yours" and nothing of whose it is (no MAAS owner, no
+/// other object's namespace, name or uid).
 pub fn not_ours_message(system_id: &str, machine: Option<&maas::Machine>) -> String {
     let Some(machine) = machine else {
         return format!(
@@ -157,11 +160,11 @@ pub fn not_ours_message(system_id: &str, machine: Option<&maas::Machine>) -> Str
         (None, _) => format!(
             "MAAS machine {system_id} is {state:?} and not allocated to anyone, so not to this MaasMachine; capmaas deploys only machines it allocated itself; left alone"
         ),
-        (Some(owner), Some(other)) if !other.is_empty() => format!(
-            "MAAS machine {system_id} ({state}, owner {owner:?}) belongs to another MaasMachine ({other}); left alone"
+        (Some(_), Some(other)) if !other.is_empty() => format!(
+            "MAAS machine {system_id} belongs to another MaasMachine, not this one; left alone"
         ),
-        (Some(owner), _) => format!(
-            "MAAS machine {system_id} ({state}, owner {owner:?}) carries no capmaas identity; if the Go provider deployed it, an administrator adopts it with `capmaas adopt`; left alone"
+        (Some(_), _) => format!(
+            "MAAS machine {system_id} ({state}) carries no capmaas identity; if the Go provider deployed it, an administrator adopts it with `capmaas adopt`; left alone"
         ),
     }
 }
@@ -275,8 +278,14 @@ mod tests {
         };
         assert!(not_ours_message("abc123", Some(&ready)).contains("not allocated to anyone"));
         let other = machine(Some("capmaas"), Some("capmaas/victim/cp-0/u"));
-        assert!(not_ours_message("abc123", Some(&other)).contains("capmaas/victim/cp-0/u"));
+        let why = not_ours_message("abc123", Some(&other));
+        assert!(why.contains("belongs to another MaasMachine"), "{why}");
+        for secret in ["victim", "cp-0", "capmaas\"", "/u"] {
+            assert!(!why.contains(secret), "{secret} shown: {why}");
+        }
         let go = machine(Some("admin"), None);
-        assert!(not_ours_message("abc123", Some(&go)).contains("capmaas adopt"));
+        let why = not_ours_message("abc123", Some(&go));
+        assert!(why.contains("capmaas adopt"), "{why}");
+        assert!(!why.contains("\"admin\""), "the owner is not shown: {why}");
     }
 }

@@ -9,6 +9,11 @@
 //! orphan report (every minute) ─► capmaas_orphan_machines{source} + a warning log
 //! ```
 //!
+//! A report concerns only the MaasMachines of the namespaces that read MAAS
+//! through the report's source ([`SourceTenants`]): a tenant's endpoint
+//! lists whatever it likes, under any system ID or identity, and must not
+//! wake or write Events on another tenant's objects.
+//!
 //! A machine's MaasMachine is found by the identity in its owner data
 //! (`capmaas/<namespace>/<name>/<nonce>`, checked against the cached
 //! object's annotation, so a recreated object of the same name is not
@@ -24,6 +29,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use super::caches::Caches;
+use super::credentials::SourceTenants;
 use super::identity::{Identity, Recorded};
 use super::ports::{EventTarget, EventType, Kind, KubeApi, MachineQueue};
 use crate::api::MaasMachine;
@@ -41,31 +47,34 @@ pub struct Router {
     pub queue: Arc<dyn MachineQueue>,
     /// Where Events go (only [`KubeApi::event`] is used).
     pub kube: Arc<dyn KubeApi>,
+    /// Which namespaces each source serves.
+    pub tenants: Arc<SourceTenants>,
 }
 
 impl Router {
     /// The watch's handler: quick, never blocks (the queue and the event
     /// recorder only take the work).
     pub fn on_change(&self, change: &MachineChange) {
+        let source = change.source();
         match change {
-            MachineChange::Appeared { machine, .. } => self.reconcile(machine),
+            MachineChange::Appeared { machine, .. } => self.reconcile(source, machine),
             MachineChange::Changed { old, new, .. } => {
-                self.reconcile(new);
+                self.reconcile(source, new);
                 // Released and taken by another MaasMachine between two
                 // lists: the one that lost it must hear of it too.
                 if old.identity() != new.identity() {
-                    self.reconcile(old);
+                    self.reconcile(source, old);
                 }
             }
-            MachineChange::Vanished { last, .. } => self.reconcile(last),
+            MachineChange::Vanished { last, .. } => self.reconcile(source, last),
             MachineChange::Events {
                 machine, events, ..
-            } => self.mirror(machine, events),
+            } => self.mirror(source, machine, events),
         }
     }
 
-    fn reconcile(&self, machine: &maas::Machine) {
-        if let Some(mm) = self.maas_machine_of(machine) {
+    fn reconcile(&self, source: &SourceId, machine: &maas::Machine) {
+        if let Some(mm) = self.maas_machine_of(source, machine) {
             let meta = &mm.metadata;
             self.queue.reconcile_soon(&meta.namespace, &meta.name);
         }
@@ -73,8 +82,8 @@ impl Router {
 
     /// Each MAAS event as a Kubernetes Event on the machine's MaasMachine
     /// (the recorder aggregates repeats such as the second PXE boot).
-    fn mirror(&self, machine: &maas::Machine, events: &[maas::Event]) {
-        let Some(mm) = self.maas_machine_of(machine) else {
+    fn mirror(&self, source: &SourceId, machine: &maas::Machine, events: &[maas::Event]) {
+        let Some(mm) = self.maas_machine_of(source, machine) else {
             return;
         };
         let meta = &mm.metadata;
@@ -103,8 +112,28 @@ impl Router {
         }
     }
 
+    /// The MaasMachine a MAAS machine of `source` belongs to, as the caches
+    /// know it, if its namespace reads MAAS through `source`.
+    fn maas_machine_of(
+        &self,
+        source: &SourceId,
+        machine: &maas::Machine,
+    ) -> Option<Arc<MaasMachine>> {
+        let mm = self.find_maas_machine(machine)?;
+        if self.tenants.serves(source, &mm.metadata.namespace) {
+            return Some(mm);
+        }
+        log::debug!(
+            "MAAS watch: machine {} of {source} names a MaasMachine of namespace {}, \
+             which does not use that MAAS source; ignored",
+            machine.system_id,
+            mm.metadata.namespace
+        );
+        None
+    }
+
     /// The MaasMachine a MAAS machine belongs to, as the caches know it.
-    fn maas_machine_of(&self, machine: &maas::Machine) -> Option<Arc<MaasMachine>> {
+    fn find_maas_machine(&self, machine: &maas::Machine) -> Option<Arc<MaasMachine>> {
         match machine.identity() {
             Some(identity) => {
                 let key = key_of_identity(identity)?;

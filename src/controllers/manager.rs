@@ -46,7 +46,7 @@ use std::time::Duration;
 use super::adapters::{self, Workload};
 use super::api_poller::{ApiPoller, PROBES_STOP};
 use super::caches::Caches;
-use super::credentials::Credentials;
+use super::credentials::{Credentials, SourceTenants};
 use super::maas_watch::{self, Router};
 use super::mappers::{self, Keys};
 use super::ports::{KubeApi, SystemClock};
@@ -102,6 +102,9 @@ pub struct Config {
     pub maas_ca_pem: Option<Vec<u8>>,
     /// How often the MAAS watch lists each MAAS user's machines.
     pub maas_watch_interval: Duration,
+    /// `--maas-endpoint-allow`: the MAAS endpoints (API roots) identity
+    /// Secrets may name; empty: any.
+    pub maas_endpoint_allow: Vec<String>,
     /// The Pod this process runs in (downward API), which the start-up
     /// Events are about: `kubectl describe pod` shows why it is not ready.
     pub pod: Option<PodRef>,
@@ -311,10 +314,12 @@ fn start_and_wait(
         events,
     });
     // The MAAS watch: its sources are the clients the credentials hand out.
+    let tenants = Arc::new(SourceTenants::default());
     let router = Router {
         caches: caches.clone(),
         queue: Arc::new(machine_queue.clone()),
         kube: kube_api.clone(),
+        tenants: tenants.clone(),
     };
     let watch = MaasWatch::spawn(
         WatchConfig::default().interval(config.maas_watch_interval),
@@ -336,6 +341,8 @@ fn start_and_wait(
         kube: kube_api,
         maas: Arc::new(
             Credentials::new(maas, maas_user, kube.clone(), config.maas_ca_pem.clone())
+                .with_tenants(tenants)
+                .with_allowed_endpoints(config.maas_endpoint_allow.clone())
                 .with_watch(watch_handle),
         ),
         workload,

@@ -74,22 +74,60 @@ impl MaasBody {
     }
 }
 
+/// How much of a peer's body an error shows: the endpoint is a tenant's
+/// choice, and errors end up in conditions and Events.
+pub const SHOWN_BODY_CHARS: usize = 200;
+/// The same for a detail that quotes a body after our own words.
+const SHOWN_DETAIL_CHARS: usize = 400;
+
+impl MaasBody {
+    /// The whole body as kept (up to 2,000 characters, scrubbed of the
+    /// key), for a debug log line; errors show [`SHOWN_BODY_CHARS`].
+    pub fn full_text(&self) -> String {
+        match self {
+            MaasBody::Empty => String::new(),
+            MaasBody::Text(text) => text.clone(),
+            MaasBody::FieldErrors(fields) => fields
+                .iter()
+                .map(|(field, messages)| format!("{field}: {}", messages.join(" ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
+}
+
+/// A peer's text fit for one line of a condition or an Event: control
+/// characters and runs of whitespace become one space, and at most `max`
+/// characters are kept.
+pub fn sanitised(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut chars = 0;
+    let mut space = false;
+    for c in text.trim().chars() {
+        if c.is_whitespace() || c.is_control() {
+            space = true;
+            continue;
+        }
+        if chars >= max {
+            out.push_str("...");
+            return out;
+        }
+        if space && !out.is_empty() {
+            out.push(' ');
+            chars += 1;
+        }
+        space = false;
+        out.push(c);
+        chars += 1;
+    }
+    out
+}
+
 impl fmt::Display for MaasBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MaasBody::Empty => f.write_str("(empty body)"),
-            MaasBody::Text(text) => f.write_str(text),
-            MaasBody::FieldErrors(fields) => {
-                let mut first = true;
-                for (field, messages) in fields {
-                    if !first {
-                        f.write_str("; ")?;
-                    }
-                    first = false;
-                    write!(f, "{field}: {}", messages.join(" "))?;
-                }
-                Ok(())
-            }
+            _ => f.write_str(&sanitised(&self.full_text(), SHOWN_BODY_CHARS)),
         }
     }
 }
@@ -240,6 +278,7 @@ impl Error {
     pub fn message(&self) -> String {
         match self.kind {
             ErrorKind::Status => self.body.to_string(),
+            ErrorKind::Decode => sanitised(&self.detail, SHOWN_DETAIL_CHARS),
             _ => self.detail.clone(),
         }
     }
@@ -257,7 +296,11 @@ impl fmt::Display for Error {
             (ErrorKind::Timeout, _) => write!(f, "timed out: {}", self.detail)?,
             (ErrorKind::Transport, _) => write!(f, "connection failed: {}", self.detail)?,
             (ErrorKind::Tls, _) => write!(f, "TLS: {}", self.detail)?,
-            (ErrorKind::Decode, _) => write!(f, "unexpected response: {}", self.detail)?,
+            (ErrorKind::Decode, _) => write!(
+                f,
+                "unexpected response: {}",
+                sanitised(&self.detail, SHOWN_DETAIL_CHARS)
+            )?,
             (ErrorKind::Status, None) => write!(f, "{}", self.detail)?,
         }
         if self.attempts > 1 {
@@ -396,6 +439,24 @@ mod tests {
             MaasBody::parse("No Machine matches the given query."),
             MaasBody::Text("No Machine matches the given query.".into())
         );
+    }
+
+    /// Issue 19 item 8: a peer's body reaches errors (and so conditions
+    /// and Events) as one short line; the debug log can have it all.
+    #[test]
+    fn a_peer_body_is_shown_short_on_one_line() {
+        let sent = "line one\n\u{1b}[31m<b>x</b>\t\r\n".repeat(100);
+        let body = MaasBody::parse(&sent);
+        let shown = Error::status("whoami", 401, body.clone(), None).to_string();
+        assert!(!shown.contains(['\n', '\r', '\t', '\u{1b}']), "{shown:?}");
+        assert!(shown.starts_with("MAAS whoami: HTTP 401 Unauthorized: line one [31m<b>x</b> line"));
+        assert!(shown.chars().count() < SHOWN_BODY_CHARS + 60, "{shown}");
+        assert!(shown.ends_with("..."), "{shown}");
+        assert!(body.full_text().len() > 1900, "the log keeps up to 2,000");
+        assert_eq!(sanitised("  a \n\n b  ", 10), "a b");
+        assert_eq!(sanitised("abcdef", 3), "abc...");
+        let fields = MaasBody::parse(r#"{"name": ["bad\nname"]}"#);
+        assert_eq!(fields.to_string(), "name: bad name");
     }
 
     #[test]

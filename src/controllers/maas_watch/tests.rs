@@ -62,10 +62,13 @@ fn setup(objects: &[Arc<MaasMachine>]) -> Setup {
     }
     let queue = Arc::new(FakeMachineQueue::default());
     let kube = Arc::new(FakeKube::default());
+    let tenants = Arc::new(SourceTenants::default());
+    tenants.record(&source(), "ns");
     let router = Router {
         caches,
         queue: queue.clone(),
         kube: kube.clone(),
+        tenants,
     };
     Setup {
         router,
@@ -167,6 +170,48 @@ fn maas_events_become_events_on_the_maas_machine() {
         events: vec![event(3, "Deploying", "", EventLevel::Info)],
     });
     assert_eq!(s.kube.events.lock().unwrap().len(), 2);
+}
+
+/// Issue 19 item 9: another source (a tenant's own endpoint, whose
+/// namespace is not `ns`) listing a machine under a system ID or identity
+/// of `ns` wakes nothing and writes no Event there.
+#[test]
+fn a_source_reaches_only_the_objects_of_the_namespaces_it_serves() {
+    let s = setup(&[maas_machine("a", "1", Some("sys-a"))]);
+    let hostile = SourceId::new("http://tenant-b.test/MAAS/api/2.0/", "b");
+    s.router.tenants.record(&hostile, "tenant-b");
+    let event = maas::Event {
+        id: 1,
+        system_id: "sys-a".into(),
+        level: EventLevel::Error,
+        kind: "Node installation failure".into(),
+        description: "of the tenant's choosing".into(),
+        hostname: "host-sys-a".into(),
+        username: "unknown".into(),
+        created: String::new(),
+    };
+    for forged in [
+        machine("sys-a", None),
+        machine("sys-a", Some("capmaas/ns/a/1")),
+    ] {
+        s.router.on_change(&MachineChange::Appeared {
+            source: hostile.clone(),
+            machine: forged.clone(),
+        });
+        s.router.on_change(&MachineChange::Events {
+            source: hostile.clone(),
+            machine: forged,
+            events: vec![event.clone()],
+        });
+    }
+    assert!(s.queue.take_names().is_empty(), "nobody woken");
+    assert!(s.kube.events.lock().unwrap().is_empty(), "no Event written");
+    // The source `ns` uses still reaches it.
+    s.router.on_change(&MachineChange::Appeared {
+        source: source(),
+        machine: machine("sys-a", None),
+    });
+    assert_eq!(s.queue.take_names(), ["a"]);
 }
 
 #[test]

@@ -1,5 +1,8 @@
-//! The MAAS watch: one thread that keeps a view of every machine each MAAS
-//! user in use owns, and tells a handler what changed. It is the MAAS
+//! The MAAS watch: a scheduler thread and up to four listing threads that
+//! keep a view of every machine each MAAS user in use owns, and tell a
+//! handler what changed. Sources are listed concurrently: a slow or silent
+//! MAAS (a tenant's endpoint) holds one listing thread for its timeout,
+//! never the other sources' cadence. It is the MAAS
 //! counterpart of the Kubernetes informers; MAAS has no watch API, so it
 //! lists.
 //!
@@ -33,6 +36,11 @@
 //!   [`MachineChange::Events`]. Which events count as a machine's is
 //!   explained in `watch/events.rs`. Nothing in transit: no call.
 //!
+//! The events mark and the list fail independently: a MAAS that refuses
+//! the events query (a 404 to `events/?op=query` has been seen) still has
+//! its machines listed, the event log waiting (counted as an error in
+//! `maas_watch_event_queries_total`, logged) until the mark succeeds.
+//!
 //! A failing list changes nothing: the view is kept (and goes stale, see
 //! [`WatchHandle::is_fresh`]), nothing is reported gone, and the source is
 //! tried again after a backoff of 5 s doubling to 5 minutes (each delay up
@@ -40,11 +48,12 @@
 //! next success. The watch's MAAS calls are not retried by the client: the
 //! next attempt is the watch's own.
 //!
-//! The handler runs on the watch thread after the view is updated (so a
-//! reconcile it triggers reads at least that list); keep it quick. The
-//! thread stops within a second of `stop` firing, or once the MAAS call in
-//! flight ends (each bounded by the client's timeout); [`MaasWatch::join`]
-//! waits a bounded time.
+//! The handler runs on a listing thread (so it must be `Sync`) after the
+//! view is updated (so a reconcile it triggers reads at least that list);
+//! keep it quick. The scheduler stops within a second of `stop` firing;
+//! a listing thread ends once the MAAS call in flight does (each bounded
+//! by the client's timeout) and holds nothing that needs flushing;
+//! [`MaasWatch::join`] waits a bounded time for the scheduler.
 //!
 //! Metrics (label `source` = `user@endpoint`): `maas_watch_lists_total{result}`,
 //! `maas_watch_list_duration_seconds`, `maas_watch_machines`,
@@ -271,7 +280,7 @@ impl MaasWatch {
     /// the latter).
     pub fn spawn(
         config: WatchConfig,
-        handler: impl Fn(&MachineChange) + Send + 'static,
+        handler: impl Fn(&MachineChange) + Send + Sync + 'static,
         stop: Receiver<()>,
     ) -> io::Result<MaasWatch> {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
@@ -281,14 +290,7 @@ impl MaasWatch {
             views: RwLock::new(HashMap::new()),
             wake: wake_tx,
         });
-        let mut worker = Worker {
-            shared: Arc::clone(&shared),
-            handler: Box::new(handler),
-            stop,
-            stopping: false,
-            wake: wake_rx,
-            sources: HashMap::new(),
-        };
+        let mut worker = Worker::new(Arc::clone(&shared), Arc::new(handler), stop, wake_rx)?;
         let thread = thread::Builder::new()
             .name("maas-watch".into())
             .spawn(move || worker.run())?;
@@ -531,17 +533,74 @@ struct Applied {
     newcomers: HashSet<String>,
 }
 
+/// The handler, shared by the listing threads.
+type Handler = Arc<dyn Fn(&MachineChange) + Send + Sync>;
+
+/// One source's interval, handed to a listing thread and back.
+type Job = (SourceId, SourceState);
+
+/// The scheduler: decides which source is due and hands it to one of
+/// [`MAX_CONCURRENT_LISTS`] listing threads, so a slow or silent source
+/// holds one of them, never the others' cadence.
 struct Worker {
     shared: Arc<Shared>,
-    handler: Box<dyn Fn(&MachineChange) + Send>,
     stop: Receiver<()>,
     /// Set once `stop` fired (a message on it is consumed when seen).
     stopping: bool,
     wake: Receiver<()>,
+    /// Sources waiting for their next interval.
     sources: HashMap<SourceId, SourceState>,
+    /// Sources being listed (their state is with a listing thread).
+    in_flight: HashSet<SourceId>,
+    jobs: Sender<Job>,
+    done: Receiver<Job>,
 }
 
+/// Sources listed at the same time. Each list is bounded by the client's
+/// timeout, so a few silent sources delay the others by at most one
+/// scheduling round, and an endless number of them cannot open an endless
+/// number of connections.
+const MAX_CONCURRENT_LISTS: usize = 4;
+
 impl Worker {
+    fn new(
+        shared: Arc<Shared>,
+        handler: Handler,
+        stop: Receiver<()>,
+        wake: Receiver<()>,
+    ) -> io::Result<Worker> {
+        let (jobs, job_rx) = crossbeam_channel::unbounded::<Job>();
+        let (done_tx, done) = crossbeam_channel::unbounded::<Job>();
+        for n in 0..MAX_CONCURRENT_LISTS {
+            let lister = Lister {
+                shared: Arc::clone(&shared),
+                handler: Arc::clone(&handler),
+            };
+            let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
+            // Ends when the scheduler drops `jobs` (after its current job).
+            thread::Builder::new()
+                .name(format!("maas-watch-{n}"))
+                .spawn(move || {
+                    for (id, mut state) in job_rx {
+                        lister.poll(&id, &mut state);
+                        if done_tx.send((id, state)).is_err() {
+                            return;
+                        }
+                    }
+                })?;
+        }
+        Ok(Worker {
+            shared,
+            stop,
+            stopping: false,
+            wake,
+            sources: HashMap::new(),
+            in_flight: HashSet::new(),
+            jobs,
+            done,
+        })
+    }
+
     fn run(&mut self) {
         log::debug!("MAAS watch started");
         while !self.stopped() {
@@ -555,10 +614,12 @@ impl Worker {
                 .collect();
             due.sort();
             for (_, id) in due {
-                if self.stopped() {
-                    break;
+                if let Some(state) = self.sources.remove(&id) {
+                    self.in_flight.insert(id.clone());
+                    if self.jobs.send((id, state)).is_err() {
+                        return;
+                    }
                 }
-                self.poll(&id);
             }
             let wait = self
                 .sources
@@ -569,10 +630,27 @@ impl Worker {
             crossbeam_channel::select! {
                 recv(self.stop) -> _ => self.stopping = true,
                 recv(self.wake) -> _ => {}
+                recv(self.done) -> job => {
+                    if let Ok((id, state)) = job {
+                        self.returned(id, state);
+                    }
+                }
                 default(wait) => {}
             }
         }
         log::debug!("MAAS watch stopped");
+    }
+
+    /// A source back from its interval: waits for its next one, unless it
+    /// was dropped meanwhile.
+    fn returned(&mut self, id: SourceId, state: SourceState) {
+        self.in_flight.remove(&id);
+        if self.shared.wanted().iter().any(|(w, _)| *w == id) {
+            self.sources.insert(id, state);
+        } else {
+            self.shared.views_mut().remove(&id);
+            publish_gauges(&self.shared);
+        }
     }
 
     /// Whether `stop` fired: a message, or every sender gone.
@@ -594,6 +672,9 @@ impl Worker {
             .cloned()
             .collect();
         for (id, reader) in wanted {
+            if self.in_flight.contains(&id) {
+                continue;
+            }
             match self.sources.get_mut(&id) {
                 // New credentials for the same user: same state.
                 Some(state) => state.reader = reader,
@@ -626,23 +707,36 @@ impl Worker {
             views.remove(&id);
         }
         drop(views);
-        self.publish_gauges();
+        publish_gauges(&self.shared);
     }
+}
 
-    /// One interval of one source: list, diff, report, then events.
-    fn poll(&mut self, id: &SourceId) {
-        let Some(state) = self.sources.get_mut(id) else {
-            return;
-        };
+/// What a listing thread needs: the view and the handler.
+struct Lister {
+    shared: Arc<Shared>,
+    handler: Handler,
+}
+
+impl Lister {
+    /// One interval of one source: the events mark (once), the list, diff,
+    /// report, then the events step. The list and the event log fail
+    /// independently: a MAAS that refuses `events/?op=query` still has its
+    /// machines listed (the failure is a metric and a log line).
+    fn poll(&self, id: &SourceId, state: &mut SourceState) {
         let reader = Arc::clone(&state.reader);
         let label = state.label.clone();
         let level = self.shared.config.events.clone();
-        let started = Instant::now();
-        let listed = match (&level, state.events.needs_mark()) {
-            (Some(_), true) => state.events.mark(reader.as_ref()),
-            _ => Ok(()),
+        if level.is_some() && state.events.needs_mark() {
+            if let Err(error) = state.events.mark(reader.as_ref()) {
+                count_event_query(&label, "error");
+                log::warn!(
+                    "MAAS watch: reading the newest event of {id} failed: {error}; listing \
+                     machines without their event log, trying again next interval"
+                );
+            }
         }
-        .and_then(|()| reader.machines_owned_by(id.user()));
+        let started = Instant::now();
+        let listed = reader.machines_owned_by(id.user());
         metrics::observe(
             "maas_watch_list_duration_seconds",
             "Duration of one MAAS watch list (all machines of one MAAS user).",
@@ -652,18 +746,18 @@ impl Worker {
         let list = match listed {
             Ok(list) => list,
             Err(error) => {
-                self.list_failed(id, &error);
+                self.list_failed(id, state, &error);
                 return;
             }
         };
         count_list(&label, "ok");
-        let Applied {
+        let Some(Applied {
             changes,
             transit,
             listed,
             newcomers,
-        } = self.apply(id, list, started);
-        let Some(state) = self.sources.get_mut(id) else {
+        }) = self.apply(id, list, started)
+        else {
             return;
         };
         state.backoff.reset();
@@ -690,18 +784,23 @@ impl Worker {
                 &[("source", &label), ("change", kind)],
             );
         }
-        self.publish_gauges();
+        publish_gauges(&self.shared);
         for change in &changes {
             self.notify(change);
         }
-        if let Some(level) = level {
-            self.follow_events(id, &level, transit, &listed, &newcomers);
+        // Without its starting point the event log would replay history.
+        if let (Some(level), false) = (level, state.events.needs_mark()) {
+            self.follow_events(id, state, &level, transit, &listed, &newcomers);
         }
     }
 
-    /// Replaces the source's view with the list.
-    fn apply(&self, id: &SourceId, list: Vec<Machine>, listed_at: Instant) -> Applied {
+    /// Replaces the source's view with the list; None when the source was
+    /// dropped while it was listed.
+    fn apply(&self, id: &SourceId, list: Vec<Machine>, listed_at: Instant) -> Option<Applied> {
         let mut views = self.shared.views_mut();
+        if !self.shared.wanted().iter().any(|(w, _)| w == id) {
+            return None;
+        }
         let view = views.entry(id.clone()).or_default();
         let (machines, changes) = diff::apply_list(id, &view.machines, list, listed_at);
         view.machines = machines;
@@ -724,18 +823,15 @@ impl Worker {
                 _ => None,
             })
             .collect();
-        Applied {
+        Some(Applied {
             changes,
             transit,
             listed,
             newcomers,
-        }
+        })
     }
 
-    fn list_failed(&mut self, id: &SourceId, error: &Error) {
-        let Some(state) = self.sources.get_mut(id) else {
-            return;
-        };
+    fn list_failed(&self, id: &SourceId, state: &mut SourceState, error: &Error) {
         count_list(&state.label, "error");
         let delay = state
             .backoff
@@ -744,6 +840,9 @@ impl Worker {
         state.next_due = later(Instant::now(), delay);
         let stale = {
             let mut views = self.shared.views_mut();
+            if !self.shared.wanted().iter().any(|(w, _)| w == id) {
+                return;
+            }
             let view = views.entry(id.clone()).or_default();
             view.last_error = Some(error.to_string());
             view.machines.len()
@@ -765,16 +864,14 @@ impl Worker {
 
     /// The events step of one interval (see `events.rs`).
     fn follow_events(
-        &mut self,
+        &self,
         id: &SourceId,
+        state: &mut SourceState,
         level: &EventLevel,
         transit: HashSet<String>,
         listed: &HashSet<String>,
         newcomers: &HashSet<String>,
     ) {
-        let Some(state) = self.sources.get_mut(id) else {
-            return;
-        };
         let mut tracked: HashSet<String> = state
             .tracked
             .iter()
@@ -830,33 +927,6 @@ impl Worker {
             .cloned()
     }
 
-    /// Machines per source and the time of each source's last good list.
-    fn publish_gauges(&self) {
-        let views = self.shared.views();
-        let mut machines = Vec::new();
-        let mut last_success = Vec::new();
-        for (id, state) in &self.sources {
-            let Some(view) = views.get(id) else {
-                continue;
-            };
-            let labels = vec![("source", state.label.as_str())];
-            machines.push((labels.clone(), view.machines.len() as f64));
-            if let Some(at) = view.last_success {
-                last_success.push((labels, unix_seconds(at)));
-            }
-        }
-        metrics::gauge_replace_all(
-            "maas_watch_machines",
-            "Machines the MAAS user of each MAAS watch source owns, as last listed.",
-            &machines,
-        );
-        metrics::gauge_replace_all(
-            "maas_watch_last_success_timestamp_seconds",
-            "When the last good MAAS watch list of each source was sent (Unix time).",
-            &last_success,
-        );
-    }
-
     /// Calls the handler; a panicking handler is logged and the watch goes
     /// on (in builds that unwind).
     fn notify(&self, change: &MachineChange) {
@@ -869,6 +939,31 @@ impl Worker {
             );
         }
     }
+}
+
+/// Machines per source and the time of each source's last good list.
+fn publish_gauges(shared: &Shared) {
+    let views = shared.views();
+    let mut machines = Vec::new();
+    let mut last_success = Vec::new();
+    let labels: Vec<(String, &View)> = views.iter().map(|(id, v)| (id.to_string(), v)).collect();
+    for (label, view) in &labels {
+        let labels = vec![("source", label.as_str())];
+        machines.push((labels.clone(), view.machines.len() as f64));
+        if let Some(at) = view.last_success {
+            last_success.push((labels, unix_seconds(at)));
+        }
+    }
+    metrics::gauge_replace_all(
+        "maas_watch_machines",
+        "Machines the MAAS user of each MAAS watch source owns, as last listed.",
+        &machines,
+    );
+    metrics::gauge_replace_all(
+        "maas_watch_last_success_timestamp_seconds",
+        "When the last good MAAS watch list of each source was sent (Unix time).",
+        &last_success,
+    );
 }
 
 fn count_list(label: &str, result: &str) {
