@@ -244,7 +244,7 @@ impl RealMaas {
     pub fn api(&self, key: &str, method: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
         let url = format!("{URL}/api/2.0/{path}");
         let auth = oauth_header(key);
-        let body = capmaas::maas::encode_pairs(&form);
+        let body = capmaas::maas::encode_pairs(form);
         let request = ureq::http::Request::builder()
             .method(method)
             .uri(&url)

@@ -7,6 +7,8 @@
 //! `#[path = "support/skip.rs"] mod skip;`.
 #![allow(dead_code)]
 
+use std::io::Write as _;
+
 /// Whether this run is CI (`CI=true`, as CI services set it).
 pub fn on_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
@@ -19,9 +21,13 @@ pub fn skip(test: &str, why: &str) {
         !on_ci(),
         "{test} cannot run: {why}. CI never skips: .ci/run must install what it needs"
     );
+    // Straight to stderr, past the harness's capture of print macros: a
+    // skip is seen even when the test passes without --nocapture.
     let line = "!".repeat(72);
-    eprintln!("{line}\nSKIPPED {test}: {why}\n(under CI=true this is a failure)\n{line}");
-    println!("SKIPPED {test}: {why}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "{line}\nSKIPPED {test}: {why}\n(under CI=true this is a failure)\n{line}"
+    );
 }
 
 /// The folder beside the checkout that holds the test material too big or
