@@ -387,6 +387,44 @@ fn the_story() {
         dns_ips(&sim, &fqdn).filter(|(ips, _)| *ips == cp_ips)
     });
 
+    // A BMC that stops answering (MAAS: power state unknown, or error) is
+    // never powered on: on IPMI MAAS's power on is `ipmipower --cycle
+    // --on-if-off`, a reset of the running machine. One Warning says so.
+    let silent = story.maas_machine("cp-c").unwrap()["spec"]["systemID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sim.reset_calls();
+    sim.power_state_lost(&silent, "unknown");
+    let message = support::eventually(60, "cp-c says MAAS lost its power state", || {
+        let c = objects::condition(&story.maas_machine("cp-c")?, "MachineDeployed").cloned()?;
+        (c["reason"] == "MachinePowerStateUnknown")
+            .then(|| c["message"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(message.contains("\"unknown\""), "{message}");
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let warnings: Vec<_> = events_of(&story, "cp-c")
+        .into_iter()
+        .filter(|e| e.1 == "PowerStateUnknown")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].0, "Warning");
+    assert_eq!(warnings[0].3, 1, "said once: {warnings:?}");
+    assert_eq!(
+        sim.call_count("POST machines/{id}/ op=power_on"),
+        0,
+        "nothing powered on"
+    );
+    sim.power_on(&silent);
+    support::eventually(90, "cp-c powered again", || {
+        capmaas.assert_running();
+        let mm = story.maas_machine("cp-c")?;
+        (mm["status"]["machinePowered"] == true).then_some(())
+    });
+    support::eventually(60, "DNS back to 3 IPs", || {
+        dns_ips(&sim, &fqdn).filter(|(ips, _)| *ips == cp_ips)
+    });
+
     // Nothing matches: MAAS's words on the condition, then recovery once a
     // machine that fits appears.
     story.add_machine("w-big", false, json!({"image": "ubuntu/jammy", "minCPU": 64, "minMemory": 16384, "resourcePool": "worker-pool"}));

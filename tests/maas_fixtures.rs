@@ -1,7 +1,9 @@
 //! The client's types parse every real MAAS body in ../shared/maas-fixtures.
-//! Skipped (with a printed reason) when the fixtures are not there.
+//! Skipped (with a printed reason) when the fixtures are not there; a
+//! failure under `CI=true` (tests/support/skip.rs).
 
-use std::path::PathBuf;
+#[path = "support/skip.rs"]
+mod skip;
 
 use capmaas::maas::{
     check_image, BootResource, DnsResource, Domain, MaasBody, Machine, MachineStatus, PowerState,
@@ -10,16 +12,19 @@ use capmaas::maas::{
 use serde_json::Value;
 
 fn fixture(name: &str) -> Option<Value> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/maas-fixtures");
-    let path = dir.join(name);
+    let path = skip::shared_dir().join("maas-fixtures").join(name);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         }
         Err(e) => {
-            println!(
-                "skipped: {} not readable ({e}); the MAAS fixtures live in ../shared/maas-fixtures",
-                path.display()
+            skip::skip(
+                name,
+                &format!(
+                    "{} not readable ({e}); the MAAS fixtures live in ../shared/maas-fixtures \
+                     (or $CAPMAAS_SHARED/maas-fixtures)",
+                    path.display()
+                ),
             );
             None
         }

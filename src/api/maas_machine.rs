@@ -36,6 +36,11 @@ pub const MACHINE_DEPLOYING: &str = "MachineDeploying";
 pub const MACHINE_TERMINATED: &str = "MachineTerminatedReason";
 pub const MACHINE_POWERED_OFF: &str = "MachinePoweredOff";
 pub const MACHINE_STATE_UNDEFINED: &str = "MachineStateUndefined";
+/// Ours: a deployed machine whose power state MAAS does not know
+/// (`unknown`, `error`): left alone, never powered on (on IPMI MAAS's power
+/// on is `ipmipower --cycle --on-if-off`, a hard reset of a running node
+/// whose BMC did not answer).
+pub const MACHINE_POWER_STATE_UNKNOWN: &str = "MachinePowerStateUnknown";
 pub const DELETED: &str = "Deleted";
 pub const DNS_ATTACHED: &str = "DNSAttached";
 pub const DNS_ATTACH_PENDING: &str = "DNSAttachPending";

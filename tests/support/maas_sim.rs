@@ -294,6 +294,11 @@ impl MaasSim {
         self.machine_action(system_id, "power-on");
     }
 
+    /// MAAS loses track of the power state: `"unknown"` or `"error"`.
+    pub fn power_state_lost(&self, system_id: &str, state: &str) {
+        self.machine_action(system_id, &format!("power-{state}"));
+    }
+
     /// Fails the running deployment now, or the machine's next one.
     pub fn fail_deployment(&self, system_id: &str) -> String {
         self.machine_action(system_id, "fail-deployment")

@@ -26,7 +26,9 @@ pub mod maas_timeline;
 pub mod netns;
 pub mod nodes;
 pub mod objects;
+pub mod real_maas;
 pub mod service_account;
+pub mod skip;
 pub mod story;
 pub mod workload_sim;
 
@@ -51,9 +53,10 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/maas-fixtures` beside the checkout, when present.
+/// `../shared/maas-fixtures` beside the checkout (see [`skip::shared_dir`]),
+/// when present.
 pub fn fixtures_dir() -> Option<PathBuf> {
-    let dir = repo_root().join("../shared/maas-fixtures");
+    let dir = skip::shared_dir().join("maas-fixtures");
     dir.is_dir().then_some(dir)
 }
 

@@ -60,9 +60,11 @@ pub fn run_inside(test: &str, network: &Network) -> Option<String> {
         return Some(name);
     }
     if let Err(why) = can_create() {
-        println!(
-            "SKIPPED {test}: it runs its lab in a network namespace of its own, and {why}. \
-             Run it as root (CI does)."
+        super::skip::skip(
+            test,
+            &format!(
+                "it runs its lab in a network namespace of its own, and {why}; run it as root (CI does)"
+            ),
         );
         return None;
     }

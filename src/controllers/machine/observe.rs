@@ -57,7 +57,10 @@ pub(super) fn observe(
             ));
             Action::RequeueAfter(POWER_ON_REQUEUE)
         }
-        (MachineStatus::Deployed, false) => power_on(r, host)?,
+        (MachineStatus::Deployed, false) if host.power_state == PowerState::Off => {
+            power_on(r, host)?
+        }
+        (MachineStatus::Deployed, false) => power_state_unknown(r, host),
         (MachineStatus::Deploying, powered) => {
             let reason = if powered {
                 mm_api::MACHINE_DEPLOYING
@@ -258,6 +261,32 @@ fn power_on(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Action, 
         POWERING_ON,
     ));
     Ok(Action::RequeueAfter(POWER_ON_REQUEUE))
+}
+
+/// A deployed machine whose power state MAAS does not know (`unknown`,
+/// `error`: a BMC that did not answer, or power type manual) is not
+/// powered on: on IPMI that would power-cycle it, running or not. It is
+/// said once in a Warning event and on the condition, and looked at again
+/// later (the watch reports a change sooner).
+fn power_state_unknown(r: &mut MachineReconciling, host: &maas::Machine) -> Action {
+    let message = format!(
+        "MAAS reports power state {:?} for deployed machine {}; not powering it on \
+         (a power on through its BMC could reset a running machine)",
+        host.power_state.as_str(),
+        host.system_id
+    );
+    let said = r
+        .condition(mm_api::MACHINE_DEPLOYED)
+        .is_some_and(|c| c.reason == mm_api::MACHINE_POWER_STATE_UNKNOWN && c.message == message);
+    if !said {
+        r.event(EventType::Warning, "PowerStateUnknown", &message);
+    }
+    r.set(Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::MACHINE_POWER_STATE_UNKNOWN,
+        message,
+    ));
+    Action::RequeueAfter(POWER_ON_REQUEUE)
 }
 
 /// A state that needs a human: condition, failure fields, one event per new

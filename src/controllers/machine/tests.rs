@@ -487,6 +487,50 @@ fn deployed_and_powered_off_is_powered_on() {
     ));
 }
 
+/// On IPMI, MAAS's power on is `ipmipower --cycle --on-if-off`: asked of
+/// a machine whose BMC did not answer (`unknown`, `error`) it resets a
+/// running node. Only a machine MAAS reports `off` is powered on.
+#[test]
+fn deployed_with_unknown_power_is_never_powered_on() {
+    for state in [PowerState::Unknown, PowerState::Error] {
+        let w = World::new(1);
+        let id = deploying_worker(&w);
+        w.maas.finish_deployments();
+        reconcile(&w, "m1").unwrap();
+        w.maas
+            .set_state(&id, MachineStatus::Deployed, "Deployed", state.clone());
+        for _ in 0..3 {
+            let next = reconcile(&w, "m1").unwrap();
+            assert_eq!(next, Action::RequeueAfter(Duration::from_secs(60)));
+        }
+        assert!(
+            !w.maas.calls().iter().any(|c| c.starts_with("power_")),
+            "{state:?}: {:?}",
+            w.maas.calls()
+        );
+        assert_eq!(
+            reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+            mm_api::MACHINE_POWER_STATE_UNKNOWN
+        );
+        let warnings = w
+            .kube
+            .event_reasons()
+            .iter()
+            .filter(|r| *r == "PowerStateUnknown")
+            .count();
+        assert_eq!(warnings, 1, "one Warning, not one per reconcile");
+        assert!(w.maas_machine(NS, "m1").is_provisioned());
+        // The BMC answers again: the machine is deployed and on.
+        w.maas
+            .set_state(&id, MachineStatus::Deployed, "Deployed", PowerState::On);
+        reconcile(&w, "m1").unwrap();
+        assert!(conditions::is_true(
+            w.maas_machine(NS, "m1").conditions(),
+            mm_api::MACHINE_DEPLOYED
+        ));
+    }
+}
+
 #[test]
 fn a_reconcile_that_observes_nothing_new_writes_nothing() {
     let w = World::new(1);

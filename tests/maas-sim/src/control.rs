@@ -9,7 +9,7 @@
 //! | `POST /_sim/settings` `{"deploy_seconds": n, "release_seconds": n, "latency_ms": n}` | change timings; `latency_ms`: every API call (not `/_sim/`) takes at least that long |
 //! | `POST /_sim/machines` (JSON inventory machine) | add a machine → `{"system_id"}` |
 //! | `DELETE /_sim/machines/{id}` | remove a machine |
-//! | `POST /_sim/machines/{id}/power-off`, `power-on` | change the power state behind MAAS's back |
+//! | `POST /_sim/machines/{id}/power-off`, `power-on`, `power-unknown`, `power-error` | change the power state behind MAAS's back |
 //! | `POST /_sim/machines/{id}/fail-deployment` `[{"reason": "..."}]` | fail the running deployment now, or the next one, with this curtin message |
 //! | `POST /_sim/machines/{id}/mark-broken` `[{"user": "admin", "comment": "..."}]` | an operator marks it broken (`Node.mark_broken`: released first if releasable, then Broken) |
 //! | `POST /_sim/machines/{id}/complete` | finish a pending deploy/release/erasure now |
@@ -126,6 +126,9 @@ pub fn handle(world: &mut World, req: &Request, rel: &str) -> Response {
                 // power polling sees the new state; no event is recorded.
                 "power-off" => world.machines[i].power_state = "off".into(),
                 "power-on" => world.machines[i].power_state = "on".into(),
+                // A BMC that did not answer (MAAS's `unknown` and `error`).
+                "power-unknown" => world.machines[i].power_state = "unknown".into(),
+                "power-error" => world.machines[i].power_state = "error".into(),
                 "fail-deployment" => world.fail_deployment(i, text("reason")),
                 "mark-broken" => {
                     let user = match acting_user(world, text("user")) {
