@@ -219,16 +219,16 @@ fn a_control_plane_machine_through_its_life() {
             .expect("unlink the AUTO link");
     }
     admin
-        .link_subnet_static(id, iface, subnet.id, "10.11.130.21")
+        .link_subnet_static(id, iface, subnet.id, "127.11.130.21")
         .expect("link_subnet STATIC");
     let linked = admin.machine(id).expect("machine");
     let link = linked.interfaces[0]
         .links
         .iter()
-        .find(|l| l.ip.as_deref() == Some("10.11.130.21"))
+        .find(|l| l.ip.as_deref() == Some("127.11.130.21"))
         .unwrap_or_else(|| panic!("static link: {:?}", linked.interfaces));
     let again = admin
-        .link_subnet_static(id, iface, subnet.id, "10.11.130.21")
+        .link_subnet_static(id, iface, subnet.id, "127.11.130.21")
         .expect_err("the same address twice");
     // Real MAAS answers a taken address with 404 (the simulator agrees).
     assert!(again.is_not_found(), "{again}");
@@ -260,7 +260,7 @@ fn a_control_plane_machine_through_its_life() {
     let deployed = admin.machine(id).expect("machine");
     assert_eq!(deployed.status, MachineStatus::Deployed);
     assert_eq!(deployed.power_state, PowerState::On);
-    assert_eq!(deployed.ip_addresses, ["10.11.130.21"]);
+    assert_eq!(deployed.ip_addresses, ["127.11.130.21"]);
     assert_eq!(
         deployed.owner_data.get(IDENTITY_KEY).map(String::as_str),
         Some("capmaas/real/cp-0")
@@ -492,7 +492,11 @@ fn refusals_are_typed_errors_carrying_maas_text() {
         .expect_err("admin's machine");
     assert!(err.is_forbidden(), "{err}");
     let err = operator
-        .create_dns_resource(&format!("forbidden.{DOMAIN}"), 10, &["10.11.130.70".into()])
+        .create_dns_resource(
+            &format!("forbidden.{DOMAIN}"),
+            10,
+            &["127.11.130.70".into()],
+        )
         .expect_err("DNS is admin's");
     assert!(err.is_forbidden(), "{err}");
     eprintln!("operator creating DNS: {err}");
@@ -543,23 +547,23 @@ fn dns_records_and_ip_reservations() {
             .expect("delete a record the last run left");
     }
     let created = admin
-        .create_dns_resource(&fqdn, 10, &["10.11.130.50".into(), "10.11.130.51".into()])
+        .create_dns_resource(&fqdn, 10, &["127.11.130.50".into(), "127.11.130.51".into()])
         .expect("create");
     assert_eq!(created.fqdn, fqdn);
     let mut ips = created.ip_addresses.clone();
     ips.sort();
-    assert_eq!(ips, ["10.11.130.50", "10.11.130.51"]);
+    assert_eq!(ips, ["127.11.130.50", "127.11.130.51"]);
     let found = admin.dns_resources(&fqdn).expect("lookup");
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].id, created.id);
     assert_eq!(found[0].address_ttl, Some(10));
     let moved = admin
-        .set_dns_resource_ips(created.id, &["10.11.130.52".into()])
+        .set_dns_resource_ips(created.id, &["127.11.130.52".into()])
         .expect("set ips");
-    assert_eq!(moved.ip_addresses, ["10.11.130.52"]);
+    assert_eq!(moved.ip_addresses, ["127.11.130.52"]);
     assert_eq!(
         admin.dns_resource(created.id).expect("get").ip_addresses,
-        ["10.11.130.52"]
+        ["127.11.130.52"]
     );
     admin.delete_dns_resource(created.id).expect("delete");
     assert!(admin.dns_resources(&fqdn).expect("lookup").is_empty());
@@ -569,7 +573,7 @@ fn dns_records_and_ip_reservations() {
     assert!(err.is_not_found(), "{err}");
 
     for stale in admin
-        .ip_reservations(Some("10.11.130.60"))
+        .ip_reservations(Some("127.11.130.60"))
         .expect("reservations")
     {
         admin
@@ -577,26 +581,26 @@ fn dns_records_and_ip_reservations() {
             .expect("release a reservation the last run left");
     }
     let reserved = admin
-        .reserve_ip(&ReserveFrom::Address("10.11.130.60".into()))
+        .reserve_ip(&ReserveFrom::Address("127.11.130.60".into()))
         .expect("reserve");
-    assert_eq!(reserved.ip, "10.11.130.60");
+    assert_eq!(reserved.ip, "127.11.130.60");
     let listed = admin
-        .ip_reservations(Some("10.11.130.60"))
+        .ip_reservations(Some("127.11.130.60"))
         .expect("reservations");
     assert_eq!(listed.len(), 1, "{listed:?}");
     let err = admin
-        .reserve_ip(&ReserveFrom::Address("10.11.130.60".into()))
+        .reserve_ip(&ReserveFrom::Address("127.11.130.60".into()))
         .expect_err("reserved twice");
     assert!(err.is_refused(), "{err}");
     eprintln!("reserving an address twice: {err}");
     let next = admin
         .reserve_ip(&ReserveFrom::Subnet(SUBNET.into()))
         .expect("reserve from the subnet");
-    assert!(next.ip.starts_with("10.11.130."), "{next:?}");
-    admin.release_ip("10.11.130.60").expect("release");
+    assert!(next.ip.starts_with("127.11.130."), "{next:?}");
+    admin.release_ip("127.11.130.60").expect("release");
     admin.release_ip(&next.ip).expect("release");
     assert!(admin
-        .ip_reservations(Some("10.11.130.60"))
+        .ip_reservations(Some("127.11.130.60"))
         .expect("reservations")
         .is_empty());
 }

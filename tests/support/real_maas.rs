@@ -45,7 +45,7 @@ use super::skip;
 pub const URL: &str = "http://127.0.0.1:5240/MAAS";
 pub const DOMAIN: &str = "k8s.maas";
 pub const CUSTOM_IMAGE: &str = "custom/u-2204-0-k-1264-0";
-pub const SUBNET: &str = "10.11.130.0/24";
+pub const SUBNET: &str = "127.11.130.0/24";
 /// A user without admin rights, with keys of its own.
 pub const OPERATOR: &str = "operator";
 
@@ -387,7 +387,7 @@ impl RealMaas {
                 "subnets/",
                 &[
                     ("cidr", SUBNET),
-                    ("gateway_ip", "10.11.130.1"),
+                    ("gateway_ip", "127.11.130.1"),
                     ("name", "lab"),
                 ],
             )["id"]
