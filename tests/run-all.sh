@@ -27,6 +27,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --lib --bins --locked -- -D warnings
 
 step "cargo test"
-cargo test --workspace --all-targets --locked 2>&1 | tee target/test-output.log
+cargo test --workspace --all-targets --locked --no-fail-fast 2>&1 | tee target/test-output.log
 # A green run must have run tests: count them from the harness summaries.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' target/test-output.log

@@ -456,7 +456,7 @@ impl Credentials {
                 "{what}: cannot start the credentials check: {e}"
             )));
         }
-        let deadline = Instant::now() + CHECK_WAIT;
+        let deadline = crate::clock::later(Instant::now(), CHECK_WAIT);
         loop {
             match checks.get(&key) {
                 Some(Check::Passed { .. }) => return self.take_passed(&mut checks, &key, what),
@@ -544,7 +544,7 @@ fn remember_failure(
         Check::Failed {
             version: version.to_string(),
             error,
-            retry_at: Instant::now() + delay,
+            retry_at: crate::clock::later(Instant::now(), delay),
             failures,
         },
     );
