@@ -191,6 +191,15 @@ pub(super) fn machine_call(
     let machine_json = |w: &World| Ok(Response::json(200, &render::machine(w, &w.machines[index])));
     match (req.method.as_str(), op) {
         ("GET", None) => machine_json(world),
+        ("GET", Some("query_power_state")) if world.settings.no_rack_controller => {
+            Err(Failure::Text(
+                503,
+                format!(
+                    "No rack controllers can access the BMC of node {}",
+                    world.machines[index].hostname
+                ),
+            ))
+        }
         ("GET", Some("query_power_state")) => Ok(Response::json(
             200,
             &json!({"state": world.machines[index].power_state}),

@@ -790,6 +790,11 @@ impl World {
             comment,
             now,
         );
+        // MAAS keeps `previous_status` per save (a signal on the node),
+        // and mark_broken saves once: a Deployed machine marked broken
+        // remembers Deployed through its release (mark_fixed returns it
+        // to Deployed; real MAAS 3.4.8).
+        let before = self.machines[index].status;
         if self.machines[index].status.releasable() {
             let m = &mut self.machines[index];
             m.timeline.clear();
@@ -809,6 +814,7 @@ impl World {
         self.machines[index].timeline.clear();
         self.set_status(index, Status::Broken, now);
         let m = &mut self.machines[index];
+        m.previous_status = before;
         m.owner = None;
         m.error_description = comment.unwrap_or_default().to_owned();
     }
