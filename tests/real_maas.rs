@@ -24,7 +24,9 @@ use capmaas::maas::{
     ReleaseRequest, ReserveFrom, IDENTITY_KEY,
 };
 use serde_json::{json, Value};
+use support::objects;
 use support::real_maas::{self, CUSTOM_IMAGE, DOMAIN, OPERATOR, SUBNET};
+use support::story::{self, Capmaas};
 
 /// Inventory calls, read as admin and as a non-admin user (no machine
 /// changes).
@@ -974,4 +976,164 @@ fn the_simulator_answers_as_real_maas_does() {
         "the simulator differs from real MAAS:\n{}",
         differences.join("\n")
     );
+}
+
+// ---- never power-cycle a healthy machine, on real MAAS (issue 20 item 5)
+
+/// MAAS's events for `system_id` newer than `after` (DEBUG and up: a
+/// power request is a DEBUG event), as `(id, type)`.
+fn machine_events(maas: &real_maas::RealMaas, system_id: &str, after: i64) -> Vec<(i64, String)> {
+    let page = maas.admin(
+        "GET",
+        &format!("events/?op=query&id={system_id}&level=DEBUG&after={after}&limit=1000"),
+        &[],
+    );
+    page["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e["id"].as_i64()?, e["type"].as_str()?.to_owned())))
+        .collect()
+}
+
+/// cp-2, a worker of a cluster the real `capmaas` binary runs against real
+/// MAAS and the real API server, at its defaults: capmaas allocates and
+/// deploys it, the world plays the deployment, then MAAS reports its power
+/// `unknown` (power type manual; a BMC that did not answer). On IPMI a
+/// power on would hard-cycle a running machine: capmaas must say why on
+/// the MaasMachine and never ask MAAS to power it on, through more than a
+/// watch interval.
+#[test]
+fn a_deployed_machine_whose_power_is_unknown_is_never_powered_on() {
+    const CLUSTER: &str = "power";
+    let Some(maas) =
+        real_maas::world("a_deployed_machine_whose_power_is_unknown_is_never_powered_on")
+    else {
+        return;
+    };
+    let admin = maas.admin_client();
+    // A record a killed run left behind.
+    let records = maas.admin("GET", "dnsresources/", &[]);
+    for record in records.as_array().into_iter().flatten() {
+        let fqdn = record["fqdn"].as_str().unwrap_or_default();
+        if fqdn.starts_with(&format!("{CLUSTER}-")) && fqdn.ends_with(DOMAIN) {
+            let id = record["id"].as_i64().expect("record id");
+            admin
+                .delete_dns_resource(id)
+                .expect("delete a stale record");
+        }
+    }
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("power");
+    cp.apply(&json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": CLUSTER, "namespace": ns},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                       "kind": "MaasCluster", "name": CLUSTER}},
+    }));
+    let cluster = cp
+        .get(&ns, "clusters.cluster.x-k8s.io", CLUSTER)
+        .expect("the Cluster");
+    cp.apply(&json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
+        "metadata": {"name": CLUSTER, "namespace": ns,
+                     "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
+                     "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2",
+                                          "kind": "Cluster", "name": CLUSTER,
+                                          "uid": cluster["metadata"]["uid"], "controller": true,
+                                          "blockOwnerDeletion": true}]},
+        "spec": {"dnsDomain": DOMAIN},
+    }));
+    cp.kubectl(&[
+        "patch",
+        "clusters.cluster.x-k8s.io",
+        CLUSTER,
+        "-n",
+        &ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"initialization":{"infrastructureProvisioned":true}}}"#,
+    ]);
+    let mut capmaas = Capmaas::start_with_maas(
+        &story::capmaas_bin(),
+        &cp.kubeconfig,
+        real_maas::URL,
+        &maas.admin_key,
+        cp.dir.join(format!("capmaas-{ns}.log")),
+        &[format!("--namespace={ns}")],
+    );
+    capmaas.wait_ready(60);
+    let id = maas.system_id("cp-2");
+    cp.add_machine(
+        &ns,
+        CLUSTER,
+        "w-0",
+        false,
+        json!({"image": CUSTOM_IMAGE, "minCPU": 4, "minMemory": 8192,
+               "resourcePool": "cp-pool", "machineSelector": {"hostname": "cp-2"}}),
+    );
+    support::eventually(120, "capmaas deploys cp-2", || {
+        capmaas.assert_running();
+        (admin.machine(id).ok()?.status == MachineStatus::Deploying).then_some(())
+    });
+    maas.complete_deployment(id);
+    support::eventually(120, "w-0 deployed and running", || {
+        capmaas.assert_running();
+        let mm = cp.get(&ns, "maasmachines", "w-0")?;
+        objects::condition_is(&mm, "MachineDeployed", "True").then_some(())
+    });
+
+    let before = machine_events(maas, id, 0)
+        .iter()
+        .map(|(event, _)| *event)
+        .max()
+        .unwrap_or(0);
+    maas.set_power_state(id, "unknown");
+    let mm = support::eventually(90, "MachinePowerStateUnknown on w-0", || {
+        capmaas.assert_running();
+        let mm = cp.get(&ns, "maasmachines", "w-0")?;
+        let deployed = objects::condition(&mm, "MachineDeployed")?;
+        (deployed["reason"] == "MachinePowerStateUnknown").then(|| deployed.clone())
+    });
+    assert_eq!(mm["status"], "False", "{mm}");
+    let message = mm["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"unknown\"") && message.contains("not powering it on"),
+        "{mm}"
+    );
+    // More than a watch interval (15 s) and a power-on requeue later.
+    std::thread::sleep(Duration::from_secs(20));
+    capmaas.assert_running();
+    let since = machine_events(maas, id, before);
+    assert!(
+        since
+            .iter()
+            .all(|(_, kind)| kind != "User powering up node"),
+        "MAAS was asked to power cp-2 on: {since:?}"
+    );
+    let power_ons = story::metric_sum(
+        &capmaas.metrics(),
+        "maas_api_requests_total",
+        &["operation=\"power_on\""],
+    );
+    assert_eq!(power_ons, 0.0, "capmaas's own count of power_on requests");
+    assert_eq!(
+        admin.machine(id).expect("cp-2").status,
+        MachineStatus::Deployed
+    );
+
+    // Deleting releases cp-2 and deletes the cluster's record.
+    for (kind, name) in [
+        ("maasmachines", "w-0"),
+        ("machines.cluster.x-k8s.io", "w-0"),
+        ("maasclusters", CLUSTER),
+    ] {
+        story::delete_no_wait(cp, &ns, kind, name);
+    }
+    support::eventually(90, "the MaasCluster gone", || {
+        capmaas.assert_running();
+        cp.get(&ns, "maasclusters", CLUSTER).is_none().then_some(())
+    });
+    maas.wait_status(id, "Ready", Duration::from_secs(30));
 }
