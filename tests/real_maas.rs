@@ -5,7 +5,10 @@
 //! domain, custom image, an admin and a non-admin key, machines played
 //! through MAAS's metadata API). Each answer must parse into the client's
 //! types, each refusal must become the right typed error carrying MAAS's
-//! own text.
+//! own text. Also: the simulator held to real MAAS (the same request
+//! sequence to both, `the_simulator_answers_as_real_maas_does`), and the
+//! `capmaas` binary on the real API server (tests/k8s-testbin) against
+//! real MAAS (`a_deployed_machine_whose_power_is_unknown_is_never_powered_on`).
 //!
 //!     cargo test --test real_maas -- --nocapture
 //!
