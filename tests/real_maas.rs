@@ -652,8 +652,14 @@ impl Side<'_> {
     }
 }
 
+/// Machine fields MAAS 3.5 added, which the simulator (3.5.4) answers and
+/// real MAAS 3.4.8 does not; the product reads none of them.
+const MAAS_3_5_MACHINE_FIELDS: [&str; 3] =
+    ["enable_kernel_crash_dump", "error_description", "is_dpu"];
+
 /// What must agree: the status code and, per answer, its shape and the
-/// facts a provider reads (never ids, times or addresses' values).
+/// facts a provider reads (never ids, times or addresses' values); for a
+/// machine, also every field of the answer.
 fn summary(status: u16, body: &Value) -> Value {
     let shape = match body {
         Value::Object(o) if o.contains_key("system_id") => json!({
@@ -665,6 +671,8 @@ fn summary(status: u16, body: &Value) -> Value {
                 "osystem": body["osystem"],
                 "swap_size": body["swap_size"],
                 "hostname": body["hostname"],
+                "fields": o.keys().filter(|k| !MAAS_3_5_MACHINE_FIELDS.contains(&k.as_str()))
+                    .collect::<Vec<_>>(),
             }
         }),
         Value::Object(o) if o.contains_key("fqdn") => json!({
