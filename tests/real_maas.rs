@@ -833,6 +833,29 @@ fn differential_sequence(side: &Side) -> Vec<(String, Value)> {
         side.call(admin, "POST", &format!("{machine}?op=release"), &[]),
     );
     note("read once released", side.call(admin, "GET", &machine, &[]));
+    // The operator's machine: admin may not mark it broken (only its
+    // owner may), the operator may not edit it (admin only).
+    note(
+        "allocate as the operator",
+        side.call(
+            operator,
+            "POST",
+            "machines/?op=allocate",
+            &[("name", "worker-1")],
+        ),
+    );
+    note(
+        "mark_broken: admin, not the owner",
+        side.call(admin, "POST", &format!("{machine}?op=mark_broken"), &[]),
+    );
+    note(
+        "update: not admin",
+        side.call(operator, "PUT", &machine, &[("swap_size", "0")]),
+    );
+    note(
+        "release as the operator",
+        side.call(operator, "POST", &format!("{machine}?op=release"), &[]),
+    );
 
     let fqdn = format!("diff.{DOMAIN}");
     note(
@@ -980,7 +1003,7 @@ fn the_simulator_answers_as_real_maas_does() {
         .map(|((step, r), (_, s))| format!("{step}:\n  real MAAS {r}\n  simulator {s}"))
         .collect();
     for (step, seen) in &from_real {
-        eprintln!("{step}: {seen}");
+        eprintln!("{step}: HTTP {}", seen["code"]);
     }
     assert!(
         differences.is_empty(),
