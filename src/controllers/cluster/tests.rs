@@ -606,7 +606,11 @@ fn control_planes_whose_addresses_come_at_different_polls_all_join_with_the_prob
         deploying_without_address(name);
     }
     reconcile(&w).unwrap();
-    assert!(w.maas.dns_records().iter().all(|r| r.ip_addresses.is_empty()));
+    assert!(w
+        .maas
+        .dns_records()
+        .iter()
+        .all(|r| r.ip_addresses.is_empty()));
 
     machine(&w, "cp2", true, "Deploying", true, "10.0.0.2");
     reconcile(&w).unwrap();
@@ -614,7 +618,11 @@ fn control_planes_whose_addresses_come_at_different_polls_all_join_with_the_prob
 
     machine(&w, "cp3", true, "Deploying", true, "10.0.0.3");
     reconcile(&w).unwrap();
-    assert_eq!(record_ips(&w), vec!["10.0.0.2"], "cp3's API does not answer yet");
+    assert_eq!(
+        record_ips(&w),
+        vec!["10.0.0.2"],
+        "cp3's API does not answer yet"
+    );
     assert_eq!(probed(&w), vec!["10.0.0.3"]);
 
     machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
