@@ -417,8 +417,19 @@ fn deploy_custom_image_with_user_data_then_release_with_erase() {
     assert_eq!(deployed.status, MachineStatus::Deploying);
     assert_eq!(deployed.osystem, "custom");
     assert_eq!(deployed.distro_series, "u-2204-0-k-1264-0");
-    assert_eq!(deployed.power_state, PowerState::On);
-    assert!(!deployed.ip_addresses.is_empty());
+    // As real MAAS 3.4.8 answers: power as stored, and no AUTO address
+    // yet (MAAS claims them after its answer); the next read has them.
+    assert_eq!(deployed.power_state, PowerState::Off);
+    assert!(
+        deployed.ip_addresses.is_empty(),
+        "{:?}",
+        deployed.ip_addresses
+    );
+    assert!(!client
+        .machine(&host.system_id)
+        .unwrap()
+        .ip_addresses
+        .is_empty());
     let state = sim.machine_state(&host.system_id);
     assert_eq!(
         state["user_data"],
@@ -590,6 +601,10 @@ fn power_update_owner_data_and_not_found() {
         MachineStatus::Deploying,
         "power_on on Allocated starts a deployment"
     );
+    // The BMC confirms the power-on later (real MAAS learns it after its
+    // answer).
+    assert_eq!(m.power_state, PowerState::Off);
+    sim.complete(id);
     assert_eq!(client.query_power_state(id).unwrap(), PowerState::On);
     assert_eq!(sim.machine_state(id)["comments"][1], "capmaas: start ns/p");
     let m = client.power_off(id).unwrap();

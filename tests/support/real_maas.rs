@@ -749,7 +749,9 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-fn oauth_header(key: &str) -> String {
+/// `Authorization` for a MAAS key (`consumer:token:secret`), OAuth 1.0a
+/// PLAINTEXT as MAAS's CLI signs.
+pub fn oauth_header(key: &str) -> String {
     let mut parts = key.splitn(3, ':');
     let (Some(consumer), Some(token), Some(secret)) = (parts.next(), parts.next(), parts.next())
     else {

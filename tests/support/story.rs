@@ -213,6 +213,19 @@ impl Capmaas {
         log: PathBuf,
         extra_args: &[String],
     ) -> Capmaas {
+        Capmaas::start_with_maas(bin, kubeconfig, &sim.url, &sim.api_key, log, extra_args)
+    }
+
+    /// As [`Capmaas::start`], against the MAAS at `url` (e.g. real MAAS,
+    /// tests/support/real_maas.rs) with `api_key`.
+    pub fn start_with_maas(
+        bin: &Path,
+        kubeconfig: &Path,
+        url: &str,
+        api_key: &str,
+        log: PathBuf,
+        extra_args: &[String],
+    ) -> Capmaas {
         let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let health_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let file = std::fs::File::create(&log)
@@ -233,8 +246,8 @@ impl Capmaas {
             .args(default_dns_attach)
             .args(extra_args)
             .env_remove("KUBECONFIG")
-            .env("MAAS_ENDPOINT", &sim.url)
-            .env("MAAS_API_KEY", &sim.api_key)
+            .env("MAAS_ENDPOINT", url)
+            .env("MAAS_API_KEY", api_key)
             .env(
                 "RUST_LOG",
                 std::env::var("CAPMAAS_LOG").unwrap_or_else(|_| "info".into()),

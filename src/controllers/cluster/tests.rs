@@ -586,6 +586,57 @@ fn without_the_api_check_a_running_control_plane_joins_at_once() {
     assert!(probed(&w).is_empty());
 }
 
+/// Real MAAS gives addresses during deployment, not in the deploy answer
+/// (issue 20 item 7): three control planes whose addresses appear at
+/// different polls all reach the record at defaults (the join probe on):
+/// the first joins at once (a new cluster), each later one once its API
+/// answers, none is lost while another is still without an address.
+#[test]
+fn control_planes_whose_addresses_come_at_different_polls_all_join_with_the_probe() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    let deploying_without_address = |name: &str| {
+        w.machine(NS, "c1", name, true);
+        w.edit(MAAS_MACHINE, NS, name, |v| {
+            v["status"] = json!({"ready": false, "machineState": "Deploying",
+                                 "machinePowered": false, "addresses": []})
+        });
+    };
+    for name in ["cp1", "cp2", "cp3"] {
+        deploying_without_address(name);
+    }
+    reconcile(&w).unwrap();
+    assert!(w
+        .maas
+        .dns_records()
+        .iter()
+        .all(|r| r.ip_addresses.is_empty()));
+
+    machine(&w, "cp2", true, "Deploying", true, "10.0.0.2");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2"]);
+
+    machine(&w, "cp3", true, "Deploying", true, "10.0.0.3");
+    reconcile(&w).unwrap();
+    assert_eq!(
+        record_ips(&w),
+        vec!["10.0.0.2"],
+        "cp3's API does not answer yet"
+    );
+    assert_eq!(probed(&w), vec!["10.0.0.3"]);
+
+    machine(&w, "cp1", true, "Deployed", true, "10.0.0.1");
+    answers(&w, "10.0.0.3");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.2", "10.0.0.3"]);
+    assert_eq!(probed(&w), vec!["10.0.0.1"]);
+
+    answers(&w, "10.0.0.1");
+    reconcile(&w).unwrap();
+    assert_eq!(record_ips(&w), vec!["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    assert!(probed(&w).is_empty());
+}
+
 #[test]
 fn a_dns_change_wakes_the_control_plane_machines_and_nothing_else_does() {
     let w = World::new(0);

@@ -195,6 +195,10 @@ pub struct Settings {
     /// one: capmaas connects to machine addresses (the join probe), and a
     /// test may send traffic only to loopback or to its own namespaces.
     pub machines_in_network_namespace: bool,
+    /// No rack controller can reach the BMCs (a region alone, as the
+    /// real-MAAS test world runs): `op=query_power_state` answers 503
+    /// with MAAS's reason, as real MAAS 3.4.8 does.
+    pub no_rack_controller: bool,
 }
 
 impl Default for Settings {
@@ -205,6 +209,7 @@ impl Default for Settings {
             default_distro_series: "jammy".into(),
             latency_ms: 0,
             machines_in_network_namespace: false,
+            no_rack_controller: false,
         }
     }
 }

@@ -12,6 +12,10 @@
 //! event log MAAS records on the way (`GET events/?op=query`: curtin's
 //! stages spread over the deployment). Time moves lazily: what falls due
 //! happens when the next request looks, stamped with the time it was due.
+//! As real MAAS 3.4.8 does (held to it by tests/real_maas.rs), a deploy
+//! answer shows the power as stored and no AUTO address yet: MAAS claims
+//! those after answering, and the power turns `on` when the BMC confirms
+//! it (never for power type `manual`).
 //!
 //! ```text
 //! let server = maas_sim::start("127.0.0.1:0", Inventory::default_story())?;

@@ -191,20 +191,34 @@ pub(super) fn machine_call(
     let machine_json = |w: &World| Ok(Response::json(200, &render::machine(w, &w.machines[index])));
     match (req.method.as_str(), op) {
         ("GET", None) => machine_json(world),
+        ("GET", Some("query_power_state")) if world.settings.no_rack_controller => {
+            Err(Failure::Text(
+                503,
+                format!(
+                    "No rack controllers can access the BMC of node {}",
+                    world.machines[index].hostname
+                ),
+            ))
+        }
         ("GET", Some("query_power_state")) => Ok(Response::json(
             200,
             &json!({"state": world.machines[index].power_state}),
         )),
-        ("POST", Some("deploy")) => {
-            world.deploy(index, user, params)?;
-            machine_json(world)
+        ("POST", Some(op @ ("deploy" | "power_on"))) => {
+            // Real MAAS claims a deployment's AUTO addresses post-commit
+            // (`Node._start`): its answer shows the links as they were.
+            let before = world.machines[index].interfaces.clone();
+            if op == "deploy" {
+                world.deploy(index, user, params)?;
+            } else {
+                world.power_on(index, user, params)?;
+            }
+            let mut answered = world.machines[index].clone();
+            answered.interfaces = before;
+            Ok(Response::json(200, &render::machine(world, &answered)))
         }
         ("POST", Some("release")) => {
             world.release(index, user, params)?;
-            machine_json(world)
-        }
-        ("POST", Some("power_on")) => {
-            world.power_on(index, user, params)?;
             machine_json(world)
         }
         ("POST", Some("power_off")) => {

@@ -412,15 +412,21 @@ impl World {
         );
         self.set_status(index, Status::Deploying, now);
         self.record(index, events::DEPLOYING, "", "", "", now);
-        let powered = self.machines[index].power_state == "on";
-        let power = if powered {
-            events::NODE_POWER_CYCLE_STARTING
-        } else {
-            events::NODE_POWER_ON_STARTING
-        };
-        self.record(index, power, "", "", "", now);
+        // The power-on runs after MAAS's answer (post-commit, through the
+        // rack): the answer reports the power state as stored, `on` comes
+        // with the BMC's confirmation (Step::PoweredOn). The manual power
+        // driver cannot start a machine: no power-on at all (real MAAS
+        // 3.4.8, `Node._start`: `if not power_info.can_be_started`).
+        if self.machines[index].power_type != "manual" {
+            let powered = self.machines[index].power_state == "on";
+            let power = if powered {
+                events::NODE_POWER_CYCLE_STARTING
+            } else {
+                events::NODE_POWER_ON_STARTING
+            };
+            self.record(index, power, "", "", "", now);
+        }
         let m = &mut self.machines[index];
-        m.power_state = "on".into();
         m.error_description.clear();
         let failing = m.fail_reason.is_some();
         let (steps, before_failure): (&[(f64, Step)], usize) = if m.ephemeral_deploy {
@@ -454,6 +460,12 @@ impl World {
         match step {
             Step::Event(kind, description, action) => {
                 self.record(index, kind, description, "", action, at)
+            }
+            Step::PoweredOn => {
+                if self.machines[index].power_type != "manual" {
+                    self.machines[index].power_state = "on".into();
+                    self.record(index, events::NODE_POWERED_ON, "", "", "", at);
+                }
             }
             Step::DeployDone => self.finish_deployment(index, at),
             Step::ReleaseDone => {
@@ -778,6 +790,11 @@ impl World {
             comment,
             now,
         );
+        // MAAS keeps `previous_status` per save (a signal on the node),
+        // and mark_broken saves once: a Deployed machine marked broken
+        // remembers Deployed through its release (mark_fixed returns it
+        // to Deployed; real MAAS 3.4.8).
+        let before = self.machines[index].status;
         if self.machines[index].status.releasable() {
             let m = &mut self.machines[index];
             m.timeline.clear();
@@ -797,6 +814,7 @@ impl World {
         self.machines[index].timeline.clear();
         self.set_status(index, Status::Broken, now);
         let m = &mut self.machines[index];
+        m.previous_status = before;
         m.owner = None;
         m.error_description = comment.unwrap_or_default().to_owned();
     }
@@ -939,7 +957,7 @@ const INSTALLATION_FAILED: &str =
 /// INFO events of `EVENT_STATUS_MESSAGES` with curtin's own DEBUG
 /// messages), the reboot, the local boot and cloud-init's final stage.
 const DEPLOY_STEPS: [(f64, Step); 16] = [
-    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
+    (0.05, Step::PoweredOn),
     (
         0.10,
         Step::Event(events::NODE_PXE_REQUEST, "installation", ""),
@@ -1008,7 +1026,7 @@ const DEPLOY_STEPS: [(f64, Step); 16] = [
 const DEPLOY_STEPS_BEFORE_FAILURE: usize = 10;
 /// A deployment to memory (`ephemeral_deploy`): no curtin, no reboot.
 const EPHEMERAL_STEPS: [(f64, Step); 6] = [
-    (0.05, Step::Event(events::NODE_POWERED_ON, "", "")),
+    (0.05, Step::PoweredOn),
     (
         0.10,
         Step::Event(events::NODE_PXE_REQUEST, "installation", ""),

@@ -95,6 +95,10 @@ pub struct Scheduled {
 pub enum Step {
     /// Record an event: type, description, action.
     Event(EventType, &'static str, &'static str),
+    /// The BMC confirms the power-on a deployment asked for (`Node
+    /// powered on`): only now does the machine report `on`, as real MAAS
+    /// learns it from the rack's power query after its deploy answer.
+    PoweredOn,
     /// The deployment ends: Deployed, or Failed deployment if asked for.
     DeployDone,
     /// The power-off of a release is confirmed: the release finishes.
@@ -665,7 +669,12 @@ impl World {
         let m = &mut self.machines[index];
         m.fail_reason = Some(reason.unwrap_or_else(|| DEFAULT_CURTIN_FAILURE.to_owned()));
         if m.status == Status::Deploying {
-            m.timeline.clear();
+            // curtin ran, so the machine had powered on: a pending
+            // power-on confirmation comes first.
+            m.timeline.retain(|s| matches!(s.step, Step::PoweredOn));
+            for s in &mut m.timeline {
+                s.at = now;
+            }
             m.timeline.push_back(Scheduled {
                 at: now,
                 step: Step::DeployDone,
