@@ -89,7 +89,7 @@ pub(super) fn ensure_static_addresses(
     };
     let given = match static_ip.as_ref().map(static_address) {
         None => Ok(None),
-        Some(StaticAddress::Ready(address)) => Ok(Some(address)),
+        Some(StaticAddress::Ready(address)) => Ok(Some(*address)),
         Some(StaticAddress::Waiting) => Err("spec.staticIP.ip to be filled in".to_string()),
         Some(StaticAddress::Refused(message)) => {
             r.set(Desired::false_(
@@ -172,7 +172,7 @@ pub(super) fn ensure_static_addresses(
 /// What `spec.staticIP` gives.
 #[derive(Debug, PartialEq)]
 enum StaticAddress {
-    Ready(IpAddress),
+    Ready(Box<IpAddress>),
     /// `ip` is empty: an IPAM controller outside capmaas fills it in.
     Waiting,
     Refused(String),
@@ -221,7 +221,7 @@ fn static_address(given: &StaticIp) -> StaticAddress {
         prefix,
         gateway: Some(given.gateway.clone()).filter(|g| !g.is_empty()),
     };
-    StaticAddress::Ready(address)
+    StaticAddress::Ready(Box::new(address))
 }
 
 /// The name an address of `spec.staticIP` goes by in messages.

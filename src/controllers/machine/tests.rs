@@ -1595,7 +1595,8 @@ fn lock_allocations(w: &World) -> Vec<crate::maas::AllocateRequest> {
 /// `MachineDeployed` and one Warning event, however often it is reconciled.
 #[test]
 fn a_go_provider_vm_field_is_refused_before_any_maas_call() {
-    let cases: [(&str, fn(&mut serde_json::Value)); 5] = [
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit); 5] = [
         ("spec.lxd.enabled", |v| {
             v["spec"]["lxd"] = json!({"enabled": true, "vmConfig": {"diskSize": 60}})
         }),
