@@ -26,6 +26,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use capmaas::kube::{self, resources, ListParams};
@@ -43,6 +44,15 @@ const SCALED_DOWN: &str = "go-worker-1";
 const KEPT: &str = "go-worker-2";
 const IDENTITY_ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/agent-name";
 const ADOPTED_ANNOTATION: &str = "capmaas.infrastructure.cluster.x-k8s.io/adopted";
+
+/// One capmaas (and one Cluster API manager) at a time on the shared
+/// control plane: each watches every namespace, and another's, with
+/// another MAAS, would act on this test's objects.
+static ONE_CAPMAAS: Mutex<()> = Mutex::new(());
+
+fn one_capmaas() -> MutexGuard<'static, ()> {
+    ONE_CAPMAAS.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn apply(cp: &support::ControlPlane, objects: &[Value]) {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
@@ -72,6 +82,7 @@ fn released(m: &Value) -> bool {
 
 #[test]
 fn a_go_provider_cluster_is_adopted_then_scaled_down_and_deleted_cleanly() {
+    let _one = one_capmaas();
     let started = Instant::now();
     let cp = support::control_plane();
     let capi = CapiManager::start(cp);
@@ -340,6 +351,7 @@ fn unsupported_warnings(kube: &kube::Client, ns: &str) -> BTreeMap<String, Vec<S
 
 #[test]
 fn go_provider_fields_are_honoured_or_refused_before_allocation() {
+    let _one = one_capmaas();
     let cp = support::control_plane();
     let capi = CapiManager::start(cp);
     let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "1"]);
