@@ -91,7 +91,11 @@ pub(super) fn ensure_static_addresses(
         None => Ok(None),
         Some(StaticAddress::Ready(address)) => Ok(Some(*address)),
         Some(StaticAddress::Waiting) => Err("spec.staticIP.ip to be filled in".to_string()),
+        // Set after allocation (the address filled in late): said here.
         Some(StaticAddress::Refused(message)) => {
+            if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
+                r.event(EventType::Warning, STATIC_ADDRESS_FAILED, &message);
+            }
             r.set(Desired::false_(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
@@ -222,6 +226,15 @@ fn static_address(given: &StaticIp) -> StaticAddress {
         gateway: Some(given.gateway.clone()).filter(|g| !g.is_empty()),
     };
     StaticAddress::Ready(Box::new(address))
+}
+
+/// Why `spec.staticIP` cannot be set in MAAS, as far as the spec alone
+/// tells (the gateway is checked against MAAS's subnet when linking).
+pub(super) fn static_ip_refusal(mm: &MaasMachine) -> Option<String> {
+    match static_address(mm.spec.static_ip.as_ref()?) {
+        StaticAddress::Refused(message) => Some(message),
+        StaticAddress::Ready(_) | StaticAddress::Waiting => None,
+    }
 }
 
 /// The name an address of `spec.staticIP` goes by in messages.

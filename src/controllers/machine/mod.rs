@@ -247,8 +247,8 @@ impl MachineReconciling<'_> {
 
     /// Before anything is allocated, a machine asking for what capmaas
     /// does not do (a VM: the Go provider's `spec.lxd.enabled`, `parent`,
-    /// ...) stops here, with no MAAS call: a bare-metal machine in its
-    /// place would be a silent lie. A machine that has one already (in
+    /// ...; a `spec.staticIP` MAAS cannot set) stops here, with no MAAS
+    /// call: a bare-metal machine in its place would be a silent lie. A machine that has one already (in
     /// `spec.systemID`) is not affected: refusing it now would only take
     /// away what runs.
     fn refuse_unsupported(&mut self, maas_cluster: Option<&MaasCluster>) -> Option<Action> {
@@ -256,11 +256,16 @@ impl MachineReconciling<'_> {
             return None;
         }
         let cluster_lxd = maas_cluster.is_some_and(MaasCluster::lxd_hosts_enabled);
-        let field = self.object.unsupported_field(cluster_lxd)?;
-        let message = format!(
-            "{field} asks for a virtual machine; capmaas deploys bare-metal MAAS machines \
-             only: remove the field (nothing was allocated)"
-        );
+        let message = match self.object.unsupported_field(cluster_lxd) {
+            Some(field) => format!(
+                "{field} asks for a virtual machine; capmaas deploys bare-metal MAAS machines \
+                 only: remove the field (nothing was allocated)"
+            ),
+            None => format!(
+                "{} (nothing was allocated)",
+                ipam::static_ip_refusal(&self.object)?
+            ),
+        };
         let already = self
             .condition(mm_api::MACHINE_DEPLOYED)
             .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_FIELD && c.message == message);
