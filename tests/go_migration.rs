@@ -357,9 +357,10 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
     let sim = MaasSim::start_with_args(None, &["--deploy-seconds", "1"]);
     let kube = story::kube_client(cp);
 
-    // The VM fields: refused, nothing allocated. The rest: honoured.
+    // The VM fields and a staticIP MAAS cannot set: refused, nothing
+    // allocated. The rest: honoured.
     const STATIC_IP: &str = "127.11.130.200";
-    let vm_fields: [(&str, Value, Value, &str); 4] = [
+    let refused_fields: [(&str, Value, Value, &str); 5] = [
         (
             "vm-lxd",
             json!({"lxd": {"enabled": true, "vmConfig": {"diskSize": 60, "autoStart": true}}}),
@@ -384,6 +385,13 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
             json!({"maas.spectrocloud.com/vm-name": "vm-vm-named-abcde"}),
             "maas.spectrocloud.com/vm-name",
         ),
+        (
+            "static-dns",
+            json!({"staticIP": {"ip": "127.11.130.201", "cidr": "127.11.130.0/24",
+                                "nameservers": ["127.0.0.53"]}}),
+            json!({}),
+            "spec.staticIP.nameservers",
+        ),
     ];
     let ns = cp.new_namespace("go-fields");
     let mut maas_cluster = story::maas_cluster(&ns);
@@ -396,7 +404,7 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
         maas_cluster,
         story::cluster(&ns),
     ];
-    for (name, spec, annotations, _) in &vm_fields {
+    for (name, spec, annotations, _) in &refused_fields {
         objects.extend(go_machine(&ns, name, spec.clone(), annotations.clone()));
     }
     objects.extend(go_machine(
@@ -471,7 +479,7 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
         (c["status"] == "False" && c["reason"] == "UnsupportedField")
             .then(|| (string(&c["message"]), mm))
     };
-    for (name, _, _, field) in &vm_fields {
+    for (name, _, _, field) in &refused_fields {
         let (message, mm) =
             support::wait_explained(60, &format!("{name} refused"), diagnostics, || {
                 refused(&ns, name)
@@ -490,9 +498,9 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
     // --- Refused: one Warning each, and the only allocation is bare-static's.
     let warnings = support::wait_explained(30, "the Warnings", diagnostics, || {
         let w = unsupported_warnings(&kube, &ns);
-        (w.len() == vm_fields.len()).then_some(w)
+        (w.len() == refused_fields.len()).then_some(w)
     });
-    for (name, _, _, field) in &vm_fields {
+    for (name, _, _, field) in &refused_fields {
         let said = &warnings[*name];
         assert_eq!(said.len(), 1, "{name}: {said:?}");
         assert!(said[0].contains(field), "{name}: {said:?}");
