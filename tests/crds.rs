@@ -1120,3 +1120,37 @@ fn machine_network_is_chosen_once_at_creation() {
     .unwrap_err();
     assert!(err.contains("spec.network.addressesFromPools"), "{err}");
 }
+
+/// Issue 22: the Go fork's `spec.staticIP` may be filled in by an IPAM
+/// controller once (its `ip` empty before), then no longer changes: the
+/// address is linked in MAAS by then.
+#[test]
+fn a_go_static_ip_is_immutable_once_its_address_is_set() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-static-ip");
+    let spec = format!(
+        "{VALID_SPEC}  apiServerInterfaceName: eth1\n  virsh: {{host: h}}\n  staticIP:\n    ip: \"\"\n    cidr: 10.0.0.0/24\n"
+    );
+    apply(cp, &ns, &maas_machine("m", &spec)).unwrap();
+    let mm = get_json(cp, &["-n", &ns, "maasmachine", "m"]);
+    assert_eq!(mm["spec"]["apiServerInterfaceName"], "eth1", "not pruned");
+    assert_eq!(mm["spec"]["virsh"]["host"], "h", "not pruned");
+    merge_patch(
+        cp,
+        &ns,
+        "maasmachine/m",
+        r#"{"spec":{"staticIP":{"ip":"10.0.0.5","gateway":"10.0.0.1"}}}"#,
+    )
+    .unwrap();
+    let err = merge_patch(
+        cp,
+        &ns,
+        "maasmachine/m",
+        r#"{"spec":{"staticIP":{"ip":"10.0.0.6"}}}"#,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("maas machine staticIP change is not allowed once ip is set"),
+        "{err}"
+    );
+}

@@ -3,7 +3,7 @@
 //! legacy `ready` flag kept for v1beta1 readers.
 //!
 //! The types name what the controllers read and write; decoding drops the
-//! rest (e.g. the Go provider's `spec.lxdConfig`), see `api::meta` for why
+//! rest (e.g. the Go provider's `spec.lxdConfig.nicType`), see `api::meta` for why
 //! that is safe.
 
 use serde::{Deserialize, Serialize};
@@ -48,6 +48,20 @@ pub const CONTROL_PLANE_VIP: &str = "ControlPlaneVIP";
 /// it), or reserved for this MAAS user before the cluster asked (used,
 /// never released by capmaas).
 pub const VIP_RESERVING: &str = "Reserving";
+
+/// The Go provider's mark (any value) of a cluster whose endpoint is the
+/// user's (`spec.controlPlaneEndpoint`): capmaas makes no DNS record for it
+/// and deletes none.
+pub const CUSTOM_DNS_ANNOTATION: &str = "spectrocloud.com/custom-dns-provided";
+/// `LoadBalancerReady` reason (True) of such a cluster, and `DNSAttached`
+/// reason (True) of its control-plane machines.
+pub const CUSTOM_ENDPOINT: &str = "CustomEndpointProvided";
+/// `LoadBalancerReady` reason (False): the cluster is marked so and has
+/// no endpoint yet.
+pub const WAITING_FOR_CUSTOM_ENDPOINT: &str = "WaitingForCustomEndpoint";
+/// `LoadBalancerReady` reason (False): a field asks for what capmaas does
+/// not do (`spec.lxdConfig.enabled`, LXD VM hosts).
+pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
 pub const VIP_RESERVED: &str = "Reserved";
 pub const VIP_EXTERNAL: &str = "External";
 
@@ -84,6 +98,10 @@ pub struct MaasClusterSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub control_plane_vip: Option<ControlPlaneVip>,
+    /// The Go provider's HCP switch (machines become LXD VM hosts):
+    /// `enabled: true` is refused, the rest is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lxd_config: Option<super::maas_machine::GoLxd>,
 }
 
 /// Exactly one of the two (CEL in the CRD).
@@ -214,6 +232,17 @@ impl MaasCluster {
             .has_annotation(super::capi::MANAGED_BY_ANNOTATION)
     }
 
+    /// Carries the Go provider's `spectrocloud.com/custom-dns-provided`:
+    /// the endpoint is the user's, no DNS record is ours.
+    pub fn has_custom_endpoint(&self) -> bool {
+        self.metadata.has_annotation(CUSTOM_DNS_ANNOTATION)
+    }
+
+    /// `spec.lxdConfig.enabled` (Go HCP mode), which capmaas refuses.
+    pub fn lxd_hosts_enabled(&self) -> bool {
+        self.spec.lxd_config.as_ref().and_then(|l| l.enabled) == Some(true)
+    }
+
     pub fn status(&self) -> MaasClusterStatus {
         self.status.clone().unwrap_or_default()
     }
@@ -284,7 +313,7 @@ mod tests {
                                               "name": "c", "uid": "cu"}],
                          "deletionTimestamp": "2026-01-02T00:00:00Z",
                          "creationTimestamp": "2026-01-01T00:00:00Z", "selfLink": "/x"},
-            "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false}},
+            "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false, "nicType": "bridged"}},
             "status": {"ready": true, "network": {"dnsName": "c-abcdef.maas"},
                        "failureDomains": {"z1": {"controlPlane": true}}, "somethingNew": 1}
         });
@@ -299,7 +328,7 @@ mod tests {
                              "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2",
                                                   "kind": "Cluster", "name": "c", "uid": "cu"}],
                              "deletionTimestamp": "2026-01-02T00:00:00Z"},
-                "spec": {"dnsDomain": "maas"},
+                "spec": {"dnsDomain": "maas", "lxdConfig": {"enabled": false}},
                 "status": {"ready": true, "network": {"dnsName": "c-abcdef.maas"}}
             })
         );

@@ -3,7 +3,7 @@
 //! contract with the legacy `ready` flag kept for v1beta1 readers.
 //!
 //! The types name what the controllers read and write; decoding drops the
-//! rest (e.g. the Go provider's `spec.lxd`), see `api::meta` for why that
+//! rest (e.g. the Go provider's `spec.lxd.vmConfig`), see `api::meta` for why that
 //! is safe.
 
 use std::collections::BTreeMap;
@@ -185,7 +185,58 @@ pub struct MaasMachineSpec {
     /// in MAAS before the machine deploys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<MachineNetwork>,
+    // The Go provider's (and its forks') fields that capmaas either maps
+    // onto its own or refuses (`unsupported_field`): decoded so that a VM
+    // asked for is never silently a bare-metal machine.
+    /// Go: the LXD VM switch; `enabled: true` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lxd: Option<GoLxd>,
+    /// Go: the VM host's system ID of an LXD VM; refused when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// A virsh VM; refused in any form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virsh: Option<serde_json::Value>,
+    /// Go fork: the interface whose address is the machine's own; read as
+    /// `addressSelector: {interface: NAME}` when that is unset.
+    #[serde(
+        rename = "apiServerInterfaceName",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_server_interface_name: Option<String>,
+    /// Go fork: one static address, linked STATIC in MAAS before deploy
+    /// like the addresses of `network` (controllers::machine::ipam).
+    #[serde(rename = "staticIP", default, skip_serializing_if = "Option::is_none")]
+    pub static_ip: Option<StaticIp>,
 }
+
+/// The Go provider's `spec.lxd` (`vmConfig` is not read).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoLxd {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// The Go fork's `spec.staticIP`. An empty `ip` means an external IPAM
+/// controller has yet to fill it in: the machine waits before deploying.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaticIp {
+    #[serde(default)]
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cidr: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gateway: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+}
+
+/// Go fork annotation: the VM's stable hostname (an LXD VM); refused.
+pub const VM_NAME_ANNOTATION: &str = "maas.spectrocloud.com/vm-name";
+/// `MachineDeployed` reason: a field asks for something capmaas does not
+/// do (a VM); nothing is allocated.
+pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
 
 /// `spec.network`: one address is claimed from each pool
 /// (`IPAddressClaim` `<MaasMachine name>-<n>`, n counting from 0) and
@@ -322,6 +373,41 @@ impl MaasMachine {
             || owner.is_some_and(capi::Machine::is_control_plane)
     }
 
+    /// The first field asking for what capmaas does not do (a VM instead
+    /// of a bare-metal machine), by its path; None when there is none.
+    /// `cluster_lxd` is the MaasCluster's `spec.lxdConfig.enabled`.
+    pub fn unsupported_field(&self, cluster_lxd: bool) -> Option<&'static str> {
+        let spec = &self.spec;
+        if spec.lxd.as_ref().and_then(|l| l.enabled) == Some(true) {
+            Some("spec.lxd.enabled")
+        } else if spec.parent.as_deref().is_some_and(|p| !p.is_empty()) {
+            Some("spec.parent")
+        } else if spec.virsh.as_ref().is_some_and(|v| !v.is_null()) {
+            Some("spec.virsh")
+        } else if self.metadata.has_annotation(VM_NAME_ANNOTATION) {
+            Some("metadata.annotations[maas.spectrocloud.com/vm-name]")
+        } else if cluster_lxd {
+            Some("MaasCluster spec.lxdConfig.enabled")
+        } else {
+            None
+        }
+    }
+
+    /// Which addresses are the machine's own: `spec.addressSelector`, else
+    /// the Go fork's `spec.apiServerInterfaceName` as an interface selector.
+    pub fn address_selector(&self) -> Option<AddressSelector> {
+        self.spec.address_selector.clone().or_else(|| {
+            self.spec
+                .api_server_interface_name
+                .as_ref()
+                .filter(|name| !name.is_empty())
+                .map(|name| AddressSelector {
+                    subnet: None,
+                    interface: Some(name.clone()),
+                })
+        })
+    }
+
     pub fn is_provisioned(&self) -> bool {
         self.status
             .as_ref()
@@ -429,7 +515,8 @@ mod tests {
                                               "name": "m", "uid": "mu", "controller": true}],
                          "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": "m-",
                          "managedFields": [{"manager": "capmaas"}]},
-            "spec": {"image": "ubuntu/jammy", "systemID": "abc", "lxd": {"enabled": false}},
+            "spec": {"image": "ubuntu/jammy", "systemID": "abc",
+                     "lxd": {"enabled": false, "vmConfig": {"diskSize": 60}}},
             "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "reason": "R",
                                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
                        "somethingNew": 1}
@@ -445,7 +532,7 @@ mod tests {
                              "finalizers": [FINALIZER],
                              "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
                                                   "name": "m", "uid": "mu"}]},
-                "spec": {"image": "ubuntu/jammy", "systemID": "abc"},
+                "spec": {"image": "ubuntu/jammy", "systemID": "abc", "lxd": {"enabled": false}},
                 "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "reason": "R",
                                                           "lastTransitionTime": "2026-01-01T00:00:00Z",
                                                           "message": ""}]}
@@ -462,6 +549,44 @@ mod tests {
         assert_eq!(m.system_id(), Some("xyz789"));
         m.spec.provider_id = Some("maas:///z1/".into());
         assert_eq!(m.system_id(), None);
+    }
+
+    #[test]
+    fn api_server_interface_name_is_an_interface_selector() {
+        let mut m = MaasMachine::default();
+        assert_eq!(m.address_selector(), None);
+        m.spec.api_server_interface_name = Some("eth1".into());
+        let by_name = AddressSelector {
+            subnet: None,
+            interface: Some("eth1".into()),
+        };
+        assert_eq!(m.address_selector(), Some(by_name));
+        // capmaas's own field wins.
+        let own = AddressSelector {
+            subnet: Some("10.0.0.0/24".into()),
+            interface: None,
+        };
+        m.spec.address_selector = Some(own.clone());
+        assert_eq!(m.address_selector(), Some(own));
+    }
+
+    #[test]
+    fn go_vm_fields_are_named_by_path() {
+        let m: MaasMachine = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m"},
+            "spec": {"image": "u", "lxd": {"enabled": false}, "parent": "", "virsh": null}
+        }))
+        .unwrap();
+        assert_eq!(m.unsupported_field(false), None);
+        assert_eq!(
+            m.unsupported_field(true),
+            Some("MaasCluster spec.lxdConfig.enabled")
+        );
+        let vm: MaasMachine = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m"}, "spec": {"image": "u", "lxd": {"enabled": true}}
+        }))
+        .unwrap();
+        assert_eq!(vm.unsupported_field(false), Some("spec.lxd.enabled"));
     }
 
     #[test]

@@ -504,9 +504,11 @@ fn named(
 fn domains(report: &mut Report, inventory: &Inventory, clusters: &[MaasCluster]) {
     let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for c in clusters {
-        // A cluster in VIP mode makes no record: its domain is not used.
+        // A cluster in VIP mode, or with the user's endpoint
+        // (custom-dns-provided), makes no record: its domain is not used.
         if c.spec.identity_ref.is_none()
             && !c.is_externally_managed()
+            && !c.has_custom_endpoint()
             && c.spec.control_plane_vip.is_none()
             && !c.spec.dns_domain.is_empty()
         {
@@ -876,7 +878,19 @@ mod tests {
         let vip = cluster("vip", Some(serde_json::json!({"address": "10.0.0.5"})));
         domains(&mut report, &inventory, std::slice::from_ref(&vip));
         assert!(report.checks.is_empty(), "{:?}", report.checks);
-        domains(&mut report, &inventory, &[vip, cluster("dns", None)]);
+        // Nor does one whose endpoint is the user's (issue 22).
+        let mut custom = cluster("custom", None);
+        custom.metadata.annotations.insert(
+            crate::api::maas_cluster::CUSTOM_DNS_ANNOTATION.to_string(),
+            String::new(),
+        );
+        domains(&mut report, &inventory, std::slice::from_ref(&custom));
+        assert!(report.checks.is_empty(), "{:?}", report.checks);
+        domains(
+            &mut report,
+            &inventory,
+            &[vip, custom, cluster("dns", None)],
+        );
         assert_eq!(report.checks.len(), 1);
         assert_eq!(report.checks[0].outcome, Outcome::Fail);
     }

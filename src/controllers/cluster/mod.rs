@@ -118,11 +118,17 @@ impl ClusterReconciling<'_> {
             ));
             return Ok(Action::Done);
         };
+        if self.object.lxd_hosts_enabled() {
+            return Ok(self.refuse_lxd_hosts());
+        }
         self.ensure_finalizer()?;
         self.credentials()?;
         self.failure_domains();
         if let Some(vip) = self.object.spec.control_plane_vip.clone() {
             return self.run_with_vip(&cluster, &vip);
+        }
+        if self.object.has_custom_endpoint() {
+            return self.run_with_custom_endpoint(&cluster);
         }
 
         let dns_name = dns::ensure_name(self, &cluster)?;
@@ -208,6 +214,70 @@ impl ClusterReconciling<'_> {
             .with_message(format!(
                 "control-plane VIP {address} is reserved in MAAS (no DNS record)"
             )),
+        );
+        self.provisioned();
+        self.api_server_available(cluster);
+        Ok(Action::Done)
+    }
+
+    /// The Go provider's HCP mode (`spec.lxdConfig.enabled`: the machines
+    /// become LXD VM hosts) is not capmaas's: refused before anything is
+    /// made in MAAS, so no machine is allocated either (they wait for the
+    /// cluster's infrastructure).
+    fn refuse_lxd_hosts(&mut self) -> Action {
+        let message = "spec.lxdConfig.enabled asks for LXD VM hosts; capmaas deploys \
+                       bare-metal MAAS machines only: remove the field (nothing was made in MAAS)";
+        if self.condition_reason(mc_api::LOAD_BALANCER_READY) != Some(mc_api::UNSUPPORTED_FIELD) {
+            self.event(EventType::Warning, mc_api::UNSUPPORTED_FIELD, message);
+        }
+        self.set(Desired::false_(
+            mc_api::LOAD_BALANCER_READY,
+            mc_api::UNSUPPORTED_FIELD,
+            message,
+        ));
+        Action::Done
+    }
+
+    /// The Go provider's `spectrocloud.com/custom-dns-provided`: the
+    /// endpoint is the user's (`spec.controlPlaneEndpoint`, else the
+    /// Cluster's); no DNS record is made for it, and none is deleted with
+    /// the cluster unless capmaas made it before the mark (its name is in
+    /// `status.network.dnsName`).
+    fn run_with_custom_endpoint(&mut self, cluster: &Cluster) -> Result<Action, Error> {
+        let own = self
+            .object
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .is_some_and(|e| !e.host.is_empty());
+        let on_cluster = cluster
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .filter(|e| e.is_valid())
+            .map(|e| e.host.clone());
+        match (own, on_cluster) {
+            (true, _) => {}
+            (false, Some(host)) => self.ensure_endpoint(cluster, &host)?,
+            (false, None) => {
+                self.set(Desired::false_(
+                    mc_api::LOAD_BALANCER_READY,
+                    mc_api::WAITING_FOR_CUSTOM_ENDPOINT,
+                    format!(
+                        "{} is set: waiting for spec.controlPlaneEndpoint (no DNS record is made)",
+                        mc_api::CUSTOM_DNS_ANNOTATION
+                    ),
+                ));
+                return Ok(Action::Done);
+            }
+        }
+        self.set(
+            Desired::true_(mc_api::LOAD_BALANCER_READY, mc_api::CUSTOM_ENDPOINT).with_message(
+                format!(
+                    "{} is set: the endpoint is the user's (no DNS record)",
+                    mc_api::CUSTOM_DNS_ANNOTATION
+                ),
+            ),
         );
         self.provisioned();
         self.api_server_available(cluster);
@@ -441,6 +511,8 @@ impl ClusterReconciling<'_> {
         let done = if self.object.spec.control_plane_vip.is_some() {
             vip::release(self)?;
             "control-plane VIP released"
+        } else if self.object.has_custom_endpoint() && self.object.dns_name().is_none() {
+            "the endpoint is the user's (no DNS record)"
         } else {
             dns::delete_record(self, cluster_name.as_deref())?;
             "DNS record deleted"

@@ -970,3 +970,92 @@ fn an_externally_managed_cluster_being_deleted_loses_only_our_finalizer() {
         vec!["owner.example/keep".to_string()]
     );
 }
+
+/// Issue 22: the Go provider's `spectrocloud.com/custom-dns-provided`
+/// (any value): the user's endpoint is used, no DNS record is made, none
+/// is deleted with the cluster, and its control planes wait on none.
+#[test]
+fn a_custom_dns_cluster_uses_the_users_endpoint_and_no_record() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["annotations"] = json!({mc_api::CUSTOM_DNS_ANNOTATION: ""})
+    });
+    // No endpoint yet: waits, makes nothing.
+    reconcile(&w).unwrap();
+    let c = conditions::get(
+        w.maas_cluster(NS, "c1").conditions(),
+        mc_api::LOAD_BALANCER_READY,
+    )
+    .cloned()
+    .unwrap();
+    assert_eq!(c.reason, mc_api::WAITING_FOR_CUSTOM_ENDPOINT);
+    assert!(!w.maas_cluster(NS, "c1").status().ready);
+
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "api.example.test", "port": 6443})
+    });
+    reconcile(&w).unwrap();
+    let mc = w.maas_cluster(NS, "c1");
+    let c = conditions::get(mc.conditions(), mc_api::LOAD_BALANCER_READY)
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (Status::True, mc_api::CUSTOM_ENDPOINT)
+    );
+    assert!(mc.status().ready);
+    assert_eq!(mc.dns_name(), None);
+    assert_eq!(
+        mc.spec.control_plane_endpoint.unwrap().host,
+        "api.example.test"
+    );
+    assert!(w.maas.dns_records().is_empty());
+    assert!(
+        !w.maas.calls().iter().any(|c| c.contains("dns")),
+        "{:?}",
+        w.maas.calls()
+    );
+
+    // A record of that name made by someone else is not ours to delete.
+    w.maas.add_dns("api.example.test", &["10.0.0.9"]);
+    w.delete(MAAS_CLUSTER, NS, "c1");
+    reconcile(&w).unwrap();
+    assert_eq!(w.maas.dns_records().len(), 1);
+    assert!(w.kube.get(MAAS_CLUSTER, NS, "c1").is_none());
+}
+
+/// Issue 22: the Go provider's HCP mode (`spec.lxdConfig.enabled`) is
+/// refused before anything is made in MAAS.
+#[test]
+fn lxd_hosts_are_refused_before_any_maas_call() {
+    let w = World::new(0);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["lxdConfig"] = json!({"enabled": true, "nicType": "bridged"})
+    });
+    reconcile(&w).unwrap();
+    reconcile(&w).unwrap();
+    let mc = w.maas_cluster(NS, "c1");
+    let c = conditions::get(mc.conditions(), mc_api::LOAD_BALANCER_READY)
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (Status::False, mc_api::UNSUPPORTED_FIELD)
+    );
+    assert!(
+        c.message.contains("spec.lxdConfig.enabled"),
+        "{}",
+        c.message
+    );
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+    assert!(!mc.status().ready);
+    let warnings = w
+        .kube
+        .event_reasons()
+        .into_iter()
+        .filter(|r| r == mc_api::UNSUPPORTED_FIELD)
+        .count();
+    assert_eq!(warnings, 1);
+}

@@ -13,6 +13,11 @@
 //! delete (after release): MAAS done releasing ─► unlink our addresses
 //!   (MAAS keeps STATIC links on release) ─► delete the claims
 //! ```
+//!
+//! The Go fork's `spec.staticIP {ip, cidr, gateway, nameservers}` is one
+//! more address, linked the same way without a claim: in the MAAS subnet
+//! whose CIDR is `cidr`, on `network.interface`, else
+//! `apiServerInterfaceName`, else the boot interface.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -21,8 +26,8 @@ use serde_json::{json, Value};
 
 use super::{poll_interval, retry, MachineReconciling, Step};
 use crate::api::capi;
-use crate::api::ipam::{self, IpAddress, IpAddressClaim, PoolRef};
-use crate::api::maas_machine::{self as mm_api, MachineNetwork};
+use crate::api::ipam::{self, IpAddress, IpAddressClaim, IpAddressSpec, PoolRef};
+use crate::api::maas_machine::{self as mm_api, MachineNetwork, StaticIp};
 use crate::api::{Desired, MaasMachine};
 use crate::controllers::identity::{self, Identity, Ownership};
 use crate::controllers::ports::EventType;
@@ -70,15 +75,46 @@ pub(super) fn ensure_static_addresses(
     host: maas::Machine,
     cluster: &str,
 ) -> Result<Step<maas::Machine>, Error> {
-    let Some(network) = network(&r.object).cloned() else {
+    let pools = network(&r.object).cloned();
+    let static_ip = r.object.spec.static_ip.clone();
+    if pools.is_none() && static_ip.is_none() {
         return Ok(Step::Continue(host));
-    };
+    }
     if host.status != MachineStatus::Allocated {
         return Ok(Step::Continue(host));
     }
-    let addresses = match claimed_addresses(r, &network, cluster)? {
-        Ok(addresses) => addresses,
-        Err(waiting_for) => {
+    let claimed = match &pools {
+        Some(network) => claimed_addresses(r, network, cluster)?,
+        None => Ok(Vec::new()),
+    };
+    let given = match static_ip.as_ref().map(static_address) {
+        None => Ok(None),
+        Some(StaticAddress::Ready(address)) => Ok(Some(*address)),
+        Some(StaticAddress::Waiting) => Err("spec.staticIP.ip to be filled in".to_string()),
+        // Set after allocation (the address filled in late): said here.
+        Some(StaticAddress::Refused(message)) => {
+            if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
+                r.event(EventType::Warning, STATIC_ADDRESS_FAILED, &message);
+            }
+            r.set(Desired::false_(
+                STATIC_ADDRESSES_READY,
+                STATIC_ADDRESS_FAILED,
+                message.clone(),
+            ));
+            r.set(Desired::false_(
+                mm_api::MACHINE_DEPLOYED,
+                STATIC_ADDRESS_FAILED,
+                message,
+            ));
+            return Ok(Step::Stop(Action::Done));
+        }
+    };
+    let addresses = match (claimed, given) {
+        (Ok(mut addresses), Ok(given)) => {
+            addresses.extend(given);
+            addresses
+        }
+        (Err(waiting_for), _) | (_, Err(waiting_for)) => {
             let message = format!("waiting for {waiting_for}");
             r.set(Desired::false_(
                 STATIC_ADDRESSES_READY,
@@ -98,7 +134,12 @@ pub(super) fn ensure_static_addresses(
         return Ok(Step::Stop(wait));
     }
     remember_ours(r, &host)?;
-    match link_addresses(r, &host, &network, &addresses)? {
+    let interface = pools
+        .as_ref()
+        .and_then(|n| n.interface.clone())
+        .or_else(|| r.object.spec.api_server_interface_name.clone())
+        .filter(|name| !name.is_empty());
+    match link_addresses(r, &host, interface.as_deref(), &addresses)? {
         Ok(linked) => {
             r.set(Desired::true_(
                 STATIC_ADDRESSES_READY,
@@ -129,6 +170,82 @@ pub(super) fn ensure_static_addresses(
                 &message,
             )))
         }
+    }
+}
+
+/// What `spec.staticIP` gives.
+#[derive(Debug, PartialEq)]
+enum StaticAddress {
+    Ready(Box<IpAddress>),
+    /// `ip` is empty: an IPAM controller outside capmaas fills it in.
+    Waiting,
+    Refused(String),
+}
+
+/// `spec.staticIP` as the address to link. Refused: an `ip` that is not
+/// an address, a missing `cidr` (it names the MAAS subnet) or one that
+/// does not hold `ip`, and `nameservers` (MAAS gives a machine its
+/// subnet's DNS servers, not per-machine ones). The gateway is checked
+/// against the MAAS subnet's when linking, as an IPAM pool's is.
+fn static_address(given: &StaticIp) -> StaticAddress {
+    let ip = given.ip.trim();
+    if ip.is_empty() {
+        return StaticAddress::Waiting;
+    }
+    if ip.parse::<IpAddr>().is_err() {
+        return StaticAddress::Refused(format!("spec.staticIP.ip {ip:?} is not an IP address"));
+    }
+    let Some(prefix) = given
+        .cidr
+        .split_once('/')
+        .and_then(|(_, bits)| bits.parse::<u8>().ok())
+    else {
+        return StaticAddress::Refused(format!(
+            "spec.staticIP.cidr {:?} is not a CIDR; it names the MAAS subnet of {ip}",
+            given.cidr
+        ));
+    };
+    if !subnet_holds(&given.cidr, ip, prefix) {
+        return StaticAddress::Refused(format!(
+            "spec.staticIP.ip {ip} is not in spec.staticIP.cidr {}",
+            given.cidr
+        ));
+    }
+    if !given.nameservers.is_empty() {
+        return StaticAddress::Refused(
+            "spec.staticIP.nameservers: MAAS gives a machine its subnet's DNS servers; set them \
+             on the MAAS subnet and leave this empty"
+                .to_string(),
+        );
+    }
+    let mut address = IpAddress::default();
+    address.metadata.name = STATIC_IP_SOURCE.to_string();
+    address.spec = IpAddressSpec {
+        address: ip.to_string(),
+        prefix,
+        gateway: Some(given.gateway.clone()).filter(|g| !g.is_empty()),
+    };
+    StaticAddress::Ready(Box::new(address))
+}
+
+/// Why `spec.staticIP` cannot be set in MAAS, as far as the spec alone
+/// tells (the gateway is checked against MAAS's subnet when linking).
+pub(super) fn static_ip_refusal(mm: &MaasMachine) -> Option<String> {
+    match static_address(mm.spec.static_ip.as_ref()?) {
+        StaticAddress::Refused(message) => Some(message),
+        StaticAddress::Ready(_) | StaticAddress::Waiting => None,
+    }
+}
+
+/// The name an address of `spec.staticIP` goes by in messages.
+const STATIC_IP_SOURCE: &str = "spec.staticIP";
+
+/// Where an address comes from, for messages.
+fn source(address: &IpAddress) -> String {
+    if address.metadata.name == STATIC_IP_SOURCE {
+        STATIC_IP_SOURCE.to_string()
+    } else {
+        format!("IPAddress {}", address.metadata.name)
     }
 }
 
@@ -261,10 +378,9 @@ fn create_claim(
 fn link_addresses(
     r: &MachineReconciling,
     host: &maas::Machine,
-    network: &MachineNetwork,
+    wanted: Option<&str>,
     addresses: &[IpAddress],
 ) -> Result<Result<Vec<String>, String>, Error> {
-    let wanted = network.interface.as_deref();
     let boot = host.boot_interface.as_ref().map(|i| i.id);
     let interface = host.interfaces.iter().find(|i| match wanted {
         Some(name) => i.name == name,
@@ -297,8 +413,9 @@ fn link_addresses(
             .find(|s| subnet_holds(&s.cidr, ip, address.spec.prefix))
         else {
             return Ok(Err(format!(
-                "no MAAS subnet is {ip}/{}'s network (IPAddress {})",
-                address.spec.prefix, address.metadata.name
+                "no MAAS subnet is {ip}/{}'s network ({})",
+                address.spec.prefix,
+                source(address)
             )));
         };
         // MAAS configures the subnet's gateway on a STATIC link, not the
@@ -307,9 +424,9 @@ fn link_addresses(
         if let Some(gateway) = address.spec.gateway.as_deref().filter(|g| !g.is_empty()) {
             if subnet.gateway_ip.as_deref() != Some(gateway) {
                 return Ok(Err(format!(
-                    "IPAddress {} says gateway {gateway}, MAAS subnet {} has {}: MAAS \
-                     configures its subnet's gateway, so make the pool's gateway match it",
-                    address.metadata.name,
+                    "{} says gateway {gateway}, MAAS subnet {} has {}: MAAS \
+                     configures its subnet's gateway, so make the gateway match it",
+                    source(address),
                     subnet.cidr,
                     subnet.gateway_ip.as_deref().unwrap_or("none")
                 )));
@@ -410,13 +527,21 @@ pub(super) fn release_static_addresses(
     r: &mut MachineReconciling,
     identity: Option<&Identity>,
 ) -> Result<Option<Action>, Error> {
-    let Some(network) = network(&r.object).cloned() else {
+    let pools = network(&r.object).map_or(0, |n| n.addresses_from_pools.len());
+    let mut ips: Vec<String> = r
+        .object
+        .spec
+        .static_ip
+        .iter()
+        .map(|s| s.ip.trim().to_string())
+        .filter(|ip| !ip.is_empty())
+        .collect();
+    if pools == 0 && ips.is_empty() {
         return Ok(None);
-    };
+    }
     let namespace = r.object.metadata.namespace.clone();
     let mut claims = Vec::new();
-    let mut ips = Vec::new();
-    for index in 0..network.addresses_from_pools.len() {
+    for index in 0..pools {
         let name = claim_name(&r.object, index);
         let Some(claim) = r.ctx.kube.ip_address_claim(&namespace, &name)? else {
             continue;

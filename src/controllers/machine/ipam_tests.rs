@@ -433,3 +433,157 @@ fn a_restricted_maas_user_is_told_interfaces_are_for_administrators() {
     );
     assert!(w.maas.deploys.lock().unwrap().is_empty());
 }
+
+/// Issue 22: the Go fork's `spec.staticIP`, set on worker `m1`.
+fn worker_with_static_ip(w: &World, static_ip: Value) {
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["staticIP"] = static_ip
+    });
+}
+
+#[test]
+fn a_go_static_ip_is_linked_static_before_deploy_and_unlinked_on_delete() {
+    let w = World::new(1);
+    worker_with_static_ip(
+        &w,
+        json!({"ip": "10.0.0.88", "cidr": "10.0.0.0/24", "gateway": "10.0.0.1"}),
+    );
+    reconcile(&w, "m1").unwrap();
+    let calls = w.maas.calls();
+    let position = |prefix: &str| calls.iter().position(|c| c.starts_with(prefix)).unwrap();
+    assert!(position("link_subnet") < position("deploy"), "{calls:?}");
+    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    let links = w.maas.host(&id).interfaces[0].links.clone();
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(links[0].mode, LinkMode::Static);
+    assert_eq!(links[0].ip.as_deref(), Some("10.0.0.88"));
+    assert_eq!(links[0].subnet_id, Some(1));
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESSES_LINKED
+    );
+    assert!(w.kube.ipam_calls.lock().unwrap().is_empty(), "no claim");
+
+    w.maas.finish_deployments();
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert!(w.maas.host(&id).interfaces[0].links.is_empty());
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+}
+
+#[test]
+fn a_go_static_ip_without_an_address_waits_for_it() {
+    let w = World::new(1);
+    worker_with_static_ip(&w, json!({"ip": "", "cidr": "10.0.0.0/24"}));
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(matches!(next, Action::RequeueAfter(_)), "{next:?}");
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        WAITING_FOR_IP_ADDRESS
+    );
+    assert!(message(&w, "m1", mm_api::MACHINE_DEPLOYED).contains("spec.staticIP.ip"));
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["staticIP"]["ip"] = json!("10.0.0.89")
+    });
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(w.maas.deploys.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn a_go_static_ip_gateway_other_than_the_maas_subnets_is_reported_and_not_deployed() {
+    let w = World::new(1);
+    worker_with_static_ip(
+        &w,
+        json!({"ip": "10.0.0.88", "cidr": "10.0.0.0/24", "gateway": "10.0.0.254"}),
+    );
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", STATIC_ADDRESSES_READY),
+        STATIC_ADDRESS_FAILED
+    );
+    let said = message(&w, "m1", STATIC_ADDRESSES_READY);
+    assert!(
+        said.contains("spec.staticIP") && said.contains("10.0.0.254") && said.contains("10.0.0.1"),
+        "{said}"
+    );
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    assert!(calls_starting(&w, "link_subnet").is_empty());
+}
+
+/// What the spec alone shows MAAS cannot do is refused before anything is
+/// allocated, like the VM fields.
+#[test]
+fn a_go_static_ip_maas_cannot_set_is_refused_before_allocation() {
+    for (static_ip, said) in [
+        (
+            json!({"ip": "10.0.0.88", "cidr": "10.9.0.0/24"}),
+            "10.9.0.0/24",
+        ),
+        (json!({"ip": "10.0.0.88"}), "spec.staticIP.cidr"),
+        (
+            json!({"ip": "ten", "cidr": "10.0.0.0/24"}),
+            "spec.staticIP.ip",
+        ),
+        (
+            json!({"ip": "10.0.0.88", "cidr": "10.0.0.0/24", "nameservers": ["1.1.1.1"]}),
+            "spec.staticIP.nameservers",
+        ),
+    ] {
+        let w = World::new(1);
+        worker_with_static_ip(&w, static_ip.clone());
+        reconcile(&w, "m1").unwrap();
+        reconcile(&w, "m1").unwrap();
+        assert_eq!(
+            reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+            mm_api::UNSUPPORTED_FIELD,
+            "{static_ip}"
+        );
+        let message = message(&w, "m1", mm_api::MACHINE_DEPLOYED);
+        assert!(message.contains(said), "{static_ip}: {message}");
+        assert!(
+            w.maas.calls().is_empty(),
+            "{static_ip}: {:?}",
+            w.maas.calls()
+        );
+        let warnings = w
+            .kube
+            .event_reasons()
+            .into_iter()
+            .filter(|r| r == mm_api::UNSUPPORTED_FIELD)
+            .count();
+        assert_eq!(warnings, 1, "{static_ip}");
+    }
+}
+
+/// An address filled in after the allocation that MAAS cannot set: said
+/// on the conditions and in one Warning, nothing deployed or linked.
+#[test]
+fn a_go_static_ip_filled_in_wrong_after_allocation_is_reported_and_not_deployed() {
+    let w = World::new(1);
+    worker_with_static_ip(&w, json!({"ip": "", "cidr": "10.0.0.0/24"}));
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_some());
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["staticIP"]["ip"] = json!("10.9.0.5")
+    });
+    reconcile(&w, "m1").unwrap();
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        STATIC_ADDRESS_FAILED
+    );
+    assert!(message(&w, "m1", STATIC_ADDRESSES_READY).contains("10.9.0.5"));
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    assert!(calls_starting(&w, "link_subnet").is_empty());
+    let warnings = w
+        .kube
+        .event_reasons()
+        .into_iter()
+        .filter(|r| r == STATIC_ADDRESS_FAILED)
+        .count();
+    assert_eq!(warnings, 1);
+}

@@ -157,11 +157,12 @@ impl MachineReconciling<'_> {
         let owners = Owners::find(self.ctx, &self.object);
         // A control-plane machine joins the cluster's DNS record; an
         // externally managed MaasCluster has none of ours to join.
+        // Nor has one whose endpoint is the user's (custom-dns-provided).
         self.facts.is_control_plane = self.object.is_control_plane(owners.machine.as_deref())
             && !owners
                 .maas_cluster
                 .as_deref()
-                .is_some_and(MaasCluster::is_externally_managed);
+                .is_some_and(|c| c.is_externally_managed() || c.has_custom_endpoint());
         self.facts.leaving = owners
             .machine
             .as_ref()
@@ -183,6 +184,9 @@ impl MachineReconciling<'_> {
         };
         self.ensure_finalizer()?;
         drain::ensure_hook(self, machine, owners.maas_cluster.as_deref())?;
+        if let Some(action) = self.refuse_unsupported(owners.maas_cluster.as_deref()) {
+            return Ok(action);
+        }
         let identity = self.ensure_identity()?;
         let identity_ref = owners
             .maas_cluster
@@ -239,6 +243,41 @@ impl MachineReconciling<'_> {
             Step::Stop(action) => return Ok(action),
         };
         observe::observe(self, &host, &owners)
+    }
+
+    /// Before anything is allocated, a machine asking for what capmaas
+    /// does not do (a VM: the Go provider's `spec.lxd.enabled`, `parent`,
+    /// ...; a `spec.staticIP` MAAS cannot set) stops here, with no MAAS
+    /// call: a bare-metal machine in its place would be a silent lie. A machine that has one already (in
+    /// `spec.systemID`) is not affected: refusing it now would only take
+    /// away what runs.
+    fn refuse_unsupported(&mut self, maas_cluster: Option<&MaasCluster>) -> Option<Action> {
+        if self.object.system_id().is_some() {
+            return None;
+        }
+        let cluster_lxd = maas_cluster.is_some_and(MaasCluster::lxd_hosts_enabled);
+        let message = match self.object.unsupported_field(cluster_lxd) {
+            Some(field) => format!(
+                "{field} asks for a virtual machine; capmaas deploys bare-metal MAAS machines \
+                 only: remove the field (nothing was allocated)"
+            ),
+            None => format!(
+                "{} (nothing was allocated)",
+                ipam::static_ip_refusal(&self.object)?
+            ),
+        };
+        let already = self
+            .condition(mm_api::MACHINE_DEPLOYED)
+            .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_FIELD && c.message == message);
+        if !already {
+            self.event(EventType::Warning, mm_api::UNSUPPORTED_FIELD, &message);
+        }
+        self.set(Desired::false_(
+            mm_api::MACHINE_DEPLOYED,
+            mm_api::UNSUPPORTED_FIELD,
+            message,
+        ));
+        Some(Action::Done)
     }
 
     /// The object's identity (see `controllers::identity`), chosen and

@@ -148,7 +148,7 @@ pub(super) fn observe(
             MachineStatus::Deploying | MachineStatus::Deployed
         );
     if r.facts.is_control_plane {
-        let ips = own_ips(r.object.spec.address_selector.as_ref(), host);
+        let ips = own_ips(r.object.address_selector().as_ref(), host);
         if let Some(dns_next) =
             dns::check_attachment(r, owners.maas_cluster.as_deref(), &ips, running)?
         {
@@ -178,10 +178,7 @@ pub(super) fn record_host(r: &mut MachineReconciling, host: &maas::Machine) {
     r.status.machine_state = Some(host.status_name.clone()).filter(|s| !s.is_empty());
     r.status.machine_powered = host.power_state == PowerState::On;
     r.status.hostname = Some(host.hostname.clone()).filter(|h| !h.is_empty());
-    r.status.addresses = addresses(
-        host,
-        &own_ips(r.object.spec.address_selector.as_ref(), host),
-    );
+    r.status.addresses = addresses(host, &own_ips(r.object.address_selector().as_ref(), host));
 }
 
 /// The machine's own IPs: those `spec.addressSelector` picks (on a

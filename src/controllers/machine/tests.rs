@@ -1589,3 +1589,117 @@ fn the_address_selector_picks_the_machines_own_addresses() {
 fn lock_allocations(w: &World) -> Vec<crate::maas::AllocateRequest> {
     w.maas.allocations.lock().unwrap().clone()
 }
+
+/// Issue 22: each Go-provider field asking for a VM stops the machine
+/// before anything is allocated (no MAAS call), with the field's path on
+/// `MachineDeployed` and one Warning event, however often it is reconciled.
+#[test]
+fn a_go_provider_vm_field_is_refused_before_any_maas_call() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit); 5] = [
+        ("spec.lxd.enabled", |v| {
+            v["spec"]["lxd"] = json!({"enabled": true, "vmConfig": {"diskSize": 60}})
+        }),
+        ("spec.parent", |v| v["spec"]["parent"] = json!("vmhost1")),
+        ("spec.virsh", |v| v["spec"]["virsh"] = json!({})),
+        ("maas.spectrocloud.com/vm-name", |v| {
+            v["metadata"]["annotations"]["maas.spectrocloud.com/vm-name"] = json!("vm-m1-abcde")
+        }),
+        ("MaasCluster spec.lxdConfig.enabled", |_| {}),
+    ];
+    for (field, edit) in cases {
+        let w = World::new(1);
+        w.cluster(NS, "c1");
+        if field.starts_with("MaasCluster") {
+            w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+                v["spec"]["lxdConfig"] = json!({"enabled": true})
+            });
+        }
+        w.machine(NS, "c1", "m1", false);
+        w.edit(MAAS_MACHINE, NS, "m1", edit);
+        for _ in 0..2 {
+            assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done, "{field}");
+        }
+        let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (Status::False, mm_api::UNSUPPORTED_FIELD),
+            "{field}"
+        );
+        assert!(c.message.contains(field), "{field}: {}", c.message);
+        assert!(w.maas.calls().is_empty(), "{field}: {:?}", w.maas.calls());
+        assert!(w.maas_machine(NS, "m1").spec.system_id.is_none(), "{field}");
+        let warnings = w
+            .kube
+            .event_reasons()
+            .into_iter()
+            .filter(|r| r == mm_api::UNSUPPORTED_FIELD)
+            .count();
+        assert_eq!(warnings, 1, "{field}");
+    }
+}
+
+/// What the Go provider writes by default (`lxd.enabled: false`, an empty
+/// parent) is a bare-metal machine, allocated as usual.
+#[test]
+fn go_provider_defaults_are_bare_metal() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["lxdConfig"] = json!({"enabled": false})
+    });
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["lxd"] = json!({"enabled": false});
+        v["spec"]["parent"] = json!("");
+    });
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_some());
+    assert_ne!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::UNSUPPORTED_FIELD
+    );
+}
+
+/// A machine already allocated is not refused afterwards: that would
+/// only take away what runs.
+#[test]
+fn an_allocated_machine_is_not_refused_for_a_vm_field() {
+    let w = World::new(1);
+    deploying_worker(&w);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["lxd"] = json!({"enabled": true})
+    });
+    reconcile(&w, "m1").unwrap();
+    assert_ne!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::UNSUPPORTED_FIELD
+    );
+}
+
+/// Issue 22: a control plane of a cluster marked
+/// `spectrocloud.com/custom-dns-provided` joins no record (the endpoint is
+/// the user's) and holds no drain for one.
+#[test]
+fn a_control_plane_machine_of_a_custom_dns_cluster_needs_no_dns_record() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "cp1", true);
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["metadata"]["annotations"] = json!({"spectrocloud.com/custom-dns-provided": ""});
+        v["spec"]["controlPlaneEndpoint"] = json!({"host": "api.example.test", "port": 6443});
+    });
+    reconcile(&w, "cp1").unwrap();
+    w.maas.finish_deployments();
+    assert_eq!(reconcile(&w, "cp1").unwrap(), Action::Done);
+    assert!(condition(&w, "cp1", mm_api::DNS_ATTACHED).is_none());
+    let ready = condition(&w, "cp1", conditions::READY).unwrap();
+    assert_eq!(ready.status, Status::True, "{ready:?}");
+    let machine = w.kube.get("Machine", NS, "cp1").unwrap();
+    assert!(
+        machine["metadata"]["annotations"]
+            .as_object()
+            .is_none_or(|a| a.keys().all(|k| !k.starts_with("pre-drain"))),
+        "{machine}"
+    );
+}
