@@ -171,17 +171,27 @@ impl Config {
     ) -> Result<Config, Error> {
         // The YAML error's own text may quote the document, which holds
         // secrets: report only where it went wrong.
-        let kubeconfig: Kubeconfig = serde_saphyr::from_slice_with_options(yaml, yaml_options())
+        // Parsed to a generic tree first and typed by serde_json: one YAML
+        // deserializer instance instead of one per kubeconfig struct keeps
+        // the static binary within its budget (BENCHMARKS "Binary size").
+        let tree: serde_json::Value = serde_saphyr::from_slice_with_options(yaml, yaml_options())
             .map_err(|e| {
-                Error::config(match e.location() {
-                    Some(at) => format!(
-                        "invalid kubeconfig YAML at line {} column {}",
-                        at.line(),
-                        at.column()
-                    ),
-                    None => "invalid kubeconfig YAML".to_string(),
-                })
-            })?;
+            Error::config(match e.location() {
+                Some(at) => format!(
+                    "invalid kubeconfig YAML at line {} column {}",
+                    at.line(),
+                    at.column()
+                ),
+                None => "invalid kubeconfig YAML".to_string(),
+            })
+        })?;
+        // serde_json's message may quote a value (a token of the wrong
+        // type, say): say only what kind of mistake it is.
+        let kubeconfig: Kubeconfig = serde_json::from_value(tree).map_err(|_| {
+            Error::config(
+                "invalid kubeconfig: a field has the wrong type or a required one is missing",
+            )
+        })?;
 
         let context_name = match context {
             Some(name) => name.to_string(),
@@ -707,6 +717,12 @@ users: [{name: u, user: {exec: {command: aws, args: [eks, get-token]}}}]
         let broken = format!("current-context: [\nusers: {secret}: : :");
         let err = Config::from_kubeconfig_yaml(broken.as_bytes(), None, None).unwrap_err();
         assert!(!err.to_string().contains(secret), "{err}");
+
+        // Well-formed YAML of the wrong shape: a token that is a number.
+        let yaml = kubeconfig("    token: 918273645546372819");
+        let err = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap_err();
+        assert!(err.to_string().contains("wrong type"), "{err}");
+        assert!(!err.to_string().contains("918273645546372819"), "{err}");
 
         let bad_b64 = "current-context: x
 clusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority-data: '!!!'}}]
