@@ -237,6 +237,10 @@ pub const VM_NAME_ANNOTATION: &str = "maas.spectrocloud.com/vm-name";
 /// `MachineDeployed` reason: a field asks for something capmaas does not
 /// do (a VM); nothing is allocated.
 pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
+/// `MachineDeployed` reason: the bootstrap data is not cloud-config (the
+/// Secret's `format` is `ignition`, say), which MAAS hands to cloud-init;
+/// nothing is allocated, nothing deployed.
+pub const UNSUPPORTED_BOOTSTRAP_FORMAT: &str = "UnsupportedBootstrapFormat";
 
 /// `spec.network`: one address is claimed from each pool
 /// (`IPAddressClaim` `<MaasMachine name>-<n>`, n counting from 0) and

@@ -32,6 +32,9 @@ pub(super) fn ensure_deploying(
         return Ok(Step::Stop(wait));
     }
     require_image(r)?;
+    if let Some(action) = refuse_unsupported_format(r, bootstrap_secret)? {
+        return Ok(Step::Stop(action));
+    }
 
     let namespace = r.object.metadata.namespace.clone();
     let user_data = match r
@@ -90,6 +93,48 @@ pub(super) fn ensure_deploying(
         ),
         Err(e) => Err(e.into()),
     }
+}
+
+/// MAAS hands user data to cloud-init, so only cloud-config bootstrap data
+/// can boot a node (Cluster API's bootstrap Secret says which in `format`;
+/// none means cloud-config). Anything else, Ignition above all, is refused
+/// with a condition and one Warning, and waits for the user: deploying it
+/// would give a machine that never joins. `Some`: refused.
+pub(super) fn refuse_unsupported_format(
+    r: &mut MachineReconciling,
+    bootstrap_secret: &str,
+) -> Result<Option<Action>, Error> {
+    let namespace = r.object.metadata.namespace.clone();
+    let format = r
+        .ctx
+        .kube
+        .secret_value(&namespace, bootstrap_secret, "format")?;
+    let format = match format.as_deref().map(String::from_utf8_lossy) {
+        None => return Ok(None),
+        Some(f) if f.trim().is_empty() || f.trim() == "cloud-config" => return Ok(None),
+        Some(f) => f.chars().take(40).collect::<String>(),
+    };
+    let message = format!(
+        "bootstrap data Secret {namespace}/{bootstrap_secret} has format {format:?}: MAAS \
+         deploys cloud-config user data only (cloud-init); use a bootstrap provider \
+         configured for cloud-config (nothing is deployed with it)"
+    );
+    let already = r
+        .condition(mm_api::MACHINE_DEPLOYED)
+        .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT && c.message == message);
+    if !already {
+        r.event(
+            EventType::Warning,
+            mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT,
+            &message,
+        );
+    }
+    r.set(Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT,
+        message,
+    ));
+    Ok(Some(Action::Done))
 }
 
 /// Kubernetes wants swap off: MAAS's `swap_size=0` before deploying,

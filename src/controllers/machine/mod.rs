@@ -225,6 +225,13 @@ impl MachineReconciling<'_> {
             ));
             return Ok(Action::Done);
         };
+        // Checked before allocating (a machine with nothing under it yet);
+        // an allocated one is checked again where it would be deployed.
+        if self.object.system_id().is_none() {
+            if let Some(action) = deploy::refuse_unsupported_format(self, bootstrap_secret)? {
+                return Ok(action);
+            }
+        }
         let host = match allocate::find_or_allocate(
             self,
             machine,

@@ -1703,3 +1703,57 @@ fn a_control_plane_machine_of_a_custom_dns_cluster_needs_no_dns_record() {
         "{machine}"
     );
 }
+
+/// Issue 23 item 6: bootstrap data MAAS cannot boot (Ignition) is refused
+/// before anything is allocated, with a condition and one Warning however
+/// often it is reconciled; cloud-config (or no `format`) goes on.
+#[test]
+fn ignition_bootstrap_data_is_refused_before_allocation() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.kube.put_secret(NS, "m1-bootstrap", "format", b"ignition");
+    for _ in 0..3 {
+        assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    }
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (Status::False, mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT)
+    );
+    assert!(c.message.contains("\"ignition\""), "{}", c.message);
+    assert!(w.maas.calls().is_empty(), "{:?}", w.maas.calls());
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_none());
+    let warnings = w
+        .kube
+        .event_reasons()
+        .into_iter()
+        .filter(|r| r == mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT)
+        .count();
+    assert_eq!(warnings, 1);
+
+    w.kube
+        .put_secret(NS, "m1-bootstrap", "format", b"cloud-config");
+    reconcile(&w, "m1").unwrap();
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_some());
+    assert_eq!(w.maas.deploys.lock().unwrap().len(), 1);
+}
+
+/// A machine allocated before its bootstrap data turned to Ignition is
+/// not deployed with it.
+#[test]
+fn ignition_bootstrap_data_is_never_deployed() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.fail_once("deploy", 503, "test: deploy later");
+    let _ = reconcile(&w, "m1");
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_some());
+    w.kube.put_secret(NS, "m1-bootstrap", "format", b"ignition");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    assert_eq!(
+        reason(&w, "m1", mm_api::MACHINE_DEPLOYED),
+        mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT
+    );
+}
