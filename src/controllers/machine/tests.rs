@@ -1757,3 +1757,47 @@ fn ignition_bootstrap_data_is_never_deployed() {
         mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT
     );
 }
+
+/// Issue 23 item 6: Cluster API's in-place updates (v1.12+) patch the
+/// running Machine and its MaasMachine's spec from the new template, and
+/// Canonical Kubernetes marks an in-place upgrade with an annotation: the
+/// machine under it is kept, never re-provisioned, still tracked and Ready.
+#[test]
+fn an_in_place_update_keeps_the_machine_it_runs_on() {
+    let w = World::new(2);
+    let (id, view) = deployed_and_watched(&w);
+    let before = w.maas_machine(NS, "m1");
+    w.edit("Machine", NS, "m1", |v| {
+        v["spec"]["version"] = json!("v1.31.2");
+        v["metadata"]["annotations"] = json!({
+            "in-place-updates.internal.cluster.x-k8s.io/update-in-progress": "",
+            "k8sd.io/in-place-upgrade-to": "channel=1.31/stable",
+        });
+    });
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["image"] = json!("custom/u-2404-0-k-1312-0");
+        v["spec"]["minCPU"] = json!(8);
+        v["spec"]["tags"] = json!(["fast"]);
+        v["metadata"]["annotations"]["k8sd.io/in-place-upgrade-to"] = json!("channel=1.31/stable");
+    });
+    w.maas.clear_calls();
+    w.clock.advance(600);
+    view.list();
+    for _ in 0..2 {
+        reconcile(&w, "m1").unwrap();
+    }
+    let calls = w.maas.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| ["allocate", "deploy", "release", "power"]
+                .iter()
+                .any(|op| c.starts_with(op))),
+        "{calls:?}"
+    );
+    let after = w.maas_machine(NS, "m1");
+    assert_eq!(after.spec.system_id.as_deref(), Some(id.as_str()));
+    assert_eq!(after.spec.provider_id, before.spec.provider_id);
+    assert!(after.status().ready);
+    assert_eq!(w.maas.allocated(), vec![id]);
+}
