@@ -13,8 +13,9 @@
 //!     the MAAS machine, the Node comes back Ready, the same Machine stays;
 //! (b) external remediation, and the Node stays unhealthy: `retryLimit`
 //!     power cycles, then capmaas hands the Machine back to its owner
-//!     (`OwnerRemediated=False`), Cluster API replaces it, capmaas releases
-//!     the old MAAS machine and deploys a new one;
+//!     (`OwnerRemediated=False`) after marking the old MAAS machine Broken
+//!     (MAAS releases it; nobody allocates it again), and Cluster API
+//!     replaces the Machine on another MAAS machine;
 //! (c) the MachineHealthCheck without a template: Cluster API replaces the
 //!     Machine directly and capmaas releases its MAAS machine;
 //! (d) external remediation of a worker whose MAAS machine MAAS shows under
@@ -392,14 +393,16 @@ fn machine_health_check_power_cycles_then_replaces() {
         seen.iter().any(|(phase, ..)| phase == "Deleting machine"),
         "handed back: {seen:?}"
     );
+    // Issue 23 item 1: the retries spent, the machine is Broken in MAAS
+    // (released on the way, as MAAS does), with a comment naming the
+    // cluster and the Machine, so that nobody allocates it again.
     let old_host = lab.sim.machine_state(&sick.system_id);
-    let release = &old_host["last_release"];
+    assert_eq!(old_host["status_name"], "Broken", "{old_host}");
+    assert!(old_host["owner"].is_null(), "{old_host}");
+    let comment = old_host["error_description"].as_str().unwrap_or("");
     assert!(
-        release["comment"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&sick.maas_machine),
-        "the old MAAS machine was released for the old Machine: {old_host}"
+        comment.contains(&format!("Machine {}", sick.machine)) && comment.contains("cluster "),
+        "the old MAAS machine marked Broken for the old Machine: {old_host}"
     );
     let new_names: Vec<String> = worker_names(&replaced)
         .difference(&worker_names(&before))
@@ -411,8 +414,13 @@ fn machine_health_check_power_cycles_then_replaces() {
     assert_eq!(new_host["status_name"], "Deployed");
     let reasons = event_reasons(&lab.kube, &lab.ns, "MaasRemediation", &sick.machine);
     assert!(
-        reasons.contains(&"MachineHandedBack".to_string()),
+        reasons.contains(&"MachineHandedBack".to_string())
+            && reasons.contains(&"MachineMarkedBroken".to_string()),
         "{reasons:?}"
+    );
+    assert_ne!(
+        replacement.system_id, sick.system_id,
+        "a Broken machine is never allocated"
     );
     println!(
         "(b) {} power cycles, then replaced by {} on MAAS machine {} ({}) in {:.1}s; events {reasons:?}",

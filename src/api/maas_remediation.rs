@@ -51,6 +51,10 @@ pub const POWER_CYCLE_TIMED_OUT: &str = "PowerCycleTimedOut";
 pub const OWNER_REMEDIATION_REQUESTED: &str = "OwnerRemediationRequested";
 /// Reasons of [`OWNER_REMEDIATION_REQUESTED`].
 pub const RETRIES_EXHAUSTED: &str = "RetriesExhausted";
+/// Condition (True, same reason) once the retries are spent: the machine
+/// is Broken in MAAS, so nobody allocates it until an administrator marks
+/// it fixed; its message names the machine and the comment MAAS shows.
+pub const MARKED_BROKEN: &str = "MarkedBroken";
 pub const CANNOT_POWER_CYCLE: &str = "CannotPowerCycle";
 /// Condition reason when there is nothing capmaas may act on (no such
 /// Machine, or not a MaasMachine's).

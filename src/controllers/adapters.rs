@@ -265,6 +265,10 @@ impl MaasApi for Maas {
             .map(|_| ())
     }
 
+    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.client.mark_broken(system_id, comment).map(|_| ())
+    }
+
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         self.client.boot_resources()
     }

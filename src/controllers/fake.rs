@@ -738,6 +738,23 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
+    /// As MAAS 3.4.8: a machine still ours is released on the way (owner,
+    /// owner data and agent name cleared), then Broken.
+    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.call("mark_broken", system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found("mark_broken"))?;
+        host.status = MachineStatus::Broken;
+        host.status_name = "Broken".into();
+        host.status_message = Some(comment.into());
+        host.owner = None;
+        host.owner_data.clear();
+        lock(&self.agent_names).remove(system_id);
+        Ok(())
+    }
+
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         self.call("boot_resources", "")?;
         Ok(lock(&self.images).clone())

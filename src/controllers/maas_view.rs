@@ -244,6 +244,11 @@ impl MaasApi for MaasView {
         self.api.power_off(system_id, comment)
     }
 
+    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.mark_broken(system_id, comment)
+    }
+
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         if let Some(resources) = self.recent_boot_resources() {
             return Ok(resources);

@@ -48,6 +48,8 @@ pub trait MaasApi: Send + Sync {
     fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
     /// Hard power-off; the machine stays Deployed (remediation's power cycle).
     fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
+    /// Broken, with `comment` as the reason (releases a deployed machine).
+    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
     fn zones(&self) -> Result<Vec<String>, maas::Error>;
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;

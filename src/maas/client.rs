@@ -546,6 +546,16 @@ impl Client {
         self.machine_op("power_on", system_id, form, Repeat::Safe)
     }
 
+    /// Marks a machine Broken with `comment` (MAAS shows it as the reason),
+    /// so that nobody allocates it until an administrator marks it fixed.
+    /// Only the owner may (403 otherwise); a machine still allocated or
+    /// deployed is released on the way (MAAS 3.4.8). Safe to repeat: a
+    /// Broken machine stays Broken.
+    pub fn mark_broken(&self, system_id: &str, comment: &str) -> Result<Machine, Error> {
+        let form = vec![("comment", comment.to_owned())];
+        self.machine_op("mark_broken", system_id, form, Repeat::Safe)
+    }
+
     /// Powers a machine off (hard; a Deployed machine stays Deployed).
     /// MAAS answers `null` for power types it cannot stop (`manual`); we
     /// then read the machine back.

@@ -199,6 +199,40 @@ pub(super) fn power_on_after_cut(
     Ok(())
 }
 
+/// The retries are spent: the machine is marked Broken in MAAS, with a
+/// comment naming the cluster, the Machine and why, so that nobody
+/// allocates it again before an administrator has looked (and marked it
+/// fixed). MAAS releases it on the way, so the Machine's replacement
+/// deletes nothing of it. Only a machine MAAS shows as ours: repeated after
+/// a crash, the machine is no longer ours (or Broken already) and is left.
+pub(super) fn mark_broken(
+    r: &mut RemediationReconciling,
+    target: &Target,
+    why: &str,
+) -> Result<(), Error> {
+    let host = match owned_host(r, target)? {
+        Ok(host) if host.status != MachineStatus::Broken => host,
+        Ok(_) => return Ok(()),
+        Err(Refusal::Cannot(reason) | Refusal::NotOwned(reason)) => {
+            log::info!("{}: not marking broken: {reason}", r.key());
+            return Ok(());
+        }
+    };
+    let ns = &r.object.metadata.namespace;
+    let comment = format!(
+        "capmaas: cluster {ns}/{}, Machine {}: {why}",
+        target.machine.spec.cluster_name, target.machine.metadata.name
+    );
+    r.maas()?.mark_broken(&host.system_id, &comment)?;
+    let message = format!(
+        "MAAS machine {} marked Broken (\"{comment}\"); an administrator marks it fixed to use it again",
+        host.system_id
+    );
+    r.set(Desired::true_(api::MARKED_BROKEN, api::MARKED_BROKEN).with_message(&message));
+    r.event(EventType::Warning, "MachineMarkedBroken", &message);
+    Ok(())
+}
+
 /// Why a machine is not power-cycled.
 pub(super) enum Refusal {
     /// Nothing to power-cycle (no MaasMachine or machine, deletion under
@@ -217,12 +251,37 @@ fn refuse(r: &mut RemediationReconciling, refusal: Refusal) -> Result<Action, Er
     }
 }
 
-/// The MAAS machine of the MaasMachine, when it may be power-cycled: the
-/// machine its `spec.systemID` names, and only while MAAS shows it under the
-/// MaasMachine's identity (PLAN "Identity and tenancy": owner data, or the
-/// `agent_name` list right after a crash before owner data was written).
-/// MAAS being unreachable is an error (retried).
+/// The MAAS machine of the MaasMachine, when it may be power-cycled: one
+/// that is ours ([`owned_host`]), Deployed, and not of power type manual.
 fn power_target(
+    r: &RemediationReconciling,
+    target: &Target,
+) -> Result<Result<maas::Machine, Refusal>, Error> {
+    let host = match owned_host(r, target)? {
+        Ok(host) => host,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let system_id = &host.system_id;
+    if host.status != MachineStatus::Deployed {
+        return Ok(Err(Refusal::Cannot(format!(
+            "MAAS machine {system_id} is {:?}, not Deployed",
+            host.status_name
+        ))));
+    }
+    if host.power_type == "manual" {
+        return Ok(Err(Refusal::Cannot(format!(
+            "MAAS cannot power-cycle machine {system_id} (power type manual)"
+        ))));
+    }
+    Ok(Ok(host))
+}
+
+/// The MAAS machine of the MaasMachine: the machine its `spec.systemID`
+/// names, and only while MAAS shows it under the MaasMachine's identity
+/// (PLAN "Identity and tenancy": owner data, or the `agent_name` list right
+/// after a crash before owner data was written). MAAS being unreachable is
+/// an error (retried).
+fn owned_host(
     r: &RemediationReconciling,
     target: &Target,
 ) -> Result<Result<maas::Machine, Refusal>, Error> {
@@ -273,17 +332,6 @@ fn power_target(
         return Ok(Err(Refusal::NotOwned(identity::not_ours_message(
             system_id,
             Some(&host),
-        ))));
-    }
-    if host.status != MachineStatus::Deployed {
-        return Ok(Err(Refusal::Cannot(format!(
-            "MAAS machine {system_id} is {:?}, not Deployed",
-            host.status_name
-        ))));
-    }
-    if host.power_type == "manual" {
-        return Ok(Err(Refusal::Cannot(format!(
-            "MAAS cannot power-cycle machine {system_id} (power type manual)"
         ))));
     }
     Ok(Ok(host))

@@ -245,6 +245,7 @@ impl RemediationReconciling<'_> {
             "the Machine is still unhealthy {} after power cycle {count} of {limit}",
             describe(self.object.timeout())
         );
+        cycle::mark_broken(self, target, &message)?;
         self.hand_back(api::RETRIES_EXHAUSTED, message)
     }
 

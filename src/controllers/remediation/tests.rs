@@ -226,12 +226,56 @@ fn still_unhealthy_after_the_retry_limit_hands_the_machine_back() {
     );
     assert!(events(&w).contains(&"MachineHandedBack".to_string()));
 
+    // Issue 23 item 1: nobody allocates it again before a person looked.
+    let host = w.maas.host(&system_id);
+    assert_eq!(host.status, MachineStatus::Broken);
+    assert!(host.owner.is_none(), "released on the way, as MAAS does");
+    let comment = host.status_message.unwrap_or_default();
+    assert!(
+        comment.starts_with(&format!("capmaas: cluster {NS}/c1, Machine m1: ")),
+        "{comment}"
+    );
+    assert!(comment.contains("after power cycle 2 of 2"), "{comment}");
+    assert_eq!(reason(&w, api::MARKED_BROKEN), api::MARKED_BROKEN);
+    assert!(events(&w).contains(&"MachineMarkedBroken".to_string()));
+    let marks = |w: &World| {
+        w.maas
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("mark_broken"))
+            .count()
+    };
+    assert_eq!(marks(&w), 1);
+
+    // The status write lost in a crash: the hand-back is repeated, the
+    // machine (no longer ours) is not marked again.
+    w.edit(MAAS_REMEDIATION, NS, "m1", |v| {
+        v["status"]["phase"] = json!(api::PHASE_WAITING)
+    });
+    w.maas.clear_calls();
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert_eq!(marks(&w), 0, "{:?}", w.maas.calls());
+    assert_eq!(status(&w).phase, api::PHASE_DELETING_MACHINE);
+
     // Done: later reconciles neither call MAAS nor write again.
     w.maas.clear_calls();
     w.kube.clear_writes();
     w.clock.advance(600);
     assert_eq!(reconcile(&w).unwrap(), Action::Done);
     assert!(w.maas.calls().is_empty() && w.kube.writes().is_empty());
+
+    // Cluster API replaces the Machine: its MaasMachine goes without a
+    // release (MAAS released it when it was marked) and the Broken machine
+    // stays Broken.
+    w.delete(MAAS_MACHINE, NS, "m1");
+    crate::controllers::machine::reconcile(&w.ctx, NS, "m1").unwrap();
+    assert!(
+        !w.maas.calls().iter().any(|c| c.starts_with("release")),
+        "{:?}",
+        w.maas.calls()
+    );
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+    assert_eq!(w.maas.host(&system_id).status, MachineStatus::Broken);
 }
 
 #[test]
