@@ -170,6 +170,16 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 }
 
 /// The Ready status of a workload Node ("" when it does not exist).
+fn out_of_service(workload: &kube::Client, node: &str) -> bool {
+    get(workload, &NODES, None, node).is_some_and(|n| {
+        n["spec"]["taints"].as_array().is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|t| t["key"] == "node.kubernetes.io/out-of-service")
+        })
+    })
+}
+
 fn node_ready(workload: &kube::Client, node: &str) -> String {
     get(workload, &NODES, None, node)
         .and_then(|n| {
@@ -304,11 +314,16 @@ fn machine_health_check_power_cycles_then_replaces() {
     // (a) A kubelet that a reboot fixes.
     let case_a = Instant::now();
     lab.workloads.set_node_ready(&healed.node, "False", true);
+    // Issue 23 item 1: while MAAS has the machine off, its Node carries the
+    // out-of-service taint (stateful pods leave, volumes detach), and loses
+    // it once Ready again.
+    let mut out_of_service_seen = false;
     wait_for(
         &mut lab,
         120,
         "(a) a MaasRemediation power-cycled the machine",
         |lab| {
+            out_of_service_seen |= out_of_service(&workload, &healed.node);
             let seen = remediations.of(&healed.machine);
             let cycled = seen.iter().any(|(_, count, _)| *count == 1);
             (cycled && history(lab, &healed.maas_machine).is_some()).then_some(())
@@ -319,6 +334,7 @@ fn machine_health_check_power_cycles_then_replaces() {
         120,
         "(a) the Node Ready again, the remediation gone",
         |lab| {
+            out_of_service_seen |= out_of_service(&workload, &healed.node);
             let gone = get(
                 &lab.kube,
                 &MAAS_REMEDIATIONS,
@@ -328,6 +344,10 @@ fn machine_health_check_power_cycles_then_replaces() {
             .is_none();
             (gone && node_ready(&workload, &healed.node) == "True").then_some(())
         },
+    );
+    assert!(
+        !out_of_service(&workload, &healed.node),
+        "the taint is off the healed Node"
     );
     let a_seconds = case_a.elapsed();
     let seen = remediations.of(&healed.machine);
@@ -364,6 +384,12 @@ fn machine_health_check_power_cycles_then_replaces() {
         reasons.contains(&"RemediationEnded".to_string()),
         "{reasons:?}"
     );
+    assert!(
+        reasons.contains(&"NodeOutOfService".to_string())
+            && reasons.contains(&"NodeBackInService".to_string()),
+        "{reasons:?}"
+    );
+    println!("(a) out-of-service taint seen on the Node while polled: {out_of_service_seen}");
     println!(
         "(a) remediated by a power cycle in {:.1}s; events {reasons:?}",
         a_seconds.as_secs_f64()

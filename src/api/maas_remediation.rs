@@ -55,6 +55,15 @@ pub const RETRIES_EXHAUSTED: &str = "RetriesExhausted";
 /// is Broken in MAAS, so nobody allocates it until an administrator marks
 /// it fixed; its message names the machine and the comment MAAS shows.
 pub const MARKED_BROKEN: &str = "MarkedBroken";
+/// Condition: True (reason `OutOfServiceTaintAdded`) while the Node has
+/// the `node.kubernetes.io/out-of-service` taint capmaas gave it when MAAS
+/// reported the machine off; False `NodeBackInService` once taken off, or
+/// `OutOfServiceTaintFailed` when the workload API could not be written
+/// (the power cycle goes on).
+pub const NODE_OUT_OF_SERVICE: &str = "NodeOutOfService";
+pub const OUT_OF_SERVICE_TAINT_ADDED: &str = "OutOfServiceTaintAdded";
+pub const OUT_OF_SERVICE_TAINT_FAILED: &str = "OutOfServiceTaintFailed";
+pub const NODE_BACK_IN_SERVICE: &str = "NodeBackInService";
 pub const CANNOT_POWER_CYCLE: &str = "CannotPowerCycle";
 /// Condition reason when there is nothing capmaas may act on (no such
 /// Machine, or not a MaasMachine's).
@@ -123,6 +132,10 @@ pub struct MaasRemediationStatus {
     /// When the current (last) power cycle started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_remediated: Option<String>,
+    /// The Node given the out-of-service taint while its machine was off,
+    /// until the taint is taken off again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_service_node: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -540,6 +540,8 @@ impl WorkloadApi for Workload {
                     .pointer("/spec/providerID")
                     .and_then(Value::as_str)
                     .map(str::to_string),
+                ready_since: ready_since(&node),
+                out_of_service: out_of_service_index(&node).is_some(),
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -573,6 +575,58 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
     }
+
+    fn set_node_out_of_service(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        out_of_service: bool,
+    ) -> Result<(), kube::Error> {
+        let client = self.client(namespace, cluster)?;
+        let node = client.get(&NODES, None, node_name)?;
+        let mut taints = node
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        match (out_of_service_index(&node), out_of_service) {
+            (Some(_), true) | (None, false) => return Ok(()),
+            (Some(at), false) => {
+                taints.remove(at);
+            }
+            (None, true) => taints.push(json!({
+                "key": OUT_OF_SERVICE_TAINT,
+                "value": "nodeshutdown",
+                "effect": "NoExecute",
+            })),
+        }
+        // A merge patch replaces the whole list: the resourceVersion makes
+        // it fail (Conflict, retried) rather than drop a taint written since.
+        let patch = json!({
+            "metadata": {"resourceVersion": node.pointer("/metadata/resourceVersion")},
+            "spec": {"taints": taints},
+        });
+        client
+            .patch_merge(&NODES, None, node_name, &patch)
+            .map(|_| ())
+    }
+}
+
+fn ready_since(node: &Value) -> Option<String> {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .map(str::to_string)
+}
+
+fn out_of_service_index(node: &Value) -> Option<usize> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)?
+        .iter()
+        .position(|t| t["key"] == OUT_OF_SERVICE_TAINT && t["effect"] == "NoExecute")
 }
 
 /// One object by a direct GET, decoded into `T`; `Ok(None)` on 404.

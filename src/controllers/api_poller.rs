@@ -419,6 +419,15 @@ mod tests {
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never labels Nodes")
         }
+        fn set_node_out_of_service(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: bool,
+        ) -> Result<(), kube::Error> {
+            unreachable!("the poller never taints Nodes")
+        }
     }
 
     #[test]
@@ -486,6 +495,15 @@ mod tests {
                 _: &std::collections::BTreeMap<String, Option<String>>,
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never labels Nodes")
+            }
+            fn set_node_out_of_service(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: bool,
+            ) -> Result<(), kube::Error> {
+                unreachable!("the poller never taints Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
@@ -658,6 +676,15 @@ mod tests {
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never labels Nodes")
         }
+        fn set_node_out_of_service(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: bool,
+        ) -> Result<(), kube::Error> {
+            unreachable!("the poller never taints Nodes")
+        }
     }
 
     /// Issue 12 item 7: probes ran one after the other on the poller thread,
@@ -752,6 +779,15 @@ mod tests {
                 _: &std::collections::BTreeMap<String, Option<String>>,
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never labels Nodes")
+            }
+            fn set_node_out_of_service(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: bool,
+            ) -> Result<(), kube::Error> {
+                unreachable!("the poller never taints Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();

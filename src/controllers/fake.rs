@@ -738,8 +738,9 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    /// As MAAS 3.4.8: a machine still ours is released on the way (owner,
-    /// owner data and agent name cleared), then Broken.
+    /// As MAAS 3.4.8 (and the simulator): a machine still ours is released
+    /// on the way (owner and agent name cleared; owner data too when it
+    /// was off, else the release never finishes), then Broken.
     fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
         self.call("mark_broken", system_id)?;
         let mut machines = lock(&self.machines);
@@ -750,7 +751,9 @@ impl MaasApi for FakeMaas {
         host.status_name = "Broken".into();
         host.status_message = Some(comment.into());
         host.owner = None;
-        host.owner_data.clear();
+        if host.power_state == PowerState::Off {
+            host.owner_data.clear();
+        }
         lock(&self.agent_names).remove(system_id);
         Ok(())
     }
@@ -1161,6 +1164,9 @@ pub fn refused(cluster: &str) -> kube::Error {
     }
 }
 
+/// When a fake Node turned Ready unless a test says otherwise.
+pub const NODE_READY_LONG_AGO: &str = "2020-01-01T00:00:00Z";
+
 #[derive(Default)]
 pub struct FakeWorkload {
     /// (cluster, node name) → providerID ("" = unset).
@@ -1170,6 +1176,13 @@ pub struct FakeWorkload {
     pub up_addresses: Mutex<HashSet<String>>,
     /// (cluster, node name) → the Node's labels.
     pub node_labels: Mutex<HashMap<(String, String), BTreeMap<String, String>>>,
+    /// (cluster, node name) → when its Ready turned True (absent: long
+    /// ago, [`NODE_READY_LONG_AGO`]; `None`: not Ready).
+    pub ready_since: Mutex<HashMap<(String, String), Option<String>>>,
+    /// (cluster, node name) of Nodes with the out-of-service taint.
+    pub out_of_service: Mutex<HashSet<(String, String)>>,
+    /// Every taint change: (node name, added).
+    pub taint_writes: Mutex<Vec<(String, bool)>>,
 }
 
 impl WorkloadApi for FakeWorkload {
@@ -1200,10 +1213,46 @@ impl WorkloadApi for FakeWorkload {
     ) -> Result<Option<NodeInfo>, kube::Error> {
         Ok(lock(&self.nodes)
             .get(&(cluster.into(), node_name.into()))
-            .map(|p| NodeInfo {
-                name: node_name.into(),
-                provider_id: (!p.is_empty()).then(|| p.clone()),
+            .map(|p| {
+                let key = (cluster.to_string(), node_name.to_string());
+                NodeInfo {
+                    name: node_name.into(),
+                    provider_id: (!p.is_empty()).then(|| p.clone()),
+                    ready_since: lock(&self.ready_since)
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or_else(|| Some(NODE_READY_LONG_AGO.into())),
+                    out_of_service: lock(&self.out_of_service).contains(&key),
+                }
             }))
+    }
+    fn set_node_out_of_service(
+        &self,
+        _namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        out_of_service: bool,
+    ) -> Result<(), kube::Error> {
+        let key = (cluster.to_string(), node_name.to_string());
+        if !lock(&self.up).contains(cluster) {
+            return Err(refused(cluster));
+        }
+        if !lock(&self.nodes).contains_key(&key) {
+            return Err(kube::Error::NotFound {
+                request: format!("GET /api/v1/nodes/{node_name}"),
+                message: "node not found".into(),
+            });
+        }
+        let mut tainted = lock(&self.out_of_service);
+        let changed = if out_of_service {
+            tainted.insert(key)
+        } else {
+            tainted.remove(&key)
+        };
+        if changed {
+            lock(&self.taint_writes).push((node_name.into(), out_of_service));
+        }
+        Ok(())
     }
     fn set_node_provider_id(
         &self,

@@ -247,7 +247,18 @@ pub trait KubeApi: Send + Sync {
 pub struct NodeInfo {
     pub name: String,
     pub provider_id: Option<String>,
+    /// When its `Ready` condition last turned True (`metav1.Time`); `None`
+    /// while it is not True. A Node that was never seen down after a power
+    /// cycle still shows the Ready of before it.
+    pub ready_since: Option<String>,
+    /// It carries the [`OUT_OF_SERVICE_TAINT`].
+    pub out_of_service: bool,
 }
+
+/// Kubernetes' non-graceful node shutdown taint (`NoExecute`): pods on the
+/// Node are deleted at once and their volumes detached, so that stateful
+/// pods start elsewhere while the machine is down.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 
 /// The workload cluster of `<namespace>/<cluster>`, reached with the
 /// kubeconfig in Secret `<cluster>-kubeconfig` (re-read on every call: the
@@ -287,6 +298,15 @@ pub trait WorkloadApi: Send + Sync {
         cluster: &str,
         node_name: &str,
         labels: &BTreeMap<String, Option<String>>,
+    ) -> Result<(), kube::Error>;
+    /// Adds (`true`) or removes (`false`) the [`OUT_OF_SERVICE_TAINT`],
+    /// keeping the Node's other taints; a Node already so is not written.
+    fn set_node_out_of_service(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        out_of_service: bool,
     ) -> Result<(), kube::Error>;
 }
 

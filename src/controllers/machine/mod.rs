@@ -30,6 +30,7 @@ pub mod ipam;
 #[cfg(test)]
 mod ipam_tests;
 mod node;
+pub(crate) use node::node_names;
 mod observe;
 mod release;
 mod retry;

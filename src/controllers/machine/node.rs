@@ -243,7 +243,7 @@ fn wait(r: &MachineReconciling) -> Action {
 }
 
 /// The Node is named after the MAAS hostname: exactly, else its short name.
-fn node_names(hostname: &str) -> Vec<String> {
+pub(crate) fn node_names(hostname: &str) -> Vec<String> {
     let exact = hostname.to_lowercase();
     let mut names = vec![exact.clone()];
     if let Some((short, _domain)) = exact.split_once('.') {

@@ -110,6 +110,9 @@ enum ToRelease {
 /// lost), or the recorded machine if its owner data names us (adopted
 /// machines have no `agent_name`). A recorded machine under no identity of
 /// ours is released already (the answer lost in a crash) or someone else's.
+/// A Broken machine is never released: MAAS would make it Ready, and the
+/// next allocation would take what a remediation or an administrator
+/// marked Broken so that nobody does.
 fn machines_to_release(
     r: &MachineReconciling,
     identity: Option<&Identity>,
@@ -119,7 +122,7 @@ fn machines_to_release(
             .maas()?
             .machines_by_agent_name(identity.as_str())?
             .into_iter()
-            .filter(|host| !being_released(host))
+            .filter(|host| !being_released(host) && host.status != MachineStatus::Broken)
             .map(|host| host.system_id)
             .collect(),
         None => Vec::new(),
@@ -156,6 +159,13 @@ fn machines_to_release(
         // Released already by an earlier reconcile (that waits for MAAS to
         // finish, e.g. to unlink static addresses): not again.
         Some(Ownership::Ours) if being_released(&host) => {}
+        Some(Ownership::Ours) if host.status == MachineStatus::Broken => r.event(
+            EventType::Normal,
+            "MachineLeftBroken",
+            &format!(
+                "MAAS machine {recorded} is Broken: not released, so that nobody allocates it before an administrator marks it fixed"
+            ),
+        ),
         Some(Ownership::Ours) => system_ids.push(recorded),
         // Released already (its answer lost in a crash), or never ours: no
         // owner means nothing to release and nobody to warn about.

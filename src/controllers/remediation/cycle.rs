@@ -100,6 +100,7 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
             Ok(Action::RequeueAfter(Duration::from_secs(1)))
         }
         _ if host.power_state == PowerState::Off => {
+            super::node::take_out_of_service(r, target, &host)?;
             r.set(Desired::false_(
                 api::POWER_CYCLED,
                 api::POWERING_ON,

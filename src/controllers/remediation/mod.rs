@@ -31,6 +31,7 @@
 //! the Node's condition changes during a reboot.
 
 mod cycle;
+mod node;
 #[cfg(test)]
 mod tests;
 
@@ -234,6 +235,19 @@ impl RemediationReconciling<'_> {
     /// power cycle, or the hand-back after `retryLimit` of them.
     fn wait(&mut self, target: &Target) -> Result<Action, Error> {
         let left = self.attempt_left();
+        let cluster = target.machine.spec.cluster_name.clone();
+        // The Node out of service is looked at often; a workload API that
+        // does not answer (a control plane rebooting) delays nothing else.
+        let node_poll = match node::bring_back(self, &cluster, false) {
+            Ok(poll) => poll,
+            Err(e) => {
+                log::info!("{}: out-of-service Node not checked: {e}", self.key());
+                Some(node::NODE_POLL)
+            }
+        };
+        if let Some(poll) = node_poll.filter(|_| !left.is_zero()) {
+            return Ok(Action::RequeueAfter(poll.min(left)));
+        }
         if !left.is_zero() {
             return Ok(Action::RequeueAfter(left));
         }
@@ -331,6 +345,18 @@ impl RemediationReconciling<'_> {
                     Ok(()) => cycle::power_on_after_cut(self, machine)?,
                     Err(e) => log::warn!("{}: not powering on: {e}", self.key()),
                 }
+            }
+        }
+        if let Some(cluster) = machine.map(|m| m.spec.cluster_name.clone()) {
+            match node::bring_back(self, &cluster, true) {
+                Ok(_) => {}
+                // Retried: a Node left out of service runs no pods.
+                Err(Error::Workload(e)) if e.is_transient() => return Err(Error::Workload(e)),
+                Err(e) => log::warn!(
+                    "{}: out-of-service taint left on Node {:?}: {e}",
+                    self.key(),
+                    self.status.out_of_service_node
+                ),
             }
         }
         let count = self.status.retry_count;

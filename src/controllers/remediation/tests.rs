@@ -49,7 +49,24 @@ fn deployed_worker(w: &World) -> String {
     assert!(mm.status().ready, "deployed and powered on");
     w.maas.clear_calls();
     w.kube.clear_writes();
-    mm.spec.system_id.unwrap()
+    let system_id = mm.spec.system_id.unwrap();
+    // Its Node in the workload cluster, named after the MAAS hostname.
+    let node = node_of(w, &system_id);
+    w.workload
+        .nodes
+        .lock()
+        .unwrap()
+        .insert(("c1".into(), node), mm.spec.provider_id.unwrap_or_default());
+    w.workload.up.lock().unwrap().insert("c1".into());
+    system_id
+}
+
+fn node_of(w: &World, system_id: &str) -> String {
+    w.maas.host(system_id).hostname.to_lowercase()
+}
+
+fn node_key(w: &World, system_id: &str) -> (String, String) {
+    ("c1".into(), node_of(w, system_id))
 }
 
 /// The MaasRemediation a MachineHealthCheck creates for Machine `m1` from a
@@ -170,19 +187,70 @@ fn power_cycle_off_then_on_then_waits_for_the_health_check() {
     );
     assert_eq!(
         events(&w),
-        ["PowerCycleStarted", "PoweringOn", "PowerCycled"]
+        [
+            "PowerCycleStarted",
+            "NodeOutOfService",
+            "PoweringOn",
+            "PowerCycled"
+        ]
     );
     assert!(owner_remediated(&w).is_none(), "the Machine is not touched");
+    // Issue 23 item 1: the Node was tainted when MAAS reported the machine
+    // off, and keeps the taint until it is Ready again.
+    let node = node_key(&w, &system_id);
+    assert_eq!(
+        *w.workload.taint_writes.lock().unwrap(),
+        [(node.1.clone(), true)]
+    );
+    assert_eq!(
+        status(&w).out_of_service_node.as_deref(),
+        Some(node.1.as_str())
+    );
+    assert_eq!(
+        reason(&w, api::NODE_OUT_OF_SERVICE),
+        api::OUT_OF_SERVICE_TAINT_ADDED
+    );
 
-    // Waiting: nothing is asked of MAAS until the timeout.
+    // Waiting, the Node not seen Ready since the power cycle (its Ready of
+    // before, then not Ready): looked at every 10 s, MAAS not asked.
     w.maas.clear_calls();
-    w.clock.advance(30);
+    w.clock.advance(10);
+    assert_eq!(
+        reconcile(&w).unwrap(),
+        Action::RequeueAfter(super::node::NODE_POLL)
+    );
+    w.workload
+        .ready_since
+        .lock()
+        .unwrap()
+        .insert(node.clone(), None);
+    w.clock.advance(20);
+    assert_eq!(
+        reconcile(&w).unwrap(),
+        Action::RequeueAfter(super::node::NODE_POLL)
+    );
+    assert!(w.maas.calls().is_empty());
+    assert!(w.workload.out_of_service.lock().unwrap().contains(&node));
+
+    // Ready again: the taint comes off, and the wait runs to the timeout.
+    w.workload
+        .ready_since
+        .lock()
+        .unwrap()
+        .insert(node.clone(), Some("2023-11-14T22:13:50Z".into()));
+    w.clock.advance(10);
     assert_eq!(
         reconcile(&w).unwrap(),
         Action::RequeueAfter(Duration::from_secs(
-            TIMEOUT - 30 - super::cycle::MIN_OFF_SECONDS
+            TIMEOUT - 40 - super::cycle::MIN_OFF_SECONDS
         ))
     );
+    assert!(!w.workload.out_of_service.lock().unwrap().contains(&node));
+    assert_eq!(
+        reason(&w, api::NODE_OUT_OF_SERVICE),
+        api::NODE_BACK_IN_SERVICE
+    );
+    assert!(status(&w).out_of_service_node.is_none());
     assert!(w.maas.calls().is_empty());
 
     // The MachineHealthCheck finds the Node healthy and deletes us.
@@ -191,6 +259,48 @@ fn power_cycle_off_then_on_then_waits_for_the_health_check() {
     assert!(object(&w).is_none(), "finalizer removed, object gone");
     assert!(power_calls(&w).is_empty(), "the machine is on already");
     assert_eq!(w.maas.host(&system_id).status, MachineStatus::Deployed);
+    assert_eq!(w.workload.taint_writes.lock().unwrap().len(), 2);
+}
+
+/// The MachineHealthCheck deletes the remediation while the Node is still
+/// out of service: the taint comes off before the finalizer goes; a
+/// workload API that does not answer holds the finalizer (a Node left out
+/// of service runs no pods) and is tried again.
+#[test]
+fn an_ending_remediation_takes_the_out_of_service_taint_off() {
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    remediation(&w, 2);
+    run_power_cycle(&w, &system_id, 1);
+    let node = node_key(&w, &system_id);
+    assert!(w.workload.out_of_service.lock().unwrap().contains(&node));
+
+    w.workload.up.lock().unwrap().clear();
+    w.delete(MAAS_REMEDIATION, NS, "m1");
+    assert!(reconcile(&w).is_err());
+    assert!(object(&w).is_some(), "the finalizer holds");
+
+    w.workload.up.lock().unwrap().insert("c1".into());
+    assert_eq!(reconcile(&w).unwrap(), Action::Done);
+    assert!(object(&w).is_none());
+    assert!(!w.workload.out_of_service.lock().unwrap().contains(&node));
+}
+
+/// A workload API that does not answer never holds the power cycle: the
+/// taint is reported as failed, and the machine is powered on.
+#[test]
+fn an_unreachable_workload_api_does_not_hold_the_power_cycle() {
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    w.workload.up.lock().unwrap().clear();
+    remediation(&w, 2);
+    run_power_cycle(&w, &system_id, 1);
+    assert_eq!(
+        reason(&w, api::NODE_OUT_OF_SERVICE),
+        api::OUT_OF_SERVICE_TAINT_FAILED
+    );
+    assert!(events(&w).contains(&api::OUT_OF_SERVICE_TAINT_FAILED.to_string()));
+    assert!(w.workload.taint_writes.lock().unwrap().is_empty());
 }
 
 #[test]
@@ -276,6 +386,7 @@ fn still_unhealthy_after_the_retry_limit_hands_the_machine_back() {
     );
     assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
     assert_eq!(w.maas.host(&system_id).status, MachineStatus::Broken);
+    assert!(events(&w).contains(&"MachineLeftBroken".to_string()));
 }
 
 #[test]
