@@ -469,6 +469,18 @@ impl Client {
         })
     }
 
+    /// MAAS's version (`version/`; anonymous in MAAS, signed anyway).
+    pub fn version(&self) -> Result<MaasVersion, Error> {
+        self.json(Call {
+            op: "version",
+            method: Method::Get,
+            path: "version/".into(),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
     // ---- machines --------------------------------------------------------
 
     pub fn machine(&self, system_id: &str) -> Result<Machine, Error> {
