@@ -49,9 +49,11 @@ fn maas_client(config: &Config) -> Result<maas::Client, String> {
         .ok()
         .filter(|v| !v.trim().is_empty())
         .ok_or("MAAS_API_KEY is not set; it is the MAAS API key <consumer>:<token>:<secret>")?;
-    let api_key = maas::ApiKey::parse(key.trim()).map_err(|_| {
-        "MAAS_API_KEY is not a MAAS API key (expected three parts <consumer>:<token>:<secret>)"
-    })?;
+    // Both values are trimmed (a Secret's trailing newline); what is wrong
+    // inside is named, the key itself never shown (InvalidApiKey says why
+    // without it).
+    let api_key = maas::ApiKey::parse(&key).map_err(|e| format!("MAAS_API_KEY: {e}"))?;
+    maas::client::api_root(&endpoint).map_err(|e| format!("MAAS_ENDPOINT: {e}"))?;
     let mut client_config = maas::ClientConfig::new(endpoint.trim(), api_key);
     client_config.extra_ca_pem = maas_ca_pem(config)?;
     maas::Client::new(client_config)

@@ -88,6 +88,9 @@ fn doctor_passes_a_sound_setup_and_fails_each_broken_check() {
     );
     assert!(line(&out, "[ OK ] API key:").contains("\"admin\""), "{out}");
     line(&out, "[ OK ] rights: MAAS administrator");
+    // Real MAAS 3.4.8 answers "3.4.8"; before 3.8 there is no pool note.
+    line(&out, "[ OK ] MAAS version: 3.4.8");
+    assert!(!out.contains("pool rights"), "{out}");
     assert!(
         line(&out, "[WARN] transport:").contains("plain http://"),
         "{out}"
@@ -236,6 +239,73 @@ fn doctor_passes_a_sound_setup_and_fails_each_broken_check() {
             "{out}"
         );
     }
+
+    // Values as Secrets carry them (issue 22 item 7): a trailing newline
+    // or spaces around the endpoint and the key are trimmed, at start-up
+    // from the environment and in a cluster's identity Secret alike.
+    let (code, out) = doctor_with(
+        cp,
+        &format!(" {}\n", sim.url),
+        &format!("{}\r\n", sim.api_key),
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    line(&out, "[ OK ] API key:");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "padded-maas", "namespace": ns},
+        "stringData": {"MAAS_ENDPOINT": format!("{}/\n", sim.url),
+                       "MAAS_API_KEY": format!("  {}\n", sim.api_key)}});
+    let mut tenant = story::maas_cluster(&ns);
+    tenant["metadata"]["name"] = json!("tenant");
+    tenant["spec"]["identityRef"] = json!({"kind": "Secret", "name": "padded-maas"});
+    apply(cp, &[secret, tenant]);
+    let (code, out) = doctor(cp, &sim, &[]);
+    assert_eq!(code, 0, "{out}");
+    line(
+        &out,
+        &format!("[ OK ] credentials of MaasCluster {ns}/tenant (Secret padded-maas): valid"),
+    );
+    // Garbage inside a value is refused, naming the value, never showing
+    // the key; no request is made with it.
+    let (consumer, rest) = sim.api_key.split_once(':').expect("three-part key");
+    let garbled = format!("{consumer}:{rest}\nleftover-from-a-paste");
+    let (code, out) = doctor_with(cp, &sim.url, &garbled, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("MAAS_API_KEY: invalid MAAS API key: the token secret contains whitespace"),
+        "{out}"
+    );
+    for part in garbled.split([':', '\n']) {
+        assert!(!out.contains(part), "{part:?} shown in {out}");
+    }
+    let broken_url = sim.url.replacen("//", "//\n", 1);
+    let (code, out) = doctor_with(cp, &broken_url, &sim.api_key, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("MAAS_ENDPOINT: ")
+            && out.contains("contains whitespace or control characters"),
+        "{out}"
+    );
+    // From MAAS 3.8 on, a non-admin user is told what an API key cannot
+    // check: its groups' deploy rights per resource pool.
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["settings"]["maas_version"] = json!("3.8.0");
+    let sim38 = MaasSim::start(Some(&inventory));
+    let key = sim38
+        .non_admin_key()
+        .expect("story.json has a non-admin user");
+    let (_, out) = doctor_with(cp, &sim38.url, &key, &[]);
+    line(&out, "[ OK ] MAAS version: 3.8.0");
+    assert!(
+        line(&out, "[WARN] pool rights:").contains("can_deploy_machines"),
+        "{out}"
+    );
+    let (_, out) = doctor(cp, &sim38, &[]);
+    line(&out, "[ OK ] MAAS version: 3.8.0");
+    assert!(
+        !out.contains("pool rights"),
+        "admins hold every right: {out}"
+    );
 
     // Usage errors are exit code 2.
     let (code, out) = doctor(cp, &sim, &["--apply"]);

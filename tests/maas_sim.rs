@@ -129,9 +129,19 @@ fn paths_ops_and_anonymous_calls() {
     assert_eq!(a.status, 301);
     assert!(a.location.unwrap().ends_with("/MAAS/api/2.0/zones/"));
 
+    // Anonymous; answered as real MAAS 3.4.8 does (VersionHandler): the
+    // version up to its qualifier, `subversion` always empty.
     let a = raw.send("GET", "version/", None, None);
     assert_eq!(a.status, 200);
     assert!(a.json()["capabilities"].is_array());
+    assert_eq!(a.json()["version"], "3.4.8");
+    assert_eq!(a.json()["subversion"], "");
+    let mut newer = support::maas_sim::story_inventory();
+    newer["settings"]["maas_version"] = serde_json::json!("3.8.0");
+    let newer = MaasSim::start(Some(&newer));
+    let version = newer.client().version().unwrap();
+    assert_eq!(version.version, "3.8.0");
+    assert!(version.has_pool_entitlements());
 
     let a = raw.send("GET", "machines/", None, None);
     assert_eq!(

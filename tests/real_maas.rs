@@ -48,6 +48,15 @@ fn inventory_answers_parse_into_the_clients_types() {
     let op = operator.whoami().expect("whoami as operator");
     assert_eq!(op.username, OPERATOR);
     assert!(!op.is_superuser);
+    // What `capmaas doctor` reports as the MAAS version.
+    let version = operator.version().expect("version");
+    assert_eq!(version.version, "3.4.8");
+    assert_eq!(version.subversion, "");
+    assert!(!version.has_pool_entitlements());
+    assert!(
+        version.capabilities.iter().any(|c| c == "authenticate-api"),
+        "{version:?}"
+    );
 
     let zones = admin.zones().expect("zones");
     for zone in ["default", "zone-a", "zone-b"] {
@@ -1170,4 +1179,33 @@ fn a_deployed_machine_whose_power_is_unknown_is_never_powered_on() {
         cp.get(&ns, "maasclusters", CLUSTER).is_none().then_some(())
     });
     maas.wait_status(id, "Ready", Duration::from_secs(30));
+}
+
+/// `capmaas doctor` (the real binary) against real MAAS 3.4.8, with the
+/// credentials as Secrets often carry them (a trailing newline on both):
+/// the key is valid, the version read from MAAS itself.
+#[test]
+fn doctor_reports_the_version_of_real_maas() {
+    let Some(maas) = real_maas::world("doctor_reports_the_version_of_real_maas") else {
+        return;
+    };
+    let cp = support::control_plane();
+    for (key, user) in [(&maas.operator_key, OPERATOR), (&maas.admin_key, "admin")] {
+        let out = std::process::Command::new(story::capmaas_bin())
+            .arg("doctor")
+            .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+            .env_remove("KUBECONFIG")
+            .env("MAAS_ENDPOINT", format!("{}\n", real_maas::URL))
+            .env("MAAS_API_KEY", format!("{key}\n"))
+            .output()
+            .expect("run capmaas doctor");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("[ OK ] API key: valid, MAAS user {user:?}")),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("[ OK ] MAAS version: 3.4.8\n"), "{text}");
+        assert!(!text.contains("pool rights"), "{text}");
+    }
 }

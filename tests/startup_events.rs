@@ -103,3 +103,50 @@ fn a_reachable_maas_is_a_ready_event_on_the_pod_and_the_key_never_shows() {
         assert!(!message.contains(part), "{message}");
     }
 }
+
+/// Issue 22 item 7: Secret values often end in a newline (`echo` into a
+/// file, `--from-file`); the Go provider turned that into an opaque URL
+/// error. Trimmed, they work; garbage inside is refused at once, naming
+/// the value and never showing the key.
+#[test]
+fn values_with_trailing_newlines_start_and_garbage_inside_is_named() {
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("startup-newlines");
+    let sim = MaasSim::start(None);
+    let endpoint = format!("{}\n", sim.url);
+    let key = format!("{}\n", sim.api_key);
+    let capmaas = start(&ns, "capmaas-nl", "uid-newlines", &endpoint, &key);
+    let event = support::eventually(60, "a MAASReady Event on the pod", || {
+        event_with_reason(&ns, "uid-newlines", "MAASReady")
+    });
+    let message = event["message"].as_str().unwrap();
+    assert!(message.contains("authenticated as"), "{message}");
+    drop(capmaas);
+
+    let calls_before = sim.calls();
+    let garbled = format!("{}\nleftover-from-a-paste", sim.api_key);
+    let out = Command::new(env!("CARGO_BIN_EXE_capmaas"))
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .arg("--metrics-bind-address=0")
+        .arg("--health-probe-bind-address=0")
+        .arg("--leader-elect=false")
+        .env_remove("KUBECONFIG")
+        .env("MAAS_ENDPOINT", &sim.url)
+        .env("MAAS_API_KEY", &garbled)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("MAAS_API_KEY: invalid MAAS API key: the token secret contains whitespace"),
+        "{stderr}"
+    );
+    for part in garbled.split([':', '\n']) {
+        assert!(!stderr.contains(part), "{part:?} shown in {stderr}");
+    }
+    assert_eq!(
+        sim.calls(),
+        calls_before,
+        "no request may carry a refused key"
+    );
+}

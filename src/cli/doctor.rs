@@ -19,10 +19,10 @@ USAGE:
     capmaas doctor [--release-orphans [--apply]] [FLAGS]
 
 One line per check, with the credentials the controller uses: MAAS reachable
-(TLS), API key valid, the MAAS user's rights and transport, every image,
-resource pool, tag and zone the MaasMachines and MaasMachineTemplates name,
-every MaasCluster's DNS domain, MAAS credentials of clusters with
-spec.identityRef, capacity (free machines matching each template against the
+(TLS), API key valid, the MAAS user's rights, the MAAS version (3.8+: what to
+check of pool rights) and transport, every image, resource pool, tag and zone
+the MaasMachines and MaasMachineTemplates name, every MaasCluster's DNS
+domain, MAAS credentials of clusters with spec.identityRef, capacity (free machines matching each template against the
 replicas MachineDeployments and KubeadmControlPlanes ask of it), and orphans:
 machines MAAS lists under a capmaas identity that no MaasMachine claims.
 Reads every namespace; writes nothing unless --release-orphans --apply.

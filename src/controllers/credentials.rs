@@ -496,7 +496,7 @@ impl Credentials {
     fn client_for(&self, secret: &Value, what: &str) -> Result<maas::Client, CredentialsError> {
         let config = client_config(secret, what, self.ca_pem.as_deref())?;
         let root = maas::client::api_root(&config.endpoint)
-            .map_err(|e| CredentialsError::Invalid(format!("{what}: {e}")))?;
+            .map_err(|e| CredentialsError::Invalid(format!("{what}: key {ENDPOINT_KEY}: {e}")))?;
         if !self.allowed_endpoints.is_empty() && !self.allowed_endpoints.contains(&root) {
             return Err(CredentialsError::Invalid(format!(
                 "{what}: MAAS endpoint {} is not one this controller may use \
@@ -605,11 +605,9 @@ fn client_config(
         Ok(text)
     };
     let endpoint = text(ENDPOINT_KEY)?;
-    let api_key = maas::ApiKey::parse(&text(API_KEY_KEY)?).map_err(|_| {
-        invalid(format!(
-            "{API_KEY_KEY} is not a MAAS API key (expected three parts <consumer>:<token>:<secret>)"
-        ))
-    })?;
+    // InvalidApiKey says what is wrong without the key.
+    let api_key = maas::ApiKey::parse(&text(API_KEY_KEY)?)
+        .map_err(|e| invalid(format!("key {API_KEY_KEY}: {e}")))?;
     let mut config = maas::ClientConfig::new(endpoint, api_key);
     config.extra_ca_pem = match value(CA_CERT_KEY)? {
         Some(pem) => Some(pem),
@@ -644,6 +642,52 @@ mod tests {
     }
 
     #[test]
+    fn secret_values_with_line_breaks_around_them_work() {
+        // `echo` into a file, `kubectl create secret --from-file`: a
+        // trailing newline (or CRLF) on both values.
+        let secret = json!({"data": {
+            ENDPOINT_KEY: b64(" http://maas.example:5240/MAAS/\r\n"),
+            API_KEY_KEY: b64("\tck:tk:secretpart\n"),
+        }});
+        let config = client_config(&secret, "Secret ns/s", None).unwrap();
+        assert_eq!(
+            config.api_key,
+            maas::ApiKey::parse("ck:tk:secretpart").unwrap()
+        );
+        let credentials = Credentials::new(
+            maas::Client::new(maas::ClientConfig::new(
+                "http://controller:5240/MAAS",
+                maas::ApiKey::parse("a:b:c").unwrap(),
+            ))
+            .unwrap(),
+            Default::default(),
+            kube::Client::new(kube::Config::new("http://127.0.0.1:1", None).unwrap()).unwrap(),
+            None,
+        );
+        let client = credentials.client_for(&secret, "Secret ns/s").unwrap();
+        assert_eq!(client.api_root(), "http://maas.example:5240/MAAS/api/2.0/");
+    }
+
+    #[test]
+    fn a_line_break_inside_a_secret_value_is_named_and_never_shows_the_key() {
+        let key_with_garbage = json!({"data": {
+            ENDPOINT_KEY: b64("http://m/MAAS"),
+            API_KEY_KEY: b64("ck:tk:secretpart\nleftover-garbage"),
+        }});
+        let err = client_config(&key_with_garbage, "Secret ns/s", None).unwrap_err();
+        assert!(matches!(err, CredentialsError::Invalid(_)), "{err:?}");
+        assert!(
+            err.message().contains(
+                "key MAAS_API_KEY: invalid MAAS API key: the token secret contains whitespace"
+            ),
+            "{err}"
+        );
+        for part in ["secretpart", "leftover-garbage", "ck:tk"] {
+            assert!(!err.message().contains(part), "{err}");
+        }
+    }
+
+    #[test]
     fn unusable_secrets_say_why_and_never_show_the_key() {
         let cases = [
             (json!({"data": {}}), "has no key MAAS_ENDPOINT"),
@@ -653,7 +697,7 @@ mod tests {
             ),
             (
                 json!({"data": {ENDPOINT_KEY: b64("http://m/MAAS"), API_KEY_KEY: b64("secret-but-wrong")}}),
-                "is not a MAAS API key",
+                "key MAAS_API_KEY: invalid MAAS API key: it has 1 colon-separated parts",
             ),
             (
                 json!({"data": {ENDPOINT_KEY: "***", API_KEY_KEY: b64("a:b:c")}}),

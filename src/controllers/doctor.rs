@@ -3,7 +3,7 @@
 //! the controller uses, one line per check.
 //!
 //! ```text
-//! whoami ─► reachable (TLS) ─► API key ─► rights, transport
+//! whoami ─► reachable (TLS) ─► API key ─► rights, MAAS version (3.8+: pool rights), transport
 //!   ─► objects (MaasClusters, MaasMachines, templates, MachineDeployments, KCPs)
 //!   ─► credentials of clusters with spec.identityRef
 //!   ─► images, pools, tags, zones, DNS domains referenced ─► capacity per template
@@ -281,6 +281,7 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<String> {
                     ),
                 );
             }
+            version(report, maas, user.is_superuser);
             let warnings = maas.security_warnings();
             if warnings.is_empty() {
                 report.push(Outcome::Ok, "transport", "the API key travels over TLS");
@@ -316,6 +317,38 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<String> {
             );
             None
         }
+    }
+}
+
+/// MAAS's version; from 3.8 on, a note on the rights MAAS grants per pool.
+///
+/// MAAS 3.8 grants a user's rights through its groups' entitlements
+/// (`can_deploy_machines` on a pool or on all of MAAS). A user reads its
+/// own only from the v3 API (`GET /MAAS/a/v3/users/me:get_entitlements`),
+/// which accepts a login session or token, not the API key capmaas holds;
+/// API 2.0 shows none (a resource pool is `id`, `name`, `description`).
+/// So doctor says what to check rather than guessing from allocations.
+fn version(report: &mut Report, maas: &maas::Client, is_superuser: bool) {
+    let version = match maas.version() {
+        Ok(version) => version,
+        Err(e) => {
+            report.push(Outcome::Warn, "MAAS version", format!("not read: {e}"));
+            return;
+        }
+    };
+    report.push(Outcome::Ok, "MAAS version", version.version.clone());
+    if version.has_pool_entitlements() && !is_superuser {
+        report.push(
+            Outcome::Warn,
+            "pool rights",
+            format!(
+                "MAAS {} grants deploy rights per resource pool (user groups and their \
+                 entitlements), which an API key cannot read: a MAAS administrator must \
+                 check that this user's groups hold can_deploy_machines on every pool \
+                 the templates name, else allocation finds no machine there",
+                version.version
+            ),
+        );
     }
 }
 

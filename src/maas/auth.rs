@@ -61,6 +61,15 @@ impl ApiKey {
                     "the {name} contains whitespace or control characters"
                 )));
             }
+            // MAAS makes keys of letters and digits; anything beyond
+            // printable ASCII (a byte-order mark, a non-breaking space
+            // from a web page) was pasted by mistake and would only earn
+            // a 401.
+            if !part.chars().all(|c| c.is_ascii_graphic()) {
+                return Err(InvalidApiKey(format!(
+                    "the {name} contains characters other than printable ASCII"
+                )));
+            }
         }
         let [consumer_key, token_key, token_secret] = parts.as_slice() else {
             return Err(InvalidApiKey(
@@ -198,6 +207,11 @@ mod tests {
             "::",
             "ck::secretpart",
             "ck:tk:sec ret",
+            "ck:tk:secret\npasted",
+            "ck:tk\r\n:secretpart",
+            "\u{feff}consumer:tk:secretpart",
+            "ck:tk:secret\u{a0}part",
+            "ck:tk:sécretpart",
         ] {
             let err = ApiKey::parse(bad).unwrap_err().to_string();
             assert!(err.starts_with("invalid MAAS API key"), "{err}");
@@ -208,9 +222,14 @@ mod tests {
     }
 
     #[test]
-    fn trailing_newline_is_tolerated() {
-        let key = ApiKey::parse(&format!("{KEY}\n")).unwrap();
-        assert_eq!(key, ApiKey::parse(KEY).unwrap());
+    fn surrounding_whitespace_is_trimmed() {
+        for padded in [
+            format!("{KEY}\n"),
+            format!("{KEY}\r\n"),
+            format!("  {KEY} \t\n"),
+        ] {
+            assert_eq!(ApiKey::parse(&padded).unwrap(), ApiKey::parse(KEY).unwrap());
+        }
     }
 
     #[test]

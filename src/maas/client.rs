@@ -238,9 +238,18 @@ pub fn api_root(endpoint: &str) -> Result<String, Error> {
     if rest.is_empty() || rest.starts_with('/') {
         return Err(config_err(format!("MAAS endpoint {shown:?} has no host")));
     }
-    if trimmed.contains(['?', '#', ' ']) {
+    // Surrounding whitespace (a Secret's trailing newline) is trimmed
+    // above; any left inside is a pasting mistake that would otherwise
+    // reach the HTTP library as an opaque URL error.
+    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(config_err(format!(
-            "MAAS endpoint {shown:?} must not contain a query, fragment or spaces"
+            "MAAS endpoint {shown:?} contains whitespace or control characters \
+             (a line break or space inside the URL)"
+        )));
+    }
+    if trimmed.contains(['?', '#']) {
+        return Err(config_err(format!(
+            "MAAS endpoint {shown:?} must not contain a query or fragment"
         )));
     }
     let base = trimmed.strip_suffix("/api/2.0").unwrap_or(trimmed);
@@ -455,6 +464,18 @@ impl Client {
             method: Method::Get,
             path: "users/".into(),
             query: vec![("op", "whoami".into())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    /// MAAS's version (`version/`; anonymous in MAAS, signed anyway).
+    pub fn version(&self) -> Result<MaasVersion, Error> {
+        self.json(Call {
+            op: "version",
+            method: Method::Get,
+            path: "version/".into(),
+            query: vec![],
             form: vec![],
             repeat: Repeat::Safe,
         })
@@ -1284,6 +1305,8 @@ mod tests {
             "http://10.11.130.11:5240/MAAS/api/2.0",
             "http://10.11.130.11:5240/MAAS/api/2.0/",
             " http://10.11.130.11:5240/MAAS\n",
+            "http://10.11.130.11:5240/MAAS/\r\n",
+            "\t http://10.11.130.11:5240/MAAS  \n\n",
         ] {
             assert_eq!(
                 api_root(endpoint).unwrap(),
@@ -1308,6 +1331,28 @@ mod tests {
             let err = api_root(endpoint).unwrap_err();
             assert_eq!(err.kind(), &ErrorKind::Config, "{endpoint}");
         }
+    }
+
+    #[test]
+    fn whitespace_inside_an_endpoint_is_named_not_sent() {
+        for endpoint in [
+            "http://10.0.0.1:5240/MAAS\nhttp://10.0.0.2:5240/MAAS",
+            "http://10.0.0.1:5240\n/MAAS",
+            "http://10.0.0.1 :5240/MAAS",
+            "http://10.0.0.1:5240/MA\tAS",
+            "http://10.0.0.1:5240/MAAS\u{0}",
+        ] {
+            let err = api_root(endpoint).unwrap_err();
+            assert_eq!(err.kind(), &ErrorKind::Config, "{endpoint:?}");
+            assert!(
+                err.to_string().contains("whitespace or control characters"),
+                "{err}"
+            );
+        }
+        // Shown without its password, with the line break escaped.
+        let err = api_root("http://u:hunter22@m:5240\n/MAAS").unwrap_err();
+        assert!(!err.to_string().contains("hunter22"), "{err}");
+        assert!(err.to_string().contains("\\n"), "{err}");
     }
 
     #[test]

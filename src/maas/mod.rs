@@ -12,6 +12,7 @@
 //! client.start_check() -> StartCheck::{Ready(User) | Unreachable(Error) | Refused(message)}
 //! client.recheck_until_ready(report, &stop) -> Option<StartCheck>   // backoff while Unreachable
 //! client.whoami() -> Result<User, Error>
+//! client.version() -> Result<MaasVersion, Error>            // version/: "3.4.8", capabilities
 //! client.with_max_retries(n) -> Client                      // same pool, own retry count
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>

@@ -721,6 +721,36 @@ pub struct BootResource {
     pub base_image: Option<String>,
 }
 
+/// What MAAS says of itself (`GET version/`, answered without
+/// authentication): e.g. `"3.4.8"` (the version up to its qualifier, as
+/// in `3.5.0~beta1`), with `subversion` always empty since MAAS 2.x.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct MaasVersion {
+    #[serde(deserialize_with = "null_as_default")]
+    pub version: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub subversion: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub capabilities: Vec<String>,
+}
+
+impl MaasVersion {
+    /// `(major, minor)` of `version`; None when it is not `N.N...`.
+    pub fn major_minor(&self) -> Option<(u32, u32)> {
+        let mut parts = self.version.split(['.', '~', '-']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some((major, minor))
+    }
+
+    /// Whether this MAAS grants rights per resource pool through user
+    /// groups and their entitlements (ReBAC, from MAAS 3.8 on).
+    pub fn has_pool_entitlements(&self) -> bool {
+        self.major_minor().is_some_and(|v| v >= (3, 8))
+    }
+}
+
 /// The user behind the API key (`users/?op=whoami`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
@@ -1132,6 +1162,27 @@ fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maas_versions_tell_when_pools_carry_rights() {
+        let version = |v: &str| MaasVersion {
+            version: v.into(),
+            ..MaasVersion::default()
+        };
+        for (v, parsed, entitlements) in [
+            ("3.4.8", Some((3, 4)), false),
+            ("3.7.3", Some((3, 7)), false),
+            ("3.8.0~beta1", Some((3, 8)), true),
+            ("3.8.0-16000-g.abc", Some((3, 8)), true),
+            ("3.10.1", Some((3, 10)), true),
+            ("4.0.0", Some((4, 0)), true),
+            ("", None, false),
+            ("unknown", None, false),
+        ] {
+            assert_eq!(version(v).major_minor(), parsed, "{v}");
+            assert_eq!(version(v).has_pool_entitlements(), entitlements, "{v}");
+        }
+    }
 
     #[test]
     fn status_codes_and_names_round_trip() {

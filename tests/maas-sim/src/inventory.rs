@@ -199,6 +199,10 @@ pub struct Settings {
     /// real-MAAS test world runs): `op=query_power_state` answers 503
     /// with MAAS's reason, as real MAAS 3.4.8 does.
     pub no_rack_controller: bool,
+    /// What `GET version/` answers as `version`: real MAAS 3.4.8 (the
+    /// real-MAAS test world) answers `"3.4.8"`, the version up to its
+    /// qualifier, with an empty `subversion`.
+    pub maas_version: String,
 }
 
 impl Default for Settings {
@@ -210,6 +214,7 @@ impl Default for Settings {
             latency_ms: 0,
             machines_in_network_namespace: false,
             no_rack_controller: false,
+            maas_version: "3.4.8".into(),
         }
     }
 }

@@ -432,13 +432,15 @@ fn handle(shared: &Shared, req: Request) -> Reply {
         let mut world = shared.world();
         *world.calls.entry(key).or_insert(0) += 1;
         if route.pattern == "version/" {
+            // Anonymous, like MAAS's VersionHandler: the capabilities list
+            // of MAAS 3.4 to 3.7, and a `subversion` always empty.
             return Reply::Send(Response::json(
                 200,
                 &serde_json::json!({"capabilities": ["networks-management", "static-ipaddresses",
                     "ipv6-deployment-ubuntu", "devices-management", "storage-deployment-ubuntu",
                     "network-deployment-ubuntu", "bridging-interface-ubuntu",
                     "bridging-automatic-ubuntu", "authenticate-api"],
-                    "version": "3.5.4", "subversion": "maas-sim"}),
+                    "version": world.settings.maas_version, "subversion": ""}),
             ));
         }
         let user = match api::authenticate(&mut world, &req, &route, op.as_deref()) {
