@@ -460,6 +460,18 @@ impl Client {
         })
     }
 
+    /// `GET version/`: the MAAS release and its capabilities.
+    pub fn version(&self) -> Result<super::VersionInfo, Error> {
+        self.json(Call {
+            op: "version",
+            method: Method::Get,
+            path: "version/".into(),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
     // ---- machines --------------------------------------------------------
 
     pub fn machine(&self, system_id: &str) -> Result<Machine, Error> {
