@@ -176,7 +176,6 @@ pub(super) fn ensure_deploying(
         enable_kernel_crash_dump: r.object.spec.enable_kernel_crash_dump,
         agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!("capmaas: {}", r.key())),
-        ..DeployRequest::default()
     };
     match r.maas()?.deploy(&system_id, &request) {
         Ok(deploying) => {
