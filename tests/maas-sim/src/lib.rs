@@ -438,7 +438,7 @@ fn handle(shared: &Shared, req: Request) -> Reply {
                     "ipv6-deployment-ubuntu", "devices-management", "storage-deployment-ubuntu",
                     "network-deployment-ubuntu", "bridging-interface-ubuntu",
                     "bridging-automatic-ubuntu", "authenticate-api"],
-                    "version": "3.5.4", "subversion": "maas-sim"}),
+                    "version": world.settings.maas_version, "subversion": "maas-sim"}),
             ));
         }
         let user = match api::authenticate(&mut world, &req, &route, op.as_deref()) {
