@@ -368,6 +368,51 @@ fn invalid_specs_are_rejected() {
     assert!(err.contains("spec.template.spec.image"), "{err}");
 }
 
+/// Issue 22 item 6: the per-template deploy options are kept (not pruned)
+/// on machines and templates, and typed.
+#[test]
+fn deploy_options_are_kept_and_typed() {
+    let cp = plane();
+    let ns = cp.new_namespace("crd-deploy-options");
+    let options = "  hweKernel: hwe-24.04\n  enableKernelCrashDump: true\n  enableHwSync: false\n";
+    apply(
+        cp,
+        &ns,
+        &maas_machine("m", &format!("{VALID_SPEC}{options}")),
+    )
+    .unwrap();
+    let spec = &get_json(cp, &["-n", &ns, "maasmachine/m"])["spec"];
+    assert_eq!(spec["hweKernel"], "hwe-24.04");
+    assert_eq!(spec["enableKernelCrashDump"], true);
+    assert_eq!(spec["enableHwSync"], false);
+
+    let template = format!(
+        "{}      hweKernel: ga-22.04\n      enableHwSync: true\n",
+        maas_machine_template("t", "ubuntu/noble")
+    );
+    apply(cp, &ns, &template).unwrap();
+    let spec = &get_json(cp, &["-n", &ns, "maasmachinetemplate/t"])["spec"]["template"]["spec"];
+    assert_eq!(spec["hweKernel"], "ga-22.04");
+    assert_eq!(spec["enableHwSync"], true);
+
+    for (name, option, field) in [
+        ("empty-kernel", "  hweKernel: \"\"\n", "spec.hweKernel"),
+        (
+            "crash-dump-text",
+            "  enableKernelCrashDump: yes-please\n",
+            "spec.enableKernelCrashDump",
+        ),
+    ] {
+        let err = apply(
+            cp,
+            &ns,
+            &maas_machine(name, &format!("{VALID_SPEC}{option}")),
+        )
+        .unwrap_err();
+        assert!(err.contains(field), "{name}: {err}");
+    }
+}
+
 #[test]
 fn machine_image_cpu_and_memory_are_immutable() {
     let cp = plane();

@@ -551,6 +551,108 @@ fn deploy_unknown_image_is_400_and_changes_nothing() {
     assert_eq!(check.canonical.as_deref(), Some("custom/u-2204-0-k-1264-0"));
 }
 
+/// Issue 22 item 4: every `<os>/<series>` form goes whole in
+/// `distro_series` and MAAS resolves it (`ubuntu/noble`: osystem ubuntu,
+/// series noble); an OS or series MAAS has no image for is MAAS's 400
+/// listing the valid choices, and the machine stays Allocated.
+#[test]
+fn deploy_resolves_os_series_and_refuses_unknown_os_or_series() {
+    let sim = sim();
+    let client = sim.client();
+    for (image, os, series) in [
+        ("ubuntu/noble", "ubuntu", "noble"),
+        ("custom/u-2204-0-k-1264-0", "custom", "u-2204-0-k-1264-0"),
+    ] {
+        let host = allocate_cp(&client, image);
+        let m = client
+            .deploy(
+                &host.system_id,
+                &DeployRequest {
+                    image: Some(image.into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            (m.osystem.as_str(), m.distro_series.as_str()),
+            (os, series),
+            "{image}"
+        );
+    }
+    let host = allocate_cp(&client, "unknown");
+    for image in ["rhel/9", "centos/centos70", "ubuntu/plucky", "debian/noble"] {
+        let err = client
+            .deploy(
+                &host.system_id,
+                &DeployRequest {
+                    image: Some(image.into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert!(err.is_bad_request(), "{image}: {err}");
+        let MaasBody::FieldErrors(fields) = err.body() else {
+            panic!("{image}: {err:?}")
+        };
+        let message = &fields["distro_series"][0];
+        assert!(
+            message.starts_with(&format!(
+                "'{image}' is not a valid distro_series.  It should be one of: '', "
+            )),
+            "{message}"
+        );
+        assert!(message.contains("'ubuntu/noble'"), "{message}");
+    }
+    assert_eq!(
+        client.machine(&host.system_id).unwrap().status,
+        MachineStatus::Allocated
+    );
+}
+
+/// `GET machines/{id}/` as MAAS answers it, every field.
+fn raw_machine(sim: &MaasSim, system_id: &str) -> serde_json::Value {
+    let key = capmaas::maas::ApiKey::parse(&sim.api_key).unwrap();
+    let mut response = ureq::get(format!("{}/api/2.0/machines/{system_id}/", sim.url))
+        .header("Authorization", key.authorization_header())
+        .call()
+        .unwrap();
+    serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap()
+}
+
+/// Issue 22 item 6: the deploy options as the simulator's MAAS release
+/// takes them. 3.4.8 ignores `enable_kernel_crash_dump` (it reads only the
+/// parameters it knows): that silent drop is why capmaas checks
+/// `version/` first. 3.6 keeps both.
+#[test]
+fn deploy_options_follow_the_maas_release() {
+    for (version, crash_dump) in [("3.4.8", false), ("3.6.0", true)] {
+        let mut inventory = support::maas_sim::story_inventory();
+        inventory["settings"]["maas_version"] = json!(version);
+        let sim = MaasSim::start(Some(&inventory));
+        let client = sim.client();
+        assert_eq!(client.version().unwrap().version, version);
+        let host = allocate_cp(&client, "options");
+        let m = client
+            .deploy(
+                &host.system_id,
+                &DeployRequest {
+                    image: Some("ubuntu/noble".into()),
+                    hwe_kernel: Some("hwe-24.04".into()),
+                    enable_hw_sync: Some(true),
+                    enable_kernel_crash_dump: Some(true),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(m.hwe_kernel.as_deref(), Some("hwe-24.04"), "{version}");
+        // The machine as MAAS answers it (a raw read: the client's type
+        // leaves these fields out).
+        let raw = raw_machine(&sim, &host.system_id);
+        assert_eq!(raw["enable_hw_sync"], true, "{version}");
+        assert_eq!(raw["enable_kernel_crash_dump"], crash_dump, "{version}");
+    }
+}
+
 #[test]
 fn power_update_owner_data_and_not_found() {
     let sim = sim();

@@ -416,6 +416,14 @@ fn refusals_are_typed_errors_carrying_maas_text() {
     let admin = maas.admin_client();
     let operator = maas.operator_client();
 
+    // The release the product compares deploy options against.
+    let version = admin.version().expect("version/");
+    assert_eq!(
+        capmaas::maas::MaasVersion::parse(&version.version),
+        Some(capmaas::maas::MaasVersion::new(3, 4, 8)),
+        "{version:?}"
+    );
+
     // 409: nothing matches.
     let err = admin
         .allocate(&AllocateRequest {
@@ -661,9 +669,10 @@ impl Side<'_> {
     }
 }
 
-/// Machine fields MAAS 3.5 added, which the simulator (3.5.4) answers and
+/// Machine fields newer MAAS added (`error_description` and `is_dpu` in 3.5,
+/// `enable_kernel_crash_dump` in 3.6), which the simulator answers and
 /// real MAAS 3.4.8 does not; the product reads none of them.
-const MAAS_3_5_MACHINE_FIELDS: [&str; 3] =
+const NEWER_MAAS_MACHINE_FIELDS: [&str; 3] =
     ["enable_kernel_crash_dump", "error_description", "is_dpu"];
 
 /// What must agree: the status code and, per answer, its shape and the
@@ -680,7 +689,8 @@ fn summary(status: u16, body: &Value) -> Value {
                 "osystem": body["osystem"],
                 "swap_size": body["swap_size"],
                 "hostname": body["hostname"],
-                "fields": o.keys().filter(|k| !MAAS_3_5_MACHINE_FIELDS.contains(&k.as_str()))
+                "enable_hw_sync": body["enable_hw_sync"],
+                "fields": o.keys().filter(|k| !NEWER_MAAS_MACHINE_FIELDS.contains(&k.as_str()))
                     .collect::<Vec<_>>(),
             }
         }),
@@ -780,13 +790,28 @@ fn differential_sequence(side: &Side) -> Vec<(String, Value)> {
             &[("distro_series", "custom/u-2204-0-k-1264-O")],
         ),
     );
+    // Issue 22: an OS MAAS has no image for, and the deploy options:
+    // 3.4.8 keeps hardware sync and ignores crash dumps (3.6+).
+    note(
+        "deploy: unknown os",
+        side.call(
+            admin,
+            "POST",
+            &format!("{machine}?op=deploy"),
+            &[("osystem", "rhel"), ("distro_series", "rhel/9")],
+        ),
+    );
     note(
         "deploy",
         side.call(
             admin,
             "POST",
             &format!("{machine}?op=deploy"),
-            &[("distro_series", CUSTOM_IMAGE)],
+            &[
+                ("distro_series", CUSTOM_IMAGE),
+                ("enable_hw_sync", "true"),
+                ("enable_kernel_crash_dump", "true"),
+            ],
         ),
     );
     note(
@@ -931,6 +956,7 @@ fn simulator_like_the_real_world() -> support::maas_sim::MaasSim {
     // anywhere): a power query needs one, so both answer 503. Power on
     // and off of manual machines need none.
     inventory["settings"]["no_rack_controller"] = json!(true);
+    inventory["settings"]["maas_version"] = json!("3.4.8");
     inventory["machines"] = real_maas::MACHINES
         .iter()
         .enumerate()

@@ -52,6 +52,10 @@ pub const DNS_DETACH_PENDING: &str = "DNSDetachPending";
 pub const MACHINE_NOT_OWNED: &str = "MachineNotOwned";
 /// Ours: `SwapDisabled` says whether MAAS's swap was set to 0 before deploy.
 pub const SWAP_DISABLED: &str = "SwapDisabled";
+/// `MachineDeployed` reason: the spec asks for a deploy option this MAAS
+/// release does not have; nothing is deployed until MAAS is upgraded or the
+/// field removed.
+pub const UNSUPPORTED_BY_MAAS: &str = "UnsupportedByMAAS";
 /// MAAS refused the machine edit (restricted users may not): deployed
 /// with MAAS's swap setting.
 pub const SWAP_UPDATE_SKIPPED: &str = "SwapUpdateSkipped";
@@ -185,6 +189,27 @@ pub struct MaasMachineSpec {
     /// in MAAS before the machine deploys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<MachineNetwork>,
+    /// The kernel to deploy (MAAS deploy `hwe_kernel`, e.g. `hwe-24.04`,
+    /// `ga-22.04`); unset: MAAS's choice for the image.
+    #[serde(rename = "hweKernel", default, skip_serializing_if = "Option::is_none")]
+    pub hwe_kernel: Option<String>,
+    /// Collect kernel crash dumps on the deployed machine (MAAS 3.6+
+    /// `enable_kernel_crash_dump`); unset: MAAS's global setting. `true` on
+    /// an older MAAS is refused before deploy (`UnsupportedByMAAS`).
+    #[serde(
+        rename = "enableKernelCrashDump",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub enable_kernel_crash_dump: Option<bool>,
+    /// Periodic hardware sync of the deployed machine (MAAS 3.2+
+    /// `enable_hw_sync`); `true` on an older MAAS is refused before deploy.
+    #[serde(
+        rename = "enableHwSync",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub enable_hw_sync: Option<bool>,
     // The Go provider's (and its forks') fields that capmaas either maps
     // onto its own or refuses (`unsupported_field`): decoded so that a VM
     // asked for is never silently a bare-metal machine.

@@ -273,6 +273,10 @@ impl MaasApi for Maas {
         self.client.boot_resources()
     }
 
+    fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
+        self.client.version()
+    }
+
     fn zones(&self) -> Result<Vec<String>, maas::Error> {
         let zones = self.client.zones()?;
         Ok(zones.into_iter().map(|z| z.name).collect())

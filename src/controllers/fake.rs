@@ -380,6 +380,8 @@ pub struct FakeMaas {
     next_link_id: Mutex<i64>,
     /// The MAAS user this fake's key authenticates as.
     pub user: String,
+    /// What `version/` answers; empty: "3.6.0".
+    pub version: Mutex<String>,
 }
 
 impl FakeMaas {
@@ -761,6 +763,20 @@ impl MaasApi for FakeMaas {
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         self.call("boot_resources", "")?;
         Ok(lock(&self.images).clone())
+    }
+
+    fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
+        self.call("version", "")?;
+        let version = lock(&self.version).clone();
+        Ok(maas::VersionInfo {
+            version: if version.is_empty() {
+                "3.6.0".into()
+            } else {
+                version
+            },
+            subversion: String::new(),
+            capabilities: Vec::new(),
+        })
     }
 
     fn zones(&self) -> Result<Vec<String>, maas::Error> {

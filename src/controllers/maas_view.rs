@@ -15,6 +15,8 @@
 //! - **Boot resources** from a shared cache of [`BOOT_RESOURCES_TTL`]: one
 //!   read per minute for all machines, instead of one per machine (workers
 //!   asking at the same moment share that read).
+//! - **The MAAS version** from a cache of [`VERSION_TTL`]: asked only
+//!   for deploy options newer MAAS releases have, and an upgrade is rare.
 //! - **DNS records** ([`MaasApi::recent_dns_resources`]) as this process
 //!   last read or wrote them, for [`DNS_TTL`]: the MaasCluster reconciler
 //!   reads the record once per [`DNS_TTL`] however often it runs, writes
@@ -49,6 +51,8 @@ use crate::maas::{
 
 /// How long the boot resources read once serve every machine.
 pub const BOOT_RESOURCES_TTL: Duration = Duration::from_secs(60);
+/// How long the MAAS version read once serves every machine.
+pub const VERSION_TTL: Duration = Duration::from_secs(300);
 /// How long a DNS record read or written serves the machines' checks.
 pub const DNS_TTL: Duration = Duration::from_secs(30);
 /// Identities remembered as unallocated at most; beyond that the set is
@@ -111,6 +115,7 @@ pub struct MaasView {
     /// Held while the boot resources are read: workers that need them at
     /// the same moment wait for that one read instead of each sending one.
     boot_resources_read: Mutex<()>,
+    version: Mutex<Option<(Instant, maas::VersionInfo)>>,
     /// By FQDN: the records as last read or written, and when.
     dns: Mutex<HashMap<String, (Instant, Vec<DnsResource>)>>,
     /// By system_id: when this process last started a write to it.
@@ -130,6 +135,7 @@ impl MaasView {
             view: OnceLock::new(),
             boot_resources: Mutex::new(None),
             boot_resources_read: Mutex::new(()),
+            version: Mutex::new(None),
             dns: Mutex::new(HashMap::new()),
             writes: Mutex::new(HashMap::new()),
             new_identities: Mutex::new(HashSet::new()),
@@ -260,6 +266,17 @@ impl MaasApi for MaasView {
         let resources = self.api.boot_resources()?;
         *lock(&self.boot_resources) = Some((Instant::now(), resources.clone()));
         Ok(resources)
+    }
+
+    fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
+        if let Some((at, info)) = lock(&self.version).as_ref() {
+            if at.elapsed() < VERSION_TTL {
+                return Ok(info.clone());
+            }
+        }
+        let info = self.api.version()?;
+        *lock(&self.version) = Some((Instant::now(), info.clone()));
+        Ok(info)
     }
 
     fn zones(&self) -> Result<Vec<String>, maas::Error> {

@@ -51,6 +51,8 @@ pub trait MaasApi: Send + Sync {
     /// Broken, with `comment` as the reason (releases a deployed machine).
     fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
+    /// `GET version/`: which MAAS release answers.
+    fn version(&self) -> Result<maas::VersionInfo, maas::Error>;
     fn zones(&self) -> Result<Vec<String>, maas::Error>;
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;
     /// A TXT record on the name (see `maas::Client::create_dns_txt`).

@@ -469,8 +469,8 @@ impl Client {
         })
     }
 
-    /// MAAS's version (`version/`; anonymous in MAAS, signed anyway).
-    pub fn version(&self) -> Result<MaasVersion, Error> {
+    /// `GET version/`: the MAAS release and its capabilities.
+    pub fn version(&self) -> Result<super::VersionInfo, Error> {
         self.json(Call {
             op: "version",
             method: Method::Get,

@@ -12,7 +12,7 @@
 //! client.start_check() -> StartCheck::{Ready(User) | Unreachable(Error) | Refused(message)}
 //! client.recheck_until_ready(report, &stop) -> Option<StartCheck>   // backoff while Unreachable
 //! client.whoami() -> Result<User, Error>
-//! client.version() -> Result<MaasVersion, Error>            // version/: "3.4.8", capabilities
+//! client.version() -> Result<VersionInfo, Error>          // version/ (MaasVersion::parse)
 //! client.with_max_retries(n) -> Client                      // same pool, own retry count
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
@@ -74,6 +74,7 @@ mod error;
 mod form;
 pub mod image;
 mod types;
+mod version;
 pub mod watch;
 
 pub use auth::{ApiKey, InvalidApiKey};
@@ -82,6 +83,7 @@ pub use error::{redact_url, Error, ErrorKind, MaasBody};
 pub use form::{encode_pairs, percent_encode};
 pub use image::{canonical_name, check_image, ImageCheck};
 pub use types::*;
+pub use version::{MaasVersion, VersionInfo};
 
 impl From<InvalidApiKey> for Error {
     fn from(e: InvalidApiKey) -> Error {

@@ -721,36 +721,6 @@ pub struct BootResource {
     pub base_image: Option<String>,
 }
 
-/// What MAAS says of itself (`GET version/`, answered without
-/// authentication): e.g. `"3.4.8"` (the version up to its qualifier, as
-/// in `3.5.0~beta1`), with `subversion` always empty since MAAS 2.x.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct MaasVersion {
-    #[serde(deserialize_with = "null_as_default")]
-    pub version: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub subversion: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub capabilities: Vec<String>,
-}
-
-impl MaasVersion {
-    /// `(major, minor)` of `version`; None when it is not `N.N...`.
-    pub fn major_minor(&self) -> Option<(u32, u32)> {
-        let mut parts = self.version.split(['.', '~', '-']);
-        let major = parts.next()?.parse().ok()?;
-        let minor = parts.next()?.parse().ok()?;
-        Some((major, minor))
-    }
-
-    /// Whether this MAAS grants rights per resource pool through user
-    /// groups and their entitlements (ReBAC, from MAAS 3.8 on).
-    pub fn has_pool_entitlements(&self) -> bool {
-        self.major_minor().is_some_and(|v| v >= (3, 8))
-    }
-}
-
 /// The user behind the API key (`users/?op=whoami`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
@@ -1046,6 +1016,11 @@ pub struct DeployRequest {
     /// Deploy to RAM only.
     pub ephemeral_deploy: bool,
     pub hwe_kernel: Option<String>,
+    /// MAAS 3.2+ (`enable_hw_sync`); None: not sent.
+    pub enable_hw_sync: Option<bool>,
+    /// MAAS 3.6+ (`enable_kernel_crash_dump`); None: not sent, MAAS's
+    /// global setting applies.
+    pub enable_kernel_crash_dump: Option<bool>,
     pub agent_name: Option<String>,
     pub comment: Option<String>,
 }
@@ -1061,6 +1036,8 @@ impl fmt::Debug for DeployRequest {
             .field("user_data", &user_data)
             .field("ephemeral_deploy", &self.ephemeral_deploy)
             .field("hwe_kernel", &self.hwe_kernel)
+            .field("enable_hw_sync", &self.enable_hw_sync)
+            .field("enable_kernel_crash_dump", &self.enable_kernel_crash_dump)
             .field("agent_name", &self.agent_name)
             .field("comment", &self.comment)
             .finish()
@@ -1091,6 +1068,14 @@ impl DeployRequest {
             f.push(("ephemeral_deploy", "true".into()));
         }
         f.extend(self.hwe_kernel.iter().map(|v| ("hwe_kernel", v.clone())));
+        f.extend(
+            self.enable_hw_sync
+                .map(|v| ("enable_hw_sync", v.to_string())),
+        );
+        f.extend(
+            self.enable_kernel_crash_dump
+                .map(|v| ("enable_kernel_crash_dump", v.to_string())),
+        );
         f.extend(self.agent_name.iter().map(|v| ("agent_name", v.clone())));
         f.extend(self.comment.iter().map(|v| ("comment", v.clone())));
         f
@@ -1162,27 +1147,6 @@ fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Er
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maas_versions_tell_when_pools_carry_rights() {
-        let version = |v: &str| MaasVersion {
-            version: v.into(),
-            ..MaasVersion::default()
-        };
-        for (v, parsed, entitlements) in [
-            ("3.4.8", Some((3, 4)), false),
-            ("3.7.3", Some((3, 7)), false),
-            ("3.8.0~beta1", Some((3, 8)), true),
-            ("3.8.0-16000-g.abc", Some((3, 8)), true),
-            ("3.10.1", Some((3, 10)), true),
-            ("4.0.0", Some((4, 0)), true),
-            ("", None, false),
-            ("unknown", None, false),
-        ] {
-            assert_eq!(version(v).major_minor(), parsed, "{v}");
-            assert_eq!(version(v).has_pool_entitlements(), entitlements, "{v}");
-        }
-    }
 
     #[test]
     fn status_codes_and_names_round_trip() {
@@ -1315,6 +1279,49 @@ mod tests {
         assert!(form.contains(&("osystem", "custom".into())));
         assert!(form.contains(&("user_data", "I2Nsb3VkLWNvbmZpZwo=".into())));
         assert!(form.contains(&("ephemeral_deploy", "true".into())));
+    }
+
+    /// Issue 22: `ubuntu/noble` and `rhel/9` go to MAAS whole in
+    /// `distro_series` (MAAS 3.4.8 `set_distro_series` ignores the posted
+    /// `osystem` and splits `os/series` itself); the per-template options
+    /// go only when set.
+    #[test]
+    fn deploy_form_sends_os_series_whole_and_options_only_when_set() {
+        for image in ["ubuntu/noble", "rhel/9", "centos/centos70"] {
+            let form = DeployRequest {
+                image: Some(image.into()),
+                ..DeployRequest::default()
+            }
+            .form();
+            let os = image.split('/').next().unwrap();
+            assert_eq!(
+                form,
+                vec![
+                    ("osystem", os.to_owned()),
+                    ("distro_series", image.to_owned())
+                ]
+            );
+        }
+        let bare = DeployRequest {
+            image: Some("noble".into()),
+            ..DeployRequest::default()
+        };
+        assert_eq!(bare.form(), vec![("distro_series", "noble".to_owned())]);
+
+        let with_options = DeployRequest {
+            hwe_kernel: Some("hwe-24.04".into()),
+            enable_hw_sync: Some(true),
+            enable_kernel_crash_dump: Some(false),
+            ..DeployRequest::default()
+        };
+        assert_eq!(
+            with_options.form(),
+            vec![
+                ("hwe_kernel", "hwe-24.04".to_owned()),
+                ("enable_hw_sync", "true".into()),
+                ("enable_kernel_crash_dump", "false".into()),
+            ]
+        );
     }
 
     #[test]

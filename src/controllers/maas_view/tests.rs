@@ -30,6 +30,20 @@ fn allocated(maas: &FakeMaas) -> String {
     host.system_id
 }
 
+/// Issue 22: the version is read once for every machine that needs it; a
+/// failed read is not remembered.
+#[test]
+fn the_version_is_read_once_for_every_machine() {
+    let maas = Arc::new(FakeMaas::with_machines(0));
+    let api = MaasView::new(maas.clone());
+    maas.fail_once("version", 503, "busy");
+    assert!(api.version().is_err());
+    for _ in 0..10 {
+        assert_eq!(api.version().unwrap().version, "3.6.0");
+    }
+    assert_eq!(count(&maas, "version"), 2);
+}
+
 #[test]
 fn boot_resources_are_read_once_for_every_machine() {
     let maas = Arc::new(FakeMaas::with_machines(0));

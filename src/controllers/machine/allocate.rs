@@ -67,7 +67,11 @@ pub(super) fn find_or_allocate(
         return Ok(Step::Continue(host));
     }
 
-    // Check the image before taking a machine we could not deploy.
+    // Check the image and the deploy options before taking a machine we
+    // could not deploy.
+    if let Some(wait) = super::deploy::refuse_unsupported_options(r)? {
+        return Ok(Step::Stop(wait));
+    }
     require_image(r)?;
     if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
         r.set(crate::api::Desired::false_(

@@ -1,9 +1,12 @@
 //! Deploy an allocated machine: image check, swap off, user data from the
-//! bootstrap Secret, `op=deploy`.
+//! bootstrap Secret, `op=deploy` with the spec's deploy options (refused
+//! before allocating when this MAAS release lacks one).
 //!
 //! A failed deploy keeps the allocation (the providerID Cluster API may
 //! already have copied stays valid); a deploy MAAS refused is tried again
 //! from seconds growing to minutes (`retry.rs`).
+
+use std::time::Duration;
 
 use super::allocate::require_image;
 use super::{retry, MachineReconciling, Step};
@@ -12,8 +15,106 @@ use crate::api::Desired;
 use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{self, DeployRequest, MachineStatus};
+use crate::maas::{self, DeployRequest, MaasVersion, MachineStatus};
 use crate::runtime::Action;
+
+/// How often a machine refused for a deploy option its MAAS lacks looks
+/// again: the refusal stands until MAAS is upgraded (or the field goes, which
+/// wakes the machine at once), so no retry loop, only a slow check.
+pub(super) const UNSUPPORTED_RECHECK: Duration = Duration::from_secs(600);
+
+/// Deploy options only newer MAAS releases have: the spec field, the MAAS
+/// parameter, the first release that reads it. An older MAAS does not
+/// refuse the parameter, it ignores it (3.4.8 reads only the deploy
+/// parameters it knows), so asking for it there would silently deploy
+/// without it. Only `true` needs the release: `false` is what an older
+/// MAAS does anyway.
+const VERSIONED_OPTIONS: [VersionedOption; 2] = [
+    VersionedOption {
+        field: "enableHwSync",
+        param: "enable_hw_sync",
+        since: MaasVersion::new(3, 2, 0),
+        value: |spec| spec.enable_hw_sync,
+    },
+    VersionedOption {
+        field: "enableKernelCrashDump",
+        param: "enable_kernel_crash_dump",
+        since: MaasVersion::new(3, 6, 0),
+        value: |spec| spec.enable_kernel_crash_dump,
+    },
+];
+
+struct VersionedOption {
+    field: &'static str,
+    param: &'static str,
+    since: MaasVersion,
+    value: fn(&mm_api::MaasMachineSpec) -> Option<bool>,
+}
+
+/// Before allocating and before deploying: a deploy option this MAAS
+/// release lacks stops the machine with `MachineDeployed` False,
+/// `UnsupportedByMAAS` (and one Warning event), looked at again every
+/// [`UNSUPPORTED_RECHECK`]. `None`: go on. MAAS is asked its version only
+/// when the spec asks for such an option.
+pub(super) fn refuse_unsupported_options(
+    r: &mut MachineReconciling,
+) -> Result<Option<Action>, Error> {
+    if r.facts.options_supported {
+        return Ok(None);
+    }
+    let wanted: Vec<VersionedOption> = VERSIONED_OPTIONS
+        .into_iter()
+        .filter(|option| (option.value)(&r.object.spec) == Some(true))
+        .collect();
+    if wanted.is_empty() {
+        r.facts.options_supported = true;
+        return Ok(None);
+    }
+    let info = r.maas()?.version()?;
+    let Some(running) = MaasVersion::parse(&info.version) else {
+        // Not a release number: MAAS will judge the options itself.
+        log::warn!(
+            "{}: MAAS reports version {:?}, not a release number; sending the deploy options \
+             unchecked",
+            r.key(),
+            info.version
+        );
+        r.facts.options_supported = true;
+        return Ok(None);
+    };
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|option| running < option.since)
+        .map(|option| {
+            format!(
+                "spec.{}: true needs MAAS {}.{} or newer ({})",
+                option.field, option.since.major, option.since.minor, option.param
+            )
+        })
+        .collect();
+    if missing.is_empty() {
+        r.facts.options_supported = true;
+        return Ok(None);
+    }
+    let message = format!(
+        "{}; this MAAS is {}, which would ignore it: upgrade MAAS or remove the field \
+         (nothing was deployed)",
+        missing.join("; "),
+        info.version
+    );
+    let reported = r
+        .condition(mm_api::MACHINE_DEPLOYED)
+        .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_BY_MAAS && c.message == message);
+    if !reported {
+        r.event(EventType::Warning, mm_api::UNSUPPORTED_BY_MAAS, &message);
+    }
+    r.set(Desired::false_(
+        mm_api::MACHINE_DEPLOYED,
+        mm_api::UNSUPPORTED_BY_MAAS,
+        message,
+    ));
+    Ok(Some(Action::RequeueAfter(UNSUPPORTED_RECHECK)))
+}
 
 /// Starts a deployment if the machine waits for one; otherwise passes the
 /// machine through unchanged.
@@ -29,6 +130,9 @@ pub(super) fn ensure_deploying(
         return Ok(Step::Continue(host));
     }
     if let Some(wait) = retry::waiting(r) {
+        return Ok(Step::Stop(wait));
+    }
+    if let Some(wait) = refuse_unsupported_options(r)? {
         return Ok(Step::Stop(wait));
     }
     require_image(r)?;
@@ -70,9 +174,11 @@ pub(super) fn ensure_deploying(
         image: Some(r.object.spec.image.clone()),
         user_data: Some(user_data),
         ephemeral_deploy: r.object.spec.deploy_in_memory,
+        hwe_kernel: r.object.spec.hwe_kernel.clone(),
+        enable_hw_sync: r.object.spec.enable_hw_sync,
+        enable_kernel_crash_dump: r.object.spec.enable_kernel_crash_dump,
         agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!("capmaas: {}", r.key())),
-        ..DeployRequest::default()
     };
     match r.maas()?.deploy(&system_id, &request) {
         Ok(deploying) => {

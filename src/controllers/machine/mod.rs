@@ -115,6 +115,9 @@ pub(crate) struct Facts {
     pub is_control_plane: bool,
     /// MAAS has the image (already asked during this reconcile).
     pub image_found: bool,
+    /// This MAAS release has every deploy option the spec asks for
+    /// (already asked during this reconcile).
+    pub options_supported: bool,
     /// Its Machine is being deleted: out of the DNS record (drain.rs).
     pub leaving: bool,
 }

@@ -1801,3 +1801,121 @@ fn an_in_place_update_keeps_the_machine_it_runs_on() {
     assert!(after.status().ready);
     assert_eq!(w.maas.allocated(), vec![id]);
 }
+
+/// Issue 22 item 6: the per-template deploy options reach MAAS's deploy
+/// exactly as set; unset ones are not sent, and MAAS's version is asked
+/// only for an option that needs a release.
+#[test]
+fn deploy_options_are_sent_only_when_set() {
+    let w = World::new(2);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.machine(NS, "c1", "m2", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["image"] = json!("ubuntu/jammy");
+        v["spec"]["hweKernel"] = json!("hwe-22.04");
+        v["spec"]["enableHwSync"] = json!(true);
+        v["spec"]["enableKernelCrashDump"] = json!(false);
+    });
+    *w.maas.version.lock().unwrap() = "3.4.8".into();
+    reconcile(&w, "m1").unwrap();
+    reconcile(&w, "m2").unwrap();
+
+    let deploys = w.maas.deploys.lock().unwrap().clone();
+    assert_eq!(deploys.len(), 2, "{deploys:?}");
+    let form = |i: usize| deploys[i].1.form();
+    let m1 = form(0);
+    assert!(
+        m1.contains(&("distro_series", "ubuntu/jammy".into())),
+        "{m1:?}"
+    );
+    assert!(m1.contains(&("hwe_kernel", "hwe-22.04".into())), "{m1:?}");
+    assert!(m1.contains(&("enable_hw_sync", "true".into())), "{m1:?}");
+    assert!(
+        m1.contains(&("enable_kernel_crash_dump", "false".into())),
+        "false is MAAS 3.4.8's behaviour anyway: sent, not refused: {m1:?}"
+    );
+    let m2 = form(1);
+    for param in ["hwe_kernel", "enable_hw_sync", "enable_kernel_crash_dump"] {
+        assert!(!m2.iter().any(|(k, _)| *k == param), "{param}: {m2:?}");
+    }
+    // m1's hw sync (3.2+) needed the version; m2 asked for nothing.
+    let versions = w.maas.calls().iter().filter(|c| *c == "version").count();
+    assert_eq!(versions, 1, "{:?}", w.maas.calls());
+}
+
+/// Issue 22 item 6: crash dumps on a MAAS older than 3.6 (which would
+/// silently ignore the parameter) are refused before anything is
+/// allocated, with one Warning event, and looked at again only slowly; a
+/// MAAS upgrade lets the machine go on.
+#[test]
+fn a_deploy_option_this_maas_lacks_is_refused_before_allocating() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["enableKernelCrashDump"] = json!(true);
+    });
+    *w.maas.version.lock().unwrap() = "3.4.8".into();
+    for _ in 0..2 {
+        assert_eq!(
+            reconcile(&w, "m1").unwrap(),
+            Action::RequeueAfter(super::deploy::UNSUPPORTED_RECHECK)
+        );
+    }
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (Status::False, mm_api::UNSUPPORTED_BY_MAAS)
+    );
+    for part in ["spec.enableKernelCrashDump", "MAAS 3.6", "3.4.8"] {
+        assert!(c.message.contains(part), "{part}: {}", c.message);
+    }
+    assert!(w.maas_machine(NS, "m1").spec.system_id.is_none());
+    assert!(!w.maas.calls().iter().any(|c| c == "allocate"));
+    let warnings = w
+        .kube
+        .event_reasons()
+        .into_iter()
+        .filter(|r| r == mm_api::UNSUPPORTED_BY_MAAS)
+        .count();
+    assert_eq!(warnings, 1);
+
+    // MAAS upgraded: the machine deploys with crash dumps on.
+    *w.maas.version.lock().unwrap() = "3.6.1-17000-g.0123abcd".into();
+    reconcile(&w, "m1").unwrap();
+    let deploys = w.maas.deploys.lock().unwrap().clone();
+    assert_eq!(deploys.len(), 1);
+    assert!(deploys[0]
+        .1
+        .form()
+        .contains(&("enable_kernel_crash_dump", "true".into())));
+}
+
+/// A machine allocated before the spec asked for the option (its first
+/// deploy failed) is refused at deploy time and keeps its allocation.
+#[test]
+fn an_allocated_machine_is_refused_before_deploy_and_keeps_its_allocation() {
+    let w = World::new(1);
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.maas.fail_once("deploy", 503, "Service Unavailable");
+    let _ = reconcile(&w, "m1");
+    let system_id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    assert_eq!(w.maas.host(&system_id).status, MachineStatus::Allocated);
+
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["enableHwSync"] = json!(true);
+    });
+    *w.maas.version.lock().unwrap() = "3.1.0".into();
+    w.clock.advance(600);
+    assert_eq!(
+        reconcile(&w, "m1").unwrap(),
+        Action::RequeueAfter(super::deploy::UNSUPPORTED_RECHECK)
+    );
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(c.reason, mm_api::UNSUPPORTED_BY_MAAS);
+    assert!(c.message.contains("spec.enableHwSync"), "{}", c.message);
+    assert!(w.maas.deploys.lock().unwrap().is_empty());
+    assert_eq!(w.maas.host(&system_id).status, MachineStatus::Allocated);
+}

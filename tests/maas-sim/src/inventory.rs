@@ -199,10 +199,29 @@ pub struct Settings {
     /// real-MAAS test world runs): `op=query_power_state` answers 503
     /// with MAAS's reason, as real MAAS 3.4.8 does.
     pub no_rack_controller: bool,
-    /// What `GET version/` answers as `version`: real MAAS 3.4.8 (the
-    /// real-MAAS test world) answers `"3.4.8"`, the version up to its
-    /// qualifier, with an empty `subversion`.
+    /// What `GET version/` answers as `version` (real MAAS 3.4.8, the
+    /// real-MAAS test world, answers `"3.4.8"` with an empty `subversion`);
+    /// deploy reads `enable_hw_sync` from 3.2 and `enable_kernel_crash_dump`
+    /// from 3.6 on and, like real MAAS (3.4.8 reads only the deploy
+    /// parameters it knows), ignores them before.
     pub maas_version: String,
+}
+
+impl Settings {
+    /// `maas_version` is `major.minor` or newer (a version that does not
+    /// parse counts as the newest).
+    pub fn release_at_least(&self, major: u32, minor: u32) -> bool {
+        let mut parts = self
+            .maas_version
+            .split(|c: char| !c.is_ascii_digit())
+            .map(str::parse::<u32>);
+        match (parts.next(), parts.next()) {
+            (Some(Ok(have_major)), Some(Ok(have_minor))) => {
+                (have_major, have_minor) >= (major, minor)
+            }
+            _ => true,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -268,6 +287,25 @@ mod tests {
             assert!(inv.zones.iter().any(|z| z.name == zone));
         }
         assert!(!inv.api_keys.is_empty());
+    }
+
+    #[test]
+    fn release_comparisons_read_major_and_minor() {
+        let at = |version: &str| Settings {
+            maas_version: version.into(),
+            ..Settings::default()
+        };
+        assert!(at("3.4.8").release_at_least(3, 2));
+        assert!(!at("3.4.8").release_at_least(3, 6));
+        assert!(at("3.6.0~beta1").release_at_least(3, 6));
+        assert!(at("3.10.1").release_at_least(3, 6));
+        assert!(!at("2.9.2").release_at_least(3, 2));
+        assert!(at("").release_at_least(3, 6), "unknown counts as newest");
+        assert_eq!(
+            Settings::default().maas_version,
+            "3.4.8",
+            "as the real MAAS of the tests"
+        );
     }
 
     #[test]

@@ -252,6 +252,8 @@ pub fn machine_text(world: &World, m: &Machine) -> String {
         "owner_data": m.owner_data,
         "workload_annotations": m.owner_data,
         "ephemeral_deploy": m.ephemeral_deploy,
+        "enable_hw_sync": m.enable_hw_sync,
+        "enable_kernel_crash_dump": m.enable_kernel_crash_dump,
         "error_description": m.error_description,
     })
     .to_string();
@@ -321,8 +323,6 @@ pub fn machine_static(m: &Machine) -> String {
         "pod": null,
         "parent": null,
         "virtualmachine_id": null,
-        "enable_hw_sync": false,
-        "enable_kernel_crash_dump": false,
         "last_sync": null, "next_sync": null, "sync_interval": null,
         "is_dpu": false,
         "resource_uri": format!("{API}/machines/{}/", m.system_id),

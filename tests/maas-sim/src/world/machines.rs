@@ -373,6 +373,18 @@ impl World {
                 );
             }
         }
+        // Options this release does not know are ignored, not refused.
+        let since = |major: u32, minor: u32| self.settings.release_at_least(major, minor);
+        let enable_hw_sync = since(3, 2) && one("enable_hw_sync").is_some_and(|v| truthy(&v));
+        let enable_kernel_crash_dump =
+            since(3, 6) && one("enable_kernel_crash_dump").is_some_and(|v| truthy(&v));
+        // `MachineForm.clean` (3.4.8): LINUX_OSYSTEMS and custom images only.
+        if enable_hw_sync && !["ubuntu", "centos", "rhel", "custom"].contains(&os.as_str()) {
+            return field_error(
+                "enable_hw_sync",
+                "Hardware sync is only supported for Linux based image deploys.",
+            );
+        }
         let comment = one("comment");
         // Claimed "post commit" in MAAS; here first, so that exhaustion
         // changes nothing.
@@ -391,6 +403,8 @@ impl World {
                 .unwrap_or_else(|| "ga-22.04".into()),
         );
         m.ephemeral_deploy = one("ephemeral_deploy").is_some_and(|v| truthy(&v));
+        m.enable_hw_sync = enable_hw_sync;
+        m.enable_kernel_crash_dump = enable_kernel_crash_dump;
         m.user_data = one("user_data");
         self.start_deployment(index, user, comment.as_deref());
         Ok(())
@@ -622,6 +636,7 @@ impl World {
         m.osystem.clear();
         m.distro_series.clear();
         m.hwe_kernel = None;
+        m.enable_hw_sync = false;
     }
 
     /// `Node._finalize_release`: Ready, no owner, owner data deleted, the

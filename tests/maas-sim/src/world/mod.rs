@@ -143,6 +143,10 @@ pub struct Machine {
     pub distro_series: String,
     pub hwe_kernel: Option<String>,
     pub ephemeral_deploy: bool,
+    /// Deploy's `enable_hw_sync` (MAAS 3.2+); release clears it.
+    pub enable_hw_sync: bool,
+    /// Deploy's `enable_kernel_crash_dump` (MAAS 3.6+).
+    pub enable_kernel_crash_dump: bool,
     pub swap_size: Option<i64>,
     pub locked: bool,
     pub user_data: Option<String>,
@@ -553,6 +557,8 @@ impl World {
             distro_series: String::new(),
             hwe_kernel: None,
             ephemeral_deploy: false,
+            enable_hw_sync: false,
+            enable_kernel_crash_dump: false,
             swap_size: None,
             locked: false,
             user_data: None,
@@ -705,6 +711,8 @@ impl World {
                     "distro_series": m.distro_series,
                     "hwe_kernel": m.hwe_kernel,
                     "ephemeral_deploy": m.ephemeral_deploy,
+                    "enable_hw_sync": m.enable_hw_sync,
+                    "enable_kernel_crash_dump": m.enable_kernel_crash_dump,
                     "ip_addresses": m.ip_addresses(),
                     "interfaces": m.interfaces.iter().map(|i| json!({
                         "name": i.name,
