@@ -10,6 +10,7 @@
 //! it, and deletes it once the Machine is healthy again. What capmaas does
 //! with it is in `controllers::remediation`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -136,8 +137,25 @@ pub struct MaasRemediationStatus {
     /// until the taint is taken off again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_of_service_node: Option<String>,
+    /// The Node as it was when its machine went off: put back on a Node
+    /// registered anew (a new uid) once the machine is up again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_node: Option<SavedNode>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A Node's name, uid and the labels and annotations it carried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedNode {
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -546,6 +546,13 @@ impl WorkloadApi for Workload {
                     .map(str::to_string),
                 ready_since: ready_since(&node),
                 out_of_service: out_of_service_index(&node).is_some(),
+                uid: node
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                labels: string_map(node.pointer("/metadata/labels")),
+                annotations: string_map(node.pointer("/metadata/annotations")),
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -575,6 +582,21 @@ impl WorkloadApi for Workload {
     ) -> Result<(), kube::Error> {
         let client = self.client(namespace, cluster)?;
         let patch = json!({"metadata": {"labels": labels}});
+        client
+            .patch_merge(&NODES, None, node_name, &patch)
+            .map(|_| ())
+    }
+
+    fn restore_node_metadata(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        annotations: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), kube::Error> {
+        let client = self.client(namespace, cluster)?;
+        let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
         client
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
@@ -615,6 +637,17 @@ impl WorkloadApi for Workload {
             .patch_merge(&NODES, None, node_name, &patch)
             .map(|_| ())
     }
+}
+
+fn string_map(value: Option<&Value>) -> std::collections::BTreeMap<String, String> {
+    value
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn ready_since(node: &Value) -> Option<String> {

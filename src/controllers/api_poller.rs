@@ -428,6 +428,16 @@ mod tests {
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never taints Nodes")
         }
+        fn restore_node_metadata(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &std::collections::BTreeMap<String, String>,
+            _: &std::collections::BTreeMap<String, String>,
+        ) -> Result<(), kube::Error> {
+            unreachable!("the poller never writes Nodes")
+        }
     }
 
     #[test]
@@ -504,6 +514,16 @@ mod tests {
                 _: bool,
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never taints Nodes")
+            }
+            fn restore_node_metadata(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: &std::collections::BTreeMap<String, String>,
+                _: &std::collections::BTreeMap<String, String>,
+            ) -> Result<(), kube::Error> {
+                unreachable!("the poller never writes Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
@@ -685,6 +705,16 @@ mod tests {
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never taints Nodes")
         }
+        fn restore_node_metadata(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &std::collections::BTreeMap<String, String>,
+            _: &std::collections::BTreeMap<String, String>,
+        ) -> Result<(), kube::Error> {
+            unreachable!("the poller never writes Nodes")
+        }
     }
 
     /// Issue 12 item 7: probes ran one after the other on the poller thread,
@@ -788,6 +818,16 @@ mod tests {
                 _: bool,
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never taints Nodes")
+            }
+            fn restore_node_metadata(
+                &self,
+                _: &str,
+                _: &str,
+                _: &str,
+                _: &std::collections::BTreeMap<String, String>,
+                _: &std::collections::BTreeMap<String, String>,
+            ) -> Result<(), kube::Error> {
+                unreachable!("the poller never writes Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();

@@ -1199,6 +1199,10 @@ pub struct FakeWorkload {
     pub out_of_service: Mutex<HashSet<(String, String)>>,
     /// Every taint change: (node name, added).
     pub taint_writes: Mutex<Vec<(String, bool)>>,
+    /// (cluster, node name) → its uid (absent: `uid-node-<name>`).
+    pub node_uids: Mutex<HashMap<(String, String), String>>,
+    /// (cluster, node name) → the Node's annotations.
+    pub node_annotations: Mutex<HashMap<(String, String), BTreeMap<String, String>>>,
 }
 
 impl WorkloadApi for FakeWorkload {
@@ -1239,8 +1243,45 @@ impl WorkloadApi for FakeWorkload {
                         .cloned()
                         .unwrap_or_else(|| Some(NODE_READY_LONG_AGO.into())),
                     out_of_service: lock(&self.out_of_service).contains(&key),
+                    uid: lock(&self.node_uids)
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or_else(|| format!("uid-node-{node_name}")),
+                    labels: lock(&self.node_labels)
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or_default(),
+                    annotations: lock(&self.node_annotations)
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or_default(),
                 }
             }))
+    }
+    fn restore_node_metadata(
+        &self,
+        _namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<(), kube::Error> {
+        let key = (cluster.to_string(), node_name.to_string());
+        if !lock(&self.nodes).contains_key(&key) {
+            return Err(kube::Error::NotFound {
+                request: format!("PATCH /api/v1/nodes/{node_name}"),
+                message: "node not found".into(),
+            });
+        }
+        lock(&self.node_labels)
+            .entry(key.clone())
+            .or_default()
+            .extend(labels.clone());
+        lock(&self.node_annotations)
+            .entry(key)
+            .or_default()
+            .extend(annotations.clone());
+        Ok(())
     }
     fn set_node_out_of_service(
         &self,

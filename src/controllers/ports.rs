@@ -255,6 +255,10 @@ pub struct NodeInfo {
     pub ready_since: Option<String>,
     /// It carries the [`OUT_OF_SERVICE_TAINT`].
     pub out_of_service: bool,
+    /// `metadata.uid`: a Node deleted and registered again has a new one.
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Kubernetes' non-graceful node shutdown taint (`NoExecute`): pods on the
@@ -300,6 +304,16 @@ pub trait WorkloadApi: Send + Sync {
         cluster: &str,
         node_name: &str,
         labels: &BTreeMap<String, Option<String>>,
+    ) -> Result<(), kube::Error>;
+    /// Adds these labels and annotations to the Node (merge patch; what it
+    /// has already is left as it is by the caller's choice of keys).
+    fn restore_node_metadata(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        node_name: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
     ) -> Result<(), kube::Error>;
     /// Adds (`true`) or removes (`false`) the [`OUT_OF_SERVICE_TAINT`],
     /// keeping the Node's other taints; a Node already so is not written.

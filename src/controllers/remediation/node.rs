@@ -8,12 +8,18 @@
 //! The taint is best effort on the way in (a workload API that does not
 //! answer must not stop the power cycle that may fix it) and insisted on
 //! on the way out (a Node left out of service runs no pods).
+//!
+//! The Node's labels and annotations (what users and their tools set:
+//! roles, storage topology, scheduling hints) are saved when the machine
+//! goes off; a Node deleted and registered anew while it was down (a new
+//! uid) gets back those it lacks, never over what the new Node has.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{RemediationReconciling, Target};
 use crate::api::conditions::Desired;
-use crate::api::maas_remediation as api;
+use crate::api::maas_remediation::{self as api, SavedNode};
 use crate::controllers::machine::node_names;
 use crate::controllers::ports::{EventType, NodeInfo};
 use crate::controllers::Error;
@@ -37,9 +43,10 @@ pub(super) fn take_out_of_service(
     let mut failure = None;
     for candidate in node_names(&host.hostname) {
         match r.ctx.workload.node(&ns, &cluster, &candidate) {
-            Ok(Some(_)) => {
+            Ok(Some(info)) => {
                 // Recorded first: a crash after the taint still takes it off.
                 r.status.out_of_service_node = Some(candidate.clone());
+                r.status.saved_node = Some(save(info));
                 r.write_status()?;
                 match r
                     .ctx
@@ -90,16 +97,22 @@ pub(super) fn take_out_of_service(
     Ok(())
 }
 
-/// Takes the taint off the recorded Node once it is Ready again, that is
-/// Ready since the power cycle started (a Node never seen down still shows
-/// the Ready of before), or gone; `always`: at once, the remediation
-/// ending. `Some(wait)`: the Node is still out of service; look again then.
+/// Once the Node is Ready again, that is Ready since the power cycle
+/// started (a Node never seen down still shows the Ready of before), or
+/// gone: puts back what a Node registered anew lacks, and takes the taint
+/// off; `always`: the taint at once, the remediation ending. `Some(wait)`:
+/// the Node is not back yet; look again then.
 pub(super) fn bring_back(
     r: &mut RemediationReconciling,
     target_cluster: &str,
     always: bool,
 ) -> Result<Option<Duration>, Error> {
-    let Some(node) = r.status.out_of_service_node.clone() else {
+    let tracked = r
+        .status
+        .out_of_service_node
+        .clone()
+        .or_else(|| r.status.saved_node.as_ref().map(|s| s.name.clone()));
+    let Some(node) = tracked else {
         return Ok(None);
     };
     let ns = r.object.metadata.namespace.clone();
@@ -121,10 +134,16 @@ pub(super) fn bring_back(
                 .and_then(kube::time::unix_seconds)
                 .is_some_and(|since| since >= cycle_started)
         };
-        match found {
-            Some(info) if info.out_of_service && !back(&info) => return Ok(Some(NODE_POLL)),
-            _ => {}
+        if let Some(info) = &found {
+            if !back(info) {
+                return Ok(Some(NODE_POLL));
+            }
+            restore(r, target_cluster, info)?;
         }
+    }
+    r.status.saved_node = None;
+    if r.status.out_of_service_node.is_none() {
+        return Ok(None);
     }
     match r
         .ctx
@@ -145,4 +164,72 @@ pub(super) fn bring_back(
     ));
     r.event(EventType::Normal, api::NODE_BACK_IN_SERVICE, &message);
     Ok(None)
+}
+
+/// The most of a Node's metadata kept (bytes of keys and values): status
+/// stays small however much a Node carries.
+const SAVED_BYTES: usize = 32 * 1024;
+
+/// What to put back on a Node registered anew: every label and annotation
+/// but kubectl's copy of the last applied object (large, and rewritten by
+/// the next apply), within [`SAVED_BYTES`].
+fn save(info: NodeInfo) -> SavedNode {
+    let mut budget = SAVED_BYTES;
+    let mut keep = |map: BTreeMap<String, String>| -> BTreeMap<String, String> {
+        map.into_iter()
+            .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
+            .filter(|(k, v)| match budget.checked_sub(k.len() + v.len()) {
+                Some(left) => {
+                    budget = left;
+                    true
+                }
+                None => false,
+            })
+            .collect()
+    };
+    let labels = keep(info.labels);
+    let annotations = keep(info.annotations);
+    SavedNode {
+        name: info.name,
+        uid: info.uid,
+        labels,
+        annotations,
+    }
+}
+
+/// A Node with another uid than the saved one was registered anew while
+/// its machine was down: it gets back the saved labels and annotations it
+/// lacks.
+fn restore(r: &mut RemediationReconciling, cluster: &str, now: &NodeInfo) -> Result<(), Error> {
+    let Some(saved) = r.status.saved_node.clone() else {
+        return Ok(());
+    };
+    if saved.uid.is_empty() || saved.uid == now.uid {
+        return Ok(());
+    }
+    let missing = |saved: &BTreeMap<String, String>, has: &BTreeMap<String, String>| {
+        saved
+            .iter()
+            .filter(|(k, _)| !has.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let labels = missing(&saved.labels, &now.labels);
+    let annotations = missing(&saved.annotations, &now.annotations);
+    if labels.is_empty() && annotations.is_empty() {
+        return Ok(());
+    }
+    let ns = r.object.metadata.namespace.clone();
+    r.ctx
+        .workload
+        .restore_node_metadata(&ns, cluster, &now.name, &labels, &annotations)
+        .map_err(Error::Workload)?;
+    let message = format!(
+        "Node {} was registered anew while its machine was down: {} label(s) and {} annotation(s) it had before put back",
+        now.name,
+        labels.len(),
+        annotations.len()
+    );
+    r.event(EventType::Normal, "NodeMetadataRestored", &message);
+    Ok(())
 }

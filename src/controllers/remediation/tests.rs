@@ -808,3 +808,97 @@ fn the_power_cycle_uses_the_clusters_own_maas() {
     assert_eq!(reason(&w, api::POWER_CYCLED), api::POWER_OFF_REQUESTED);
     assert!(events(&w).contains(&api::CREDENTIALS_UNAVAILABLE.to_string()));
 }
+
+/// Issue 23 item 1: a Node deleted and registered anew while its machine
+/// was down gets back the labels and annotations users had set, never over
+/// what the new Node carries; kubectl's last-applied copy is not kept.
+#[test]
+fn a_node_registered_anew_gets_back_its_labels_and_annotations() {
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    let node = node_key(&w, &system_id);
+    let map = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    w.workload.node_labels.lock().unwrap().insert(
+        node.clone(),
+        map(&[
+            ("node-role.kubernetes.io/storage", ""),
+            ("topology.rook.io/rack", "r1"),
+        ]),
+    );
+    w.workload.node_annotations.lock().unwrap().insert(
+        node.clone(),
+        map(&[
+            ("example.com/owner", "team-a"),
+            ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+        ]),
+    );
+    remediation(&w, 2);
+    run_power_cycle(&w, &system_id, 1);
+    let saved = status(&w).saved_node.expect("saved when the machine went off");
+    assert_eq!(saved.uid, format!("uid-node-{}", node.1));
+    assert_eq!(saved.labels.len(), 2);
+    assert_eq!(saved.annotations.len(), 1, "{saved:?}");
+
+    // Registered anew: another uid, only the kubelet's labels, one of the
+    // user's with another value now.
+    w.workload
+        .node_uids
+        .lock()
+        .unwrap()
+        .insert(node.clone(), "uid-node-new".into());
+    w.workload.node_labels.lock().unwrap().insert(
+        node.clone(),
+        map(&[
+            ("kubernetes.io/hostname", node.1.as_str()),
+            ("topology.rook.io/rack", "r2"),
+        ]),
+    );
+    w.workload.node_annotations.lock().unwrap().remove(&node);
+    w.workload
+        .ready_since
+        .lock()
+        .unwrap()
+        .insert(node.clone(), Some("2023-11-14T22:14:00Z".into()));
+    w.clock.advance(60);
+    reconcile(&w).unwrap();
+
+    let labels = w.workload.node_labels.lock().unwrap()[&node].clone();
+    assert_eq!(
+        labels,
+        map(&[
+            ("kubernetes.io/hostname", node.1.as_str()),
+            ("node-role.kubernetes.io/storage", ""),
+            ("topology.rook.io/rack", "r2"),
+        ])
+    );
+    let annotations = w.workload.node_annotations.lock().unwrap()[&node].clone();
+    assert_eq!(annotations, map(&[("example.com/owner", "team-a")]));
+    assert!(events(&w).contains(&"NodeMetadataRestored".to_string()));
+    assert!(status(&w).saved_node.is_none());
+    assert!(!w.workload.out_of_service.lock().unwrap().contains(&node));
+}
+
+/// The same Node back after the power cycle: nothing is written to it but
+/// the taint coming off.
+#[test]
+fn the_same_node_back_is_not_rewritten() {
+    let w = World::new(2);
+    let system_id = deployed_worker(&w);
+    let node = node_key(&w, &system_id);
+    remediation(&w, 2);
+    run_power_cycle(&w, &system_id, 1);
+    w.workload
+        .ready_since
+        .lock()
+        .unwrap()
+        .insert(node.clone(), Some("2023-11-14T22:14:00Z".into()));
+    w.clock.advance(60);
+    reconcile(&w).unwrap();
+    assert!(!events(&w).contains(&"NodeMetadataRestored".to_string()));
+    assert!(status(&w).saved_node.is_none());
+}
