@@ -86,6 +86,7 @@ fn names(machines: impl Iterator<Item = MachineRow>) -> BTreeSet<String> {
     machines.map(|m| m.name).collect()
 }
 
+/// The seed's cluster provisioned, checked, scaled both ways, deleted.
 #[test]
 fn seed_template_verbatim_with_kcp_and_kubeadm_bootstrap() {
     let test = "seed_template_verbatim_with_kcp_and_kubeadm_bootstrap";
@@ -179,6 +180,10 @@ fn seed_template_verbatim_with_kcp_and_kubeadm_bootstrap() {
     node_ids.sort();
     machine_ids.sort();
     assert_eq!(node_ids, machine_ids);
+
+    // The same cluster scaled both ways (one lab for both stories: a
+    // provisioning costs two minutes of the suite's budget).
+    scale_control_plane_and_workers(&mut lab);
 
     // Deleting the Cluster releases every machine and removes the record.
     let deleting = Instant::now();
@@ -440,15 +445,11 @@ fn failures_by_machine(report: &Report, events: &[Event]) -> Vec<(String, usize)
 /// Issue 14 (3): KCP 3 → 5 → 3 and the MachineDeployment 5 → 8 → 2. At
 /// each step every Machine runs, the DNS record holds exactly the
 /// control-plane machines, and MAAS has exactly as many machines deployed.
-#[test]
-fn scale_control_plane_and_workers() {
-    let test = "scale_control_plane_and_workers";
-    let Some(_namespace) = netns::run_inside(test, &kcp_lab::network()) else {
-        return;
-    };
-    let started = Instant::now();
-    let mut lab = KcpLab::start(LabOptions::new(lab_dir("kcp-scale")));
-    provision(&mut lab, started);
+/// KCP scaled up to 5 and back to 3, the MachineDeployment up to 8 and
+/// down to 2: each step ends with every Machine Running on a Deployed MAAS
+/// machine and the API server name resolving to exactly the control
+/// planes.
+fn scale_control_plane_and_workers(lab: &mut KcpLab) {
     for (kind, name, control_planes, workers) in [
         ("kubeadmcontrolplane", KCP, 5, WORKERS),
         ("kubeadmcontrolplane", KCP, 3, WORKERS),

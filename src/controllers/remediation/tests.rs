@@ -839,7 +839,9 @@ fn a_node_registered_anew_gets_back_its_labels_and_annotations() {
     );
     remediation(&w, 2);
     run_power_cycle(&w, &system_id, 1);
-    let saved = status(&w).saved_node.expect("saved when the machine went off");
+    let saved = status(&w)
+        .saved_node
+        .expect("saved when the machine went off");
     assert_eq!(saved.uid, format!("uid-node-{}", node.1));
     assert_eq!(saved.labels.len(), 2);
     assert_eq!(saved.annotations.len(), 1, "{saved:?}");
