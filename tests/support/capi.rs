@@ -41,7 +41,7 @@
 //! usual.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -228,11 +228,6 @@ fn verbosity() -> String {
     std::env::var("CAPI_MANAGER_V").unwrap_or_else(|_| "2".to_string())
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address").port()
-}
-
 impl CapiManager {
     /// The core manager.
     pub fn start(cp: &'static ControlPlane) -> CapiManager {
@@ -262,6 +257,7 @@ impl CapiManager {
         std::fs::copy(&crt, cert_dir.join("tls.crt")).expect("copying tls.crt");
         std::fs::copy(&key, cert_dir.join("tls.key")).expect("copying tls.key");
 
+        let free_port = super::story::free_port;
         let webhook_port = free_port();
         let health_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let diagnostics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();

@@ -86,7 +86,12 @@ start() {
   bin=$("$root/tests/k8s-testbin/build.sh")
   make_pki "$dir"
   local etcd_port peer_port api_port
-  etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
+  # Three distinct ports: a port just closed may be handed out again.
+  etcd_port=$(free_port)
+  peer_port=$(free_port)
+  while [[ $peer_port == "$etcd_port" ]]; do peer_port=$(free_port); done
+  api_port=$(free_port)
+  while [[ $api_port == "$etcd_port" || $api_port == "$peer_port" ]]; do api_port=$(free_port); done
 
   "$bin/etcd" --name=default --data-dir="$dir/etcd" \
     --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \

@@ -196,9 +196,23 @@ pub struct Capmaas {
     pub health_addr: SocketAddr,
 }
 
+/// A loopback port nothing listens on, never one this process handed out
+/// before: the kernel gives a port just closed to the next bind, so two
+/// calls for one program's two addresses could return the same port (the
+/// KCP manager then failed with "address already in use", CI 2026-12-05).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address").port()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
+        let port = listener.local_addr().expect("local address").port();
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 impl Capmaas {
