@@ -75,13 +75,26 @@ pub const MACHINES: &[Seeded] = &[
     ),
     ("spare-1", "default", "default", 4, 16384, &[]),
 ];
+/// The pool of [`CRASH_MACHINES`]: no other test asks for it, and none of
+/// the story's machines is in it.
+pub const CRASH_POOL: &str = "crash-pool";
+
+/// Machines alike, for the crash tests (tests/real_maas.rs): one more than
+/// they allocate, so a second allocation for the same MaasMachine would
+/// find a machine and show.
+pub const CRASH_MACHINES: &[Seeded] = &[
+    ("crash-1", CRASH_POOL, "default", 4, 8192, &[]),
+    ("crash-2", CRASH_POOL, "default", 4, 8192, &[]),
+    ("crash-3", CRASH_POOL, "default", 4, 8192, &[]),
+];
 const DISK_BYTES: u64 = 120 * 1_000_000_000;
 
 pub struct RealMaas {
     pub admin_key: String,
     /// The API key of [`OPERATOR`].
     pub operator_key: String,
-    /// hostname → system_id of the seeded machines.
+    /// hostname → system_id of the seeded machines ([`MACHINES`], then
+    /// [`CRASH_MACHINES`]).
     pub machines: Vec<(String, String)>,
     kit: PathBuf,
     state: PathBuf,
@@ -347,7 +360,7 @@ impl RealMaas {
                 .collect()
         };
         let pools = names(&self.admin("GET", "resourcepools/", &[]));
-        for pool in ["cp-pool", "worker-pool"] {
+        for pool in ["cp-pool", "worker-pool", CRASH_POOL] {
             if !pools.iter().any(|p| p == pool) {
                 self.admin("POST", "resourcepools/", &[("name", pool)]);
             }
@@ -498,6 +511,7 @@ impl RealMaas {
             gone.into_iter().for_each(join);
             let made: Vec<_> = MACHINES
                 .iter()
+                .chain(CRASH_MACHINES)
                 .enumerate()
                 .map(|(i, machine)| scope.spawn(move || this.seed_machine(i, machine, subnet_id)))
                 .collect();
@@ -505,6 +519,7 @@ impl RealMaas {
         });
         self.machines = MACHINES
             .iter()
+            .chain(CRASH_MACHINES)
             .zip(ids)
             .map(|(m, id)| (m.0.to_owned(), id))
             .collect();
