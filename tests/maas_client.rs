@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use capmaas::maas::{
-    AllocateRequest, ApiKey, Client, DeployRequest, ErrorKind, EventLevel, EventQuery, MaasBody,
-    MachineFilter, MachineStatus, PowerState, ReleaseRequest,
+    AllocateRequest, AnnotationsOp, ApiKey, Client, DeployRequest, ErrorKind, EventLevel,
+    EventQuery, MaasBody, MachineFilter, MachineStatus, PowerState, ReleaseRequest, IDENTITY_KEY,
 };
 use serde_json::json;
 use support::maas_sim::MaasSim;
@@ -607,6 +607,74 @@ fn deploy_resolves_os_series_and_refuses_unknown_os_or_series() {
         client.machine(&host.system_id).unwrap().status,
         MachineStatus::Allocated
     );
+}
+
+/// Issue 22 item 5: workload annotations as the simulator's MAAS release
+/// has them. From 3.0 on (3.4.8, the real MAAS of the tests)
+/// `set_workload_annotations` and `set_owner_data` write one store, shown
+/// as both `workload_annotations` and `owner_data`; 2.x knows only the
+/// owner data names and refuses the new op as an unknown one.
+#[test]
+fn workload_annotations_follow_the_maas_release() {
+    for version in ["2.9.2", "3.4.8"] {
+        let renamed = version.starts_with('3');
+        let mut inventory = support::maas_sim::story_inventory();
+        inventory["settings"]["maas_version"] = json!(version);
+        let sim = MaasSim::start(Some(&inventory));
+        let client = sim.client();
+        let op = client.version().unwrap().annotations_op();
+        assert_eq!(
+            op == AnnotationsOp::SetWorkloadAnnotations,
+            renamed,
+            "{version}"
+        );
+        let host = allocate_cp(&client, "annotations");
+        let id = host.system_id.as_str();
+        let identity = "capmaas/ns/m1/uid-1";
+
+        let m = client
+            .set_annotations(id, op, &[(IDENTITY_KEY, Some(identity)), ("k", Some("v"))])
+            .unwrap();
+        assert_eq!(m.identity(), Some(identity), "{version}");
+        let raw = raw_machine(&sim, id);
+        assert_eq!(raw["owner_data"]["k"], "v", "{version}");
+        if renamed {
+            assert_eq!(raw["workload_annotations"], raw["owner_data"], "{version}");
+            // The deprecated alias deletes from the same store.
+            client.set_owner_data(id, &[("k", None)]).unwrap();
+            let raw = raw_machine(&sim, id);
+            assert_eq!(
+                raw["workload_annotations"],
+                json!({IDENTITY_KEY: identity}),
+                "{version}"
+            );
+        } else {
+            assert!(raw.get("workload_annotations").is_none(), "{raw}");
+            let err = client
+                .set_annotations(id, AnnotationsOp::SetWorkloadAnnotations, &[("k", None)])
+                .unwrap_err();
+            assert!(err.is_bad_request(), "{version}: {err}");
+            assert_eq!(
+                err.message(),
+                "Unrecognised signature: method=POST op=set_workload_annotations"
+            );
+        }
+
+        // Only the owner writes them; MAAS's words changed with the name.
+        let spare = &client
+            .machines(&MachineFilter::by_hostname("spare-1"))
+            .unwrap()[0];
+        let err = client
+            .set_annotations(&spare.system_id, op, &[("k", Some("v"))])
+            .unwrap_err();
+        assert!(err.is_conflict(), "{version}: {err}");
+        let refusal = if renamed {
+            "Cannot set workload annotation: it hasn't been acquired."
+        } else {
+            "Cannot set owner data: it hasn't been allocated."
+        };
+        assert_eq!(err.message(), refusal, "{version}");
+    }
 }
 
 /// `GET machines/{id}/` as MAAS answers it, every field.

@@ -26,8 +26,8 @@ mod support;
 use std::time::Duration;
 
 use capmaas::maas::{
-    AllocateRequest, DeployRequest, EventQuery, MaasBody, MachineFilter, MachineStatus, PowerState,
-    ReleaseRequest, ReserveFrom, IDENTITY_KEY,
+    AllocateRequest, AnnotationsOp, DeployRequest, EventQuery, MaasBody, MachineFilter,
+    MachineStatus, PowerState, ReleaseRequest, ReserveFrom, IDENTITY_KEY,
 };
 use serde_json::{json, Value};
 use support::objects;
@@ -211,6 +211,34 @@ fn a_control_plane_machine_through_its_life() {
         "{:?}",
         without.owner_data
     );
+
+    // Issue 22 item 5: MAAS 3.4.8 already has set_workload_annotations (from
+    // 3.0 on), and it and set_owner_data write one store, which the machine
+    // and the machines list render as both workload_annotations and
+    // owner_data: the identity written either way reads the same.
+    let op = admin.version().expect("version/").annotations_op();
+    assert_eq!(op, AnnotationsOp::SetWorkloadAnnotations);
+    let annotated = admin
+        .set_annotations(id, op, &[("annotated", Some("1"))])
+        .expect("set_workload_annotations");
+    assert_eq!(annotated.identity(), Some("capmaas/real/cp-0"));
+    let raw = maas.admin("GET", &format!("machines/{id}/"), &[]);
+    assert_eq!(
+        raw["workload_annotations"],
+        json!({IDENTITY_KEY: "capmaas/real/cp-0", "annotated": "1"}),
+        "{raw}"
+    );
+    assert_eq!(raw["owner_data"], raw["workload_annotations"]);
+    admin
+        .set_owner_data(id, &[("annotated", None)])
+        .expect("delete with the deprecated op");
+    let listed = maas.admin("GET", &format!("machines/?id={id}"), &[]);
+    assert_eq!(
+        listed[0]["workload_annotations"],
+        json!({IDENTITY_KEY: "capmaas/real/cp-0"}),
+        "{listed}"
+    );
+    assert_eq!(listed[0]["owner_data"], listed[0]["workload_annotations"]);
 
     let swapless = admin
         .update_machine(id, &[("swap_size", "0")])

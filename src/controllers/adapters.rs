@@ -319,13 +319,15 @@ impl MaasApi for Maas {
         self.client.release_ip(ip)
     }
 
-    fn set_owner_data(
+    fn set_annotation(
         &self,
         system_id: &str,
+        op: maas::AnnotationsOp,
         key: &str,
         value: &str,
     ) -> Result<maas::Machine, maas::Error> {
-        self.client.set_owner_data(system_id, &[(key, Some(value))])
+        self.client
+            .set_annotations(system_id, op, &[(key, Some(value))])
     }
 
     fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {

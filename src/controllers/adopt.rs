@@ -428,19 +428,18 @@ fn adopt(
         )
         .map_err(|e| format!("writing the identity annotation: {e}"))?;
     }
-    maas.set_owner_data(&host.system_id, identity::OWNER_DATA_KEY, identity.as_str())
-        .map_err(|e| {
-            let hint = if e.is_conflict() {
-                format!(
-                    " (MAAS lets only the machine's owner {:?} write its owner data: \
-                     adopt with that user's credentials)",
-                    host.owner.as_deref().unwrap_or_default()
-                )
-            } else {
-                String::new()
-            };
-            format!("writing the MAAS owner data: {e}{hint}")
-        })?;
+    identity::write(maas, &host.system_id, identity).map_err(|e| {
+        let hint = if e.is_conflict() {
+            format!(
+                " (MAAS lets only the machine's owner {:?} write its workload annotations: \
+                 adopt with that user's credentials)",
+                host.owner.as_deref().unwrap_or_default()
+            )
+        } else {
+            String::new()
+        };
+        format!("writing the identity into the MAAS workload annotations: {e}{hint}")
+    })?;
     mark_adopted(kube, m, identity)
 }
 

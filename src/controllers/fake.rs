@@ -385,6 +385,20 @@ pub struct FakeMaas {
 }
 
 impl FakeMaas {
+    /// What `version/` answers, without counting a call.
+    fn version_info(&self) -> maas::VersionInfo {
+        let version = lock(&self.version).clone();
+        maas::VersionInfo {
+            version: if version.is_empty() {
+                "3.6.0".into()
+            } else {
+                version
+            },
+            subversion: String::new(),
+            capabilities: Vec::new(),
+        }
+    }
+
     pub fn with_machines(n: usize) -> FakeMaas {
         let maas = FakeMaas {
             user: "capmaas".into(),
@@ -767,16 +781,7 @@ impl MaasApi for FakeMaas {
 
     fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
         self.call("version", "")?;
-        let version = lock(&self.version).clone();
-        Ok(maas::VersionInfo {
-            version: if version.is_empty() {
-                "3.6.0".into()
-            } else {
-                version
-            },
-            subversion: String::new(),
-            capabilities: Vec::new(),
-        })
+        Ok(self.version_info())
     }
 
     fn zones(&self) -> Result<Vec<String>, maas::Error> {
@@ -1028,21 +1033,35 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn set_owner_data(
+    fn set_annotation(
         &self,
         system_id: &str,
+        op: maas::AnnotationsOp,
         key: &str,
         value: &str,
     ) -> Result<maas::Machine, maas::Error> {
-        self.call("set_owner_data", system_id)?;
+        let name = op.as_str();
+        self.call(name, system_id)?;
+        // MAAS 2.x does not know the new op (piston's answer to an unknown
+        // op); 3.x keeps set_owner_data as an alias.
+        if op == maas::AnnotationsOp::SetWorkloadAnnotations
+            && self.version_info().annotations_op() == maas::AnnotationsOp::SetOwnerData
+        {
+            return Err(maas::Error::from_response(
+                name,
+                400,
+                &format!("Unrecognised signature: method=POST op={name}"),
+                None,
+            ));
+        }
         let mut machines = lock(&self.machines);
         let host = machines
             .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("set_owner_data"))?;
+            .ok_or_else(|| Self::not_found(name))?;
         // MAAS: only the owner may, even an admin gets 409.
         if host.owner.as_deref() != Some(self.user.as_str()) {
             return Err(maas::Error::from_response(
-                "set_owner_data",
+                name,
                 409,
                 "Cannot set workload annotation: it hasn't been acquired.",
                 None,

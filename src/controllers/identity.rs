@@ -15,13 +15,19 @@
 //! - as the allocation's `agent_name` (set by `allocate` in the same
 //!   transaction as the allocation, so a crash right after it still finds
 //!   the machine with `GET machines/?agent_name=`), and
-//! - as the owner data key [`OWNER_DATA_KEY`] (shown in every machine JSON,
-//!   so every read verifies ownership at no extra call; MAAS clears it on
-//!   release, so a machine that changed hands never carries it).
+//! - as the workload annotation [`OWNER_DATA_KEY`] (shown in every machine
+//!   JSON, so every read verifies ownership at no extra call; MAAS clears
+//!   it on release, so a machine that changed hands never carries it).
+//!   MAAS 3.0 renamed owner data to workload annotations and kept the old
+//!   names as aliases of the same store: [`write`] uses the op this MAAS
+//!   has, and the identity is read from either field (`maas::Machine`'s
+//!   `owner_data` holds both), so a machine marked by an older capmaas
+//!   stays ours across a MAAS upgrade.
 //!
 //! A recorded `spec.systemID` is acted on (deploy, power, DNS, release) only
 //! when MAAS shows that machine under this identity ([`Ownership::Ours`]).
 
+use super::ports::MaasApi;
 use crate::api::ObjectMeta;
 use crate::maas;
 
@@ -31,7 +37,8 @@ use crate::maas;
 /// theirs.
 pub use crate::api::maas_machine::AGENT_NAME_ANNOTATION as ANNOTATION;
 
-/// The MAAS owner data key carrying the identity (MAAS allows `[\w.-]+`).
+/// The MAAS workload annotation (owner data) key carrying the identity
+/// (MAAS allows `[\w.-]+`).
 pub use crate::maas::IDENTITY_KEY as OWNER_DATA_KEY;
 
 /// MAAS stores `agent_name` in a 255-character column.
@@ -135,6 +142,18 @@ pub fn ownership(machine: &maas::Machine, identity: &Identity) -> Ownership {
         Some(value) if !value.is_empty() => Ownership::Other(value.clone()),
         _ => Ownership::Unmarked,
     }
+}
+
+/// Writes `identity` into a machine we own, with the op this MAAS has
+/// (`set_workload_annotations`, or `set_owner_data` before MAAS 3.0). The
+/// version comes from the MAAS view's cache: no extra call per machine.
+pub fn write(
+    maas: &dyn MaasApi,
+    system_id: &str,
+    identity: &Identity,
+) -> Result<maas::Machine, maas::Error> {
+    let op = maas.version()?.annotations_op();
+    maas.set_annotation(system_id, op, OWNER_DATA_KEY, identity.as_str())
 }
 
 /// Whether MAAS shows the machine under any capmaas identity.

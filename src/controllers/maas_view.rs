@@ -15,8 +15,9 @@
 //! - **Boot resources** from a shared cache of [`BOOT_RESOURCES_TTL`]: one
 //!   read per minute for all machines, instead of one per machine (workers
 //!   asking at the same moment share that read).
-//! - **The MAAS version** from a cache of [`VERSION_TTL`]: asked only
-//!   for deploy options newer MAAS releases have, and an upgrade is rare.
+//! - **The MAAS version** from a cache of [`VERSION_TTL`]: asked for
+//!   deploy options newer MAAS releases have and for the op that writes a
+//!   machine's identity; an upgrade is rare.
 //! - **DNS records** ([`MaasApi::recent_dns_resources`]) as this process
 //!   last read or wrote them, for [`DNS_TTL`]: the MaasCluster reconciler
 //!   reads the record once per [`DNS_TTL`] however often it runs, writes
@@ -357,14 +358,15 @@ impl MaasApi for MaasView {
         self.api.release_ip(ip)
     }
 
-    fn set_owner_data(
+    fn set_annotation(
         &self,
         system_id: &str,
+        op: maas::AnnotationsOp,
         key: &str,
         value: &str,
     ) -> Result<maas::Machine, maas::Error> {
         self.mark_write(system_id);
-        self.recorded(self.api.set_owner_data(system_id, key, value))
+        self.recorded(self.api.set_annotation(system_id, op, key, value))
     }
 
     fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {

@@ -89,11 +89,13 @@ pub trait MaasApi: Send + Sync {
         interface_id: i64,
         link_id: i64,
     ) -> Result<(), maas::Error>;
-    /// Sets one owner data key of a machine we own (MAAS refuses it for
-    /// anyone but the owner); returns the machine as MAAS has it now.
-    fn set_owner_data(
+    /// Sets one workload annotation (owner data) of a machine we own with
+    /// `op` (MAAS refuses it for anyone but the owner); returns the machine
+    /// as MAAS has it now.
+    fn set_annotation(
         &self,
         system_id: &str,
+        op: maas::AnnotationsOp,
         key: &str,
         value: &str,
     ) -> Result<maas::Machine, maas::Error>;

@@ -28,6 +28,7 @@ use super::decode::{self, Charged};
 use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
 use super::form::{encode_pairs, percent_encode};
 use super::types::*;
+use super::version::{AnnotationsOp, VersionInfo};
 use crate::backoff::Backoff;
 use crate::clock::peer_seconds;
 use crate::metrics;
@@ -470,7 +471,7 @@ impl Client {
     }
 
     /// `GET version/`: the MAAS release and its capabilities.
-    pub fn version(&self) -> Result<super::VersionInfo, Error> {
+    pub fn version(&self) -> Result<VersionInfo, Error> {
         self.json(Call {
             op: "version",
             method: Method::Get,
@@ -638,18 +639,30 @@ impl Client {
         })
     }
 
-    /// Merges owner data (workload annotations); `None` deletes a key. The
-    /// caller must own the machine.
-    pub fn set_owner_data(
+    /// Merges workload annotations (owner data) with `op` (see
+    /// [`VersionInfo::annotations_op`]); `None` deletes a key. The caller
+    /// must own the machine.
+    pub fn set_annotations(
         &self,
         system_id: &str,
+        op: AnnotationsOp,
         data: &[(&str, Option<&str>)],
     ) -> Result<Machine, Error> {
         let form = data
             .iter()
             .map(|(k, v)| (*k, v.unwrap_or("").to_owned()))
             .collect();
-        self.machine_op("set_owner_data", system_id, form, Repeat::Safe)
+        self.machine_op(op.as_str(), system_id, form, Repeat::Safe)
+    }
+
+    /// [`Client::set_annotations`] with `set_owner_data`, which every MAAS
+    /// release to date has (deprecated from 3.0 on).
+    pub fn set_owner_data(
+        &self,
+        system_id: &str,
+        data: &[(&str, Option<&str>)],
+    ) -> Result<Machine, Error> {
+        self.set_annotations(system_id, AnnotationsOp::SetOwnerData, data)
     }
 
     // ---- interfaces and subnets -----------------------------------------

@@ -27,7 +27,9 @@
 //! client.power_on_with_comment(system_id, Some(comment)) -> Result<Machine, Error>
 //! client.query_power_state(system_id) -> Result<PowerState, Error>     (feature test-api)
 //! client.update_machine(system_id, &[("swap_size", "0")]) -> Result<Machine, Error>
-//! client.set_owner_data(system_id, &[(key, Some(value) | None)]) -> Result<Machine, Error>
+//! client.set_annotations(system_id, AnnotationsOp, &[(key, Some(value) | None)]) -> Result<Machine, Error>
+//! client.set_owner_data(system_id, &[(key, Some(value) | None)]) -> Result<Machine, Error>   // op SetOwnerData
+//! version_info.annotations_op() -> AnnotationsOp   // set_workload_annotations from 3.0, else set_owner_data
 //! client.dns_resources(fqdn) -> Result<Vec<DnsResource>, Error>
 //! client.dns_resource(id) -> Result<DnsResource, Error>
 //! client.create_dns_resource(fqdn, ttl, &ips) -> Result<DnsResource, Error>   // at most once
@@ -42,7 +44,7 @@
 //! client.check_image(image) -> Result<ImageCheck, Error>
 //! check_image(image, &[BootResource]) -> ImageCheck { exists, canonical, closest }
 //!
-//! machine.identity() -> Option<&str>        // owner data IDENTITY_KEY, when a capmaas identity
+//! machine.identity() -> Option<&str>        // IDENTITY_KEY in workload annotations or owner data
 //!
 //! watch::MaasWatch::spawn(WatchConfig, handler, stop) -> MaasWatch     // see [`watch`]
 //!
@@ -83,7 +85,7 @@ pub use error::{redact_url, Error, ErrorKind, MaasBody};
 pub use form::{encode_pairs, percent_encode};
 pub use image::{canonical_name, check_image, ImageCheck};
 pub use types::*;
-pub use version::{MaasVersion, VersionInfo};
+pub use version::{AnnotationsOp, MaasVersion, VersionInfo};
 
 impl From<InvalidApiKey> for Error {
     fn from(e: InvalidApiKey) -> Error {

@@ -320,6 +320,9 @@ pub struct Machine {
     pub hwe_kernel: Option<String>,
     pub ephemeral_deploy: bool,
     pub owner: Option<String>,
+    /// The owner's key=value data: the JSON's `workload_annotations` (MAAS
+    /// 3.0+) and `owner_data` (every MAAS; deprecated from 3.0 on), one
+    /// store under two names.
     pub owner_data: BTreeMap<String, String>,
     pub tag_names: Vec<String>,
     pub boot_interface: Option<Interface>,
@@ -442,8 +445,9 @@ impl<'de> Deserialize<'de> for Machine {
         } else {
             raw.status_name
         };
-        // owner_data and workload_annotations are the same dict in 3.x; older
-        // MAAS only has owner_data, a future one may only have the other.
+        // From MAAS 3.0 on both fields show the same store (`OwnerData`;
+        // owner_data is the deprecated name); 2.x has only owner_data, and
+        // a later MAAS may drop it. Either one naming the identity counts.
         let mut owner_data = raw.workload_annotations;
         owner_data.extend(raw.owner_data);
         let (addresses, interfaces) = interfaces_and_addresses(raw.interface_set);
@@ -1237,6 +1241,34 @@ mod tests {
             EventQuery::default().query(),
             vec![("op", "query".to_owned())]
         );
+    }
+
+    /// Issue 22 item 5: an identity written as owner data (MAAS 2.x, or an
+    /// older capmaas) and one written as a workload annotation are found
+    /// whichever of the two fields MAAS renders.
+    #[test]
+    fn identity_is_read_from_workload_annotations_or_owner_data() {
+        let id = "capmaas/ns/mm/uid";
+        let parse = |fields: &str| -> Machine {
+            serde_json::from_str(&format!(r#"{{"system_id":"abc",{fields}}}"#)).unwrap()
+        };
+        for fields in [
+            // MAAS 2.x: owner_data only.
+            format!(r#""owner_data":{{"{IDENTITY_KEY}":"{id}"}}"#),
+            // A MAAS that dropped the deprecated name.
+            format!(r#""workload_annotations":{{"{IDENTITY_KEY}":"{id}"}}"#),
+            // MAAS 3.0 to 3.7: both names, one store.
+            format!(
+                r#""owner_data":{{"{IDENTITY_KEY}":"{id}","a":"b"}},
+                   "workload_annotations":{{"{IDENTITY_KEY}":"{id}","a":"b"}}"#
+            ),
+        ] {
+            let m = parse(&fields);
+            assert_eq!(m.identity(), Some(id), "{fields}");
+        }
+        let both = parse(r#""owner_data":{"a":"1"},"workload_annotations":{"b":"2"}"#);
+        assert_eq!(both.owner_data.len(), 2, "{:?}", both.owner_data);
+        assert_eq!(parse(r#""owner_data":null"#).identity(), None);
     }
 
     #[test]

@@ -27,6 +27,42 @@ impl VersionInfo {
     pub fn has_pool_entitlements(&self) -> bool {
         MaasVersion::parse(&self.version).is_some_and(|v| v >= MaasVersion::new(3, 8, 0))
     }
+
+    /// The op that writes a machine's workload annotations on this MAAS:
+    /// `set_workload_annotations` from 3.0 on, `set_owner_data` before. A
+    /// version that is not a release number counts as the newest.
+    pub fn annotations_op(&self) -> AnnotationsOp {
+        match MaasVersion::parse(&self.version) {
+            Some(v) if v < AnnotationsOp::RENAMED_IN => AnnotationsOp::SetOwnerData,
+            _ => AnnotationsOp::SetWorkloadAnnotations,
+        }
+    }
+}
+
+/// How a machine's owner writes its key=value data. MAAS 3.0 renamed owner
+/// data to workload annotations (canonical/maas 0a09e45a5, LP: #1928115):
+/// `set_workload_annotations` and the machine's `workload_annotations`,
+/// with `set_owner_data` and `owner_data` kept as deprecated aliases of the
+/// same store (`OwnerData`, through 3.7 and main). Both ops merge the given
+/// keys and delete those given empty; release clears the store. MAAS 2.x
+/// has only `set_owner_data` and `owner_data`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnotationsOp {
+    SetWorkloadAnnotations,
+    SetOwnerData,
+}
+
+impl AnnotationsOp {
+    /// The first release with `set_workload_annotations`.
+    pub const RENAMED_IN: MaasVersion = MaasVersion::new(3, 0, 0);
+
+    /// The `op=` MAAS knows it by.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnnotationsOp::SetWorkloadAnnotations => "set_workload_annotations",
+            AnnotationsOp::SetOwnerData => "set_owner_data",
+        }
+    }
 }
 
 /// A MAAS release number: the `major.minor.patch` that starts the version
@@ -117,5 +153,34 @@ mod tests {
             };
             assert_eq!(info.has_pool_entitlements(), entitlements, "{v}");
         }
+    }
+
+    #[test]
+    fn workload_annotations_are_written_with_the_op_the_release_has() {
+        for (v, op) in [
+            ("2.9.2", AnnotationsOp::SetOwnerData),
+            ("2.9.3~rc1", AnnotationsOp::SetOwnerData),
+            ("3.0.0~rc1", AnnotationsOp::SetWorkloadAnnotations),
+            ("3.0.0", AnnotationsOp::SetWorkloadAnnotations),
+            ("3.4.8", AnnotationsOp::SetWorkloadAnnotations),
+            (
+                "3.5.4-16286-g.5b1e0ec23",
+                AnnotationsOp::SetWorkloadAnnotations,
+            ),
+            ("", AnnotationsOp::SetWorkloadAnnotations),
+            ("unknown", AnnotationsOp::SetWorkloadAnnotations),
+        ] {
+            let info = VersionInfo {
+                version: v.into(),
+                subversion: String::new(),
+                capabilities: Vec::new(),
+            };
+            assert_eq!(info.annotations_op(), op, "{v}");
+        }
+        assert_eq!(
+            AnnotationsOp::SetWorkloadAnnotations.as_str(),
+            "set_workload_annotations"
+        );
+        assert_eq!(AnnotationsOp::SetOwnerData.as_str(), "set_owner_data");
     }
 }

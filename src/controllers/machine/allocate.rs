@@ -31,7 +31,7 @@ use super::{observe, retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::api::MaasCluster;
-use crate::controllers::identity::{self, Identity, Ownership, OWNER_DATA_KEY};
+use crate::controllers::identity::{self, Identity, Ownership};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::watch::Lookup;
@@ -308,7 +308,8 @@ fn not_ours(
     Step::Stop(Action::Done)
 }
 
-/// Writes the identity into the machine's owner data unless it is there.
+/// Writes the identity into the machine's workload annotations unless it is
+/// there.
 fn mark(
     r: &MachineReconciling,
     host: maas::Machine,
@@ -317,8 +318,7 @@ fn mark(
     if identity::ownership(&host, identity) == Ownership::Ours {
         return Ok(host);
     }
-    Ok(r.maas()?
-        .set_owner_data(&host.system_id, OWNER_DATA_KEY, identity.as_str())?)
+    Ok(identity::write(r.maas()?, &host.system_id, identity)?)
 }
 
 fn allocate_request(

@@ -44,6 +44,7 @@ fn writes(maas: &FakeMaas) -> Vec<String> {
                 "boot_resources",
                 "dns_resources",
                 "zones",
+                "version",
             ]
             .iter()
             .any(|read| c.starts_with(read))
@@ -192,8 +193,9 @@ fn an_allocation_whose_owner_data_was_lost_is_found_and_marked() {
     let w = World::new(2);
     w.cluster(NS, "c1");
     w.machine(NS, "c1", "m1", false);
-    // The process died between allocate (+ spec write) and set_owner_data.
-    w.maas.fail_once("set_owner_data", 503, "");
+    // The process died between allocate (+ spec write) and the identity
+    // write (MAAS 3.6: set_workload_annotations).
+    w.maas.fail_once("set_workload_annotations", 503, "");
     assert!(reconcile(&w, NS, "m1").is_err());
     let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
     assert!(w.maas.host(&id).owner_data.is_empty());
@@ -321,4 +323,58 @@ fn unusable_credentials_are_a_condition_and_no_maas_call() {
     );
     assert!(message(&w, NS, "m1", mm_api::MACHINE_DEPLOYED).contains("tenant/missing"));
     assert!(w.maas.calls().is_empty());
+}
+
+/// Issue 22 item 5: the identity is written with the op the MAAS release
+/// has: `set_workload_annotations` from 3.0 on (3.4.8, the real MAAS of
+/// the tests, has it), `set_owner_data` before; either way the machine is
+/// ours and deploys.
+#[test]
+fn the_identity_is_written_with_the_op_the_maas_release_has() {
+    for (version, op) in [
+        ("2.9.2", "set_owner_data"),
+        ("3.4.8", "set_workload_annotations"),
+        ("3.7.3", "set_workload_annotations"),
+    ] {
+        let w = World::new(1);
+        *w.maas.version.lock().unwrap() = version.into();
+        w.cluster(NS, "c1");
+        w.machine(NS, "c1", "m1", false);
+        reconcile(&w, NS, "m1").unwrap();
+        let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+        let annotation_writes: Vec<String> = w
+            .maas
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("set_"))
+            .collect();
+        assert_eq!(annotation_writes, [format!("{op} {id}")], "{version}");
+        assert_eq!(
+            w.maas
+                .host(&id)
+                .owner_data
+                .get(OWNER_DATA_KEY)
+                .map(String::as_str),
+            Some("capmaas/tenant/m1/uid-mm-m1"),
+            "{version}"
+        );
+        assert_eq!(w.maas.deploys.lock().unwrap().len(), 1, "{version}");
+    }
+}
+
+/// The op is chosen from the MAAS view's cached version: marking many
+/// machines asks `version/` once, not once per machine.
+#[test]
+fn marking_machines_asks_the_maas_version_once() {
+    let w = World::new(3);
+    w.watched();
+    w.cluster(NS, "c1");
+    for name in ["m1", "m2", "m3"] {
+        w.machine(NS, "c1", name, false);
+        reconcile(&w, NS, name).unwrap();
+    }
+    let calls = w.maas.calls();
+    let count = |name: &str| calls.iter().filter(|c| c.starts_with(name)).count();
+    assert_eq!(count("set_workload_annotations"), 3, "{calls:?}");
+    assert_eq!(count("version"), 1, "{calls:?}");
 }

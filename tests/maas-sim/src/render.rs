@@ -225,7 +225,7 @@ pub fn machine_text(world: &World, m: &Machine) -> String {
         .map(|i| interface_text(world, m, i))
         .collect();
     let fqdn = format!("{}.{}", m.hostname, world.domain_name(m.domain_id));
-    let changing = json!({
+    let mut changing = json!({
         "status": m.status.code(),
         "status_name": m.status.name(),
         "status_message": m.status_event.message,
@@ -250,13 +250,17 @@ pub fn machine_text(world: &World, m: &Machine) -> String {
         "power_type": m.power_type,
         "owner": m.owner,
         "owner_data": m.owner_data,
-        "workload_annotations": m.owner_data,
         "ephemeral_deploy": m.ephemeral_deploy,
         "enable_hw_sync": m.enable_hw_sync,
         "enable_kernel_crash_dump": m.enable_kernel_crash_dump,
         "error_description": m.error_description,
-    })
-    .to_string();
+    });
+    if world.settings.release_at_least(3, 0) {
+        // MAAS 3.0 renamed owner data to workload annotations and renders
+        // the one store under both names; 2.x has only owner_data.
+        changing["workload_annotations"] = json!(m.owner_data);
+    }
+    let changing = changing.to_string();
     let mut out = String::with_capacity(changing.len() + m.static_json.len() + 4096);
     out.push_str(changing.strip_suffix('}').unwrap_or(&changing));
     out.push(',');

@@ -228,6 +228,10 @@ pub(super) fn machine_call(
             }
             machine_json(world)
         }
+        ("POST", Some("set_workload_annotations")) if !world.settings.release_at_least(3, 0) => {
+            // The op came with MAAS 3.0 (set_owner_data renamed).
+            unknown_op(req, op)
+        }
         ("POST", Some("set_owner_data" | "set_workload_annotations")) => {
             world.set_owner_data(index, user, params)?;
             machine_json(world)

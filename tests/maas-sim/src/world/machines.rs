@@ -719,6 +719,8 @@ impl World {
 
     // ---- owner data ------------------------------------------------------
 
+    /// `set_workload_annotations` and, its deprecated alias since MAAS 3.0,
+    /// `set_owner_data`: one store (`OwnerData`), merged key by key.
     pub fn set_owner_data(
         &mut self,
         index: usize,
@@ -727,10 +729,12 @@ impl World {
     ) -> Outcome<()> {
         let m = &self.machines[index];
         if m.owner.as_deref() != Some(&user.username) {
-            return fail(
-                409,
-                "Cannot set workload annotation: it hasn't been acquired.",
-            );
+            let refusal = if self.settings.release_at_least(3, 0) {
+                "Cannot set workload annotation: it hasn't been acquired."
+            } else {
+                "Cannot set owner data: it hasn't been allocated."
+            };
+            return fail(409, refusal);
         }
         // `request.POST.items()`: each key once, with its last value. Only
         // keys being set are checked against `DATA_KEY_RE` (`[\w.-]+$`,
