@@ -399,6 +399,30 @@ fn allocate_errors_are_permanent_and_typed() {
     assert!(err.is_conflict(), "{err}");
 }
 
+/// A request body far larger than a connection's 16 KiB write buffer is
+/// sent whole: a deploy's user data (bootstrap data runs to tens of KiB).
+#[test]
+fn a_body_larger_than_the_connection_buffer_is_sent_whole() {
+    let sim = sim();
+    let client = sim.client();
+    let host = allocate_cp(&client, "ns/cp-0");
+    let user_data: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    client
+        .deploy(
+            &host.system_id,
+            &DeployRequest {
+                image: Some("custom/u-2204-0-k-1264-0".into()),
+                user_data: Some(user_data.clone()),
+                ..DeployRequest::default()
+            },
+        )
+        .unwrap();
+    let state = sim.machine_state(&host.system_id);
+    let sent = state["user_data"].as_str().unwrap();
+    assert_eq!(sent.len(), user_data.len().div_ceil(3) * 4);
+    assert!(sent.starts_with("YWJjZGVmZ2hpamts"), "{}", &sent[..16]);
+}
+
 #[test]
 fn deploy_custom_image_with_user_data_then_release_with_erase() {
     let sim = sim();

@@ -231,6 +231,9 @@ impl Client {
             .timeout_global(Some(config.timeout))
             .user_agent(concat!("capmaas/", env!("CARGO_PKG_VERSION")))
             .accept(JSON)
+            .input_buffer_size(limit::CONNECTION_READ_BUFFER)
+            .output_buffer_size(limit::CONNECTION_WRITE_BUFFER)
+            .max_response_header_size(limit::MAX_RESPONSE_HEAD)
             .build();
         let agent = match config.connect_to {
             None => agent_config.new_agent(),

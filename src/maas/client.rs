@@ -74,6 +74,18 @@ fn decode_budget(body_limit: u64) -> usize {
     usize::try_from(body_limit / 2).unwrap_or(usize::MAX)
 }
 
+/// Each connection's read and write buffers. ureq's defaults (128 KiB
+/// each, zero-filled when a connection is made) kept 256 KiB resident per
+/// pooled connection, and the pool holds one per busy worker and listing
+/// thread. The read buffer holds a response's head (MAAS sends well under
+/// 2 KiB; longer than [`MAX_RESPONSE_HEAD`] is an error), the write buffer
+/// a request's head (path, query and OAuth header; an events query for 250
+/// machines is about 3 KiB). Bodies stream through both at any size.
+const CONNECTION_READ_BUFFER: usize = 32 * KIB as usize;
+const CONNECTION_WRITE_BUFFER: usize = 16 * KIB as usize;
+/// Below the read buffer, so a longer head is a clear error rather than
+/// ureq's "made no progress".
+const MAX_RESPONSE_HEAD: usize = 16 * KIB as usize;
 /// Largest error body read: MAAS's are a line of text or a few field
 /// errors; a bigger one is cut, the status still classifies the error.
 const MAX_ERROR_BODY: u64 = 64 * KIB;
@@ -299,6 +311,9 @@ impl Client {
             .user_agent(concat!("capmaas/", env!("CARGO_PKG_VERSION")))
             .accept("application/json")
             .tls_config(tls.build())
+            .input_buffer_size(CONNECTION_READ_BUFFER)
+            .output_buffer_size(CONNECTION_WRITE_BUFFER)
+            .max_response_header_size(MAX_RESPONSE_HEAD)
             .build();
         let secrets = Secrets::new(
             config

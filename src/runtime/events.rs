@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::join_within;
@@ -50,6 +51,10 @@ const OBJECT_BURST: f64 = 25.0;
 const OBJECT_REFILL: Duration = Duration::from_secs(5 * 60);
 /// Longest message we send (the API accepts more, humans read less).
 const MAX_MESSAGE_BYTES: usize = 1024;
+/// How often a writer forgets expired series and full buckets, so their
+/// room is given back after a burst (a thousand machines deploying leave
+/// `MAX_TRACKED` series behind) rather than kept until the next one.
+const FORGET_EVERY: Duration = Duration::from_secs(60);
 /// Timeout of each Event write.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -64,19 +69,20 @@ pub struct EventRecorder {
 }
 
 enum Message {
-    Record(Occurrence),
+    /// Boxed: a bounded channel holds a slot of the message's size for each
+    /// of its `CHANNEL_CAPACITY` places from the start, waiting or not.
+    Record(Box<Occurrence>),
     /// Reply once everything sent before has been written.
     Flush(Sender<()>),
     /// Write everything sent before, then end.
     Close,
 }
 
+/// One recorded event, waiting in a writer's channel. Up to
+/// `WRITERS * CHANNEL_CAPACITY` of them wait while a thousand machines
+/// deploy, so each holds its strings once.
 struct Occurrence {
-    involved: Value,
-    namespace: String,
-    object_name: String,
-    /// Aggregation and rate-limit identity: the uid, or `ns/name` if none.
-    object_id: String,
+    involved: InvolvedObject,
     event_type: &'static str,
     reason: String,
     message: String,
@@ -169,10 +175,10 @@ impl EventRecorder {
             log::debug!("event {reason} not recorded: the object has no name");
             return;
         };
-        let Some(sender) = self.senders.get(writer_of(&occurrence.object_id)) else {
+        let Some(sender) = self.senders.get(writer_of(&occurrence.object_id())) else {
             return;
         };
-        match sender.try_send(Message::Record(occurrence)) {
+        match sender.try_send(Message::Record(Box::new(occurrence))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 log::debug!("event {reason} dropped: too many events waiting")
@@ -184,66 +190,101 @@ impl EventRecorder {
     }
 }
 
+/// The Event's `involvedObject`.
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct InvolvedObject {
+    api_version: Option<String>,
+    kind: Option<String>,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<String>,
+}
+
 impl Occurrence {
     fn of(obj: &Value, event_type: &'static str, reason: &str, message: &str) -> Option<Self> {
-        let object_name = kube::meta::name(obj)?.to_string();
-        let object_namespace = kube::meta::namespace(obj).unwrap_or("");
-        let uid = kube::meta::uid(obj).unwrap_or("");
-        let mut involved = serde_json::Map::new();
-        involved.insert(
-            "apiVersion".into(),
-            obj.get("apiVersion").cloned().unwrap_or(Value::Null),
-        );
-        involved.insert(
-            "kind".into(),
-            obj.get("kind").cloned().unwrap_or(Value::Null),
-        );
-        involved.insert("name".into(), json!(object_name));
-        if !object_namespace.is_empty() {
-            involved.insert("namespace".into(), json!(object_namespace));
-        }
-        if !uid.is_empty() {
-            involved.insert("uid".into(), json!(uid));
-        }
-        if let Some(rv) = kube::meta::resource_version(obj) {
-            involved.insert("resourceVersion".into(), json!(rv));
-        }
-        let involved = Value::Object(involved);
+        let non_empty = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+        let involved = InvolvedObject {
+            api_version: obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .map(Into::into),
+            kind: obj.get("kind").and_then(Value::as_str).map(Into::into),
+            name: kube::meta::name(obj)?.to_string(),
+            namespace: non_empty(kube::meta::namespace(obj)),
+            uid: non_empty(kube::meta::uid(obj)),
+            resource_version: kube::meta::resource_version(obj).map(Into::into),
+        };
         Some(Occurrence {
             involved,
-            // Events about cluster-scoped objects live in `default`.
-            namespace: if object_namespace.is_empty() {
-                "default".to_string()
-            } else {
-                object_namespace.to_string()
-            },
-            object_id: if uid.is_empty() {
-                format!("{object_namespace}/{object_name}")
-            } else {
-                uid.to_string()
-            },
-            object_name,
             event_type,
             reason: truncate(reason, 128).to_string(),
             message: truncate(message, MAX_MESSAGE_BYTES).to_string(),
             at: SystemTime::now(),
         })
     }
+
+    fn object_name(&self) -> &str {
+        &self.involved.name
+    }
+
+    /// Where the Event lives: the object's namespace, `default` for
+    /// cluster-scoped objects.
+    fn namespace(&self) -> &str {
+        self.involved.namespace.as_deref().unwrap_or("default")
+    }
+
+    /// Aggregation and rate-limit identity: the uid, or `ns/name` if none.
+    fn object_id(&self) -> String {
+        match &self.involved.uid {
+            Some(uid) => uid.clone(),
+            None => format!(
+                "{}/{}",
+                self.involved.namespace.as_deref().unwrap_or(""),
+                self.involved.name
+            ),
+        }
+    }
 }
 
-/// Aggregation key: (object, type, reason, message).
-type SeriesKey = (String, &'static str, String, String);
+/// Aggregation key: object, type, reason and message in one string (a
+/// writer keeps up to `MAX_TRACKED / WRITERS` of them, so one allocation
+/// each). Each part but the message is preceded by its length, so two
+/// different keys never read the same.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct SeriesKey(Box<str>);
 
-/// The Event object a series of repeats is written to.
+impl SeriesKey {
+    fn of(object_id: &str, occ: &Occurrence) -> SeriesKey {
+        let (event_type, reason) = (occ.event_type, &occ.reason);
+        SeriesKey(
+            format!(
+                "{}:{object_id}{}:{event_type}{}:{reason}{}",
+                object_id.len(),
+                event_type.len(),
+                reason.len(),
+                occ.message
+            )
+            .into(),
+        )
+    }
+}
+
+/// The Event object a series of repeats is written to. Its namespace and
+/// name follow from the occurrence (the key names the object) and
+/// `first_at`.
 #[derive(Clone)]
 struct Series {
-    namespace: String,
-    name: String,
+    /// The first occurrence: the Event's `firstTimestamp` and its name.
+    first_at: SystemTime,
     count: u64,
     /// Whether the Event object exists (its create may have been throttled
     /// or failed; then the next occurrence creates it).
     created: bool,
-    first_timestamp: String,
     last_seen: Instant,
 }
 
@@ -258,25 +299,31 @@ struct Writer {
 
 impl Writer {
     fn run(&mut self, receiver: Receiver<Message>) {
-        for message in receiver {
+        let mut forgot_at = Instant::now();
+        loop {
+            let message = receiver.recv_timeout(FORGET_EVERY);
+            let now = Instant::now();
+            if now.duration_since(forgot_at) >= FORGET_EVERY {
+                forget_expired(&mut self.series, &mut self.buckets, now);
+                self.series.shrink_to_fit();
+                self.buckets.shrink_to_fit();
+                forgot_at = now;
+            }
             match message {
-                Message::Record(occurrence) => self.write(occurrence),
-                Message::Flush(done) => {
+                Ok(Message::Record(occurrence)) => self.write(*occurrence),
+                Ok(Message::Flush(done)) => {
                     let _ = done.send(());
                 }
-                Message::Close => return,
+                Ok(Message::Close) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
             }
         }
     }
 
     fn write(&mut self, occ: Occurrence) {
         let now = Instant::now();
-        let key: SeriesKey = (
-            occ.object_id.clone(),
-            occ.event_type,
-            occ.reason.clone(),
-            occ.message.clone(),
-        );
+        let object_id = occ.object_id();
+        let key = SeriesKey::of(&object_id, &occ);
         let timestamp = kube::time::time(occ.at);
         match self.series.get_mut(&key) {
             Some(series) if now.duration_since(series.last_seen) < DEDUP_WINDOW => {
@@ -288,11 +335,9 @@ impl Writer {
                 self.series.insert(
                     key.clone(),
                     Series {
-                        namespace: occ.namespace.clone(),
-                        name: event_name(&occ.object_name, occ.at),
+                        first_at: occ.at,
                         count: 1,
                         created: false,
-                        first_timestamp: timestamp.clone(),
                         last_seen: now,
                     },
                 );
@@ -301,13 +346,13 @@ impl Writer {
 
         let bucket = self
             .buckets
-            .entry(occ.object_id.clone())
+            .entry(object_id)
             .or_insert_with(|| Bucket::new(now));
         if !bucket.take(now) {
             log::debug!(
                 "event {} about {} throttled (too many events for one object)",
                 occ.reason,
-                occ.object_name
+                occ.object_name()
             );
             return;
         }
@@ -319,8 +364,11 @@ impl Writer {
             self.create(&occ, series, &timestamp)
         } else {
             let patch = json!({"count": series.count, "lastTimestamp": timestamp});
-            let ns = Some(series.namespace.as_str());
-            match self.client.patch_merge(&EVENTS, ns, &series.name, &patch) {
+            let name = event_name(occ.object_name(), series.first_at);
+            match self
+                .client
+                .patch_merge(&EVENTS, Some(occ.namespace()), &name, &patch)
+            {
                 Ok(_) => Ok(()),
                 // The Event expired meanwhile: start a new series.
                 Err(e) if e.is_not_found() => self.restart_series(&occ, &key, &timestamp),
@@ -336,7 +384,7 @@ impl Writer {
             Err(e) => log::warn!(
                 "could not record event {} about {}: {e}",
                 occ.reason,
-                occ.object_name
+                occ.object_name()
             ),
         }
     }
@@ -350,9 +398,8 @@ impl Writer {
         let Some(series) = self.series.get_mut(key) else {
             return Ok(());
         };
-        series.name = event_name(&occ.object_name, occ.at);
+        series.first_at = occ.at;
         series.count = 1;
-        series.first_timestamp = timestamp.to_string();
         let series = series.clone();
         self.create(occ, &series, timestamp)
     }
@@ -366,20 +413,23 @@ impl Writer {
         let event = json!({
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": series.name, "namespace": series.namespace},
+            "metadata": {
+                "name": event_name(occ.object_name(), series.first_at),
+                "namespace": occ.namespace(),
+            },
             "involvedObject": occ.involved,
             "type": occ.event_type,
             "reason": occ.reason,
             "message": occ.message,
             "count": series.count,
-            "firstTimestamp": series.first_timestamp,
+            "firstTimestamp": kube::time::time(series.first_at),
             "lastTimestamp": timestamp,
             "source": {"component": self.component, "host": self.instance},
             "reportingComponent": self.component,
             "reportingInstance": self.instance,
         });
         self.client
-            .create(&EVENTS, Some(&series.namespace), &event)
+            .create(&EVENTS, Some(occ.namespace()), &event)
             .map(|_| ())
     }
 
@@ -390,8 +440,7 @@ impl Writer {
         if self.series.len() < TRACKED_PER_WRITER {
             return;
         }
-        self.series
-            .retain(|_, s| now.duration_since(s.last_seen) < DEDUP_WINDOW);
+        forget_expired(&mut self.series, &mut self.buckets, now);
         while self.series.len() >= TRACKED_PER_WRITER {
             let oldest = self
                 .series
@@ -403,9 +452,18 @@ impl Writer {
                 None => break,
             };
         }
-        // A full bucket is the same as no bucket.
-        self.buckets.retain(|_, b| !b.is_full(now));
     }
+}
+
+/// Drops the series no repeat can join any more and the buckets that are
+/// full again (a full bucket is the same as no bucket).
+fn forget_expired(
+    series: &mut HashMap<SeriesKey, Series>,
+    buckets: &mut HashMap<String, Bucket>,
+    now: Instant,
+) {
+    series.retain(|_, s| now.duration_since(s.last_seen) < DEDUP_WINDOW);
+    buckets.retain(|_, b| !b.is_full(now));
 }
 
 /// The writer thread of an object: the same one for all its events.
@@ -482,18 +540,73 @@ mod tests {
         let obj = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
             "metadata": {"name": "m1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"}});
         let occ = Occurrence::of(&obj, "Warning", "AllocateFailed", "no machines").unwrap();
-        assert_eq!(occ.namespace, "ns");
-        assert_eq!(occ.object_id, "u1");
+        assert_eq!(occ.namespace(), "ns");
+        assert_eq!(occ.object_id(), "u1");
         assert_eq!(
-            occ.involved,
+            serde_json::to_value(&occ.involved).unwrap(),
             json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasMachine",
                    "name": "m1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"})
         );
         let node = json!({"kind": "Node", "metadata": {"name": "n1"}});
         let occ = Occurrence::of(&node, "Normal", "R", "m").unwrap();
-        assert_eq!(occ.namespace, "default");
-        assert!(occ.involved.get("namespace").is_none());
+        assert_eq!(occ.namespace(), "default");
+        assert_eq!(occ.object_id(), "/n1");
+        assert_eq!(
+            serde_json::to_value(&occ.involved).unwrap(),
+            json!({"apiVersion": null, "kind": "Node", "name": "n1"})
+        );
         assert!(Occurrence::of(&json!({}), "Normal", "R", "m").is_none());
+    }
+
+    #[test]
+    fn series_keys_differ_when_any_part_does() {
+        let obj = json!({"kind": "MaasMachine", "metadata": {"name": "m1", "namespace": "ns", "uid": "u1"}});
+        let key = |object_id: &str, event_type: &'static str, reason: &str, message: &str| {
+            let occ = Occurrence::of(&obj, event_type, reason, message).unwrap();
+            SeriesKey::of(object_id, &occ)
+        };
+        assert!(key("u1", "Normal", "A", "b") == key("u1", "Normal", "A", "b"));
+        assert!(key("u1", "Normal", "A", "b") != key("u1", "Normal", "Ab", ""));
+        assert!(key("u1", "Normal", "A", "b") != key("u1", "Normal", "A", "c"));
+        assert!(key("u1", "Normal", "A", "b") != key("u1", "Warning", "A", "b"));
+        assert!(key("u1", "Normal", "A", "b") != key("u2", "Normal", "A", "b"));
+        assert!(key("u1N", "ormal", "A", "b") != key("u1", "Normal", "A", "b"));
+    }
+
+    #[test]
+    fn expired_series_and_full_buckets_are_forgotten() {
+        let obj = json!({"kind": "MaasMachine", "metadata": {"name": "m1", "namespace": "ns", "uid": "u1"}});
+        let start = Instant::now();
+        let mut series = HashMap::new();
+        for (message, last_seen) in [("old", start), ("recent", start + DEDUP_WINDOW)] {
+            let occ = Occurrence::of(&obj, "Normal", "R", message).unwrap();
+            let entry = Series {
+                first_at: occ.at,
+                count: 1,
+                created: true,
+                last_seen,
+            };
+            series.insert(SeriesKey::of("u1", &occ), entry);
+        }
+        let mut drawn = Bucket::new(start);
+        assert!(drawn.take(start));
+        let mut buckets = HashMap::from([
+            ("full".to_string(), Bucket::new(start)),
+            ("drawn".to_string(), drawn),
+        ]);
+
+        forget_expired(&mut series, &mut buckets, start + DEDUP_WINDOW);
+        let recent = Occurrence::of(&obj, "Normal", "R", "recent").unwrap();
+        assert_eq!(series.len(), 1);
+        assert!(series.contains_key(&SeriesKey::of("u1", &recent)));
+        // The drawn bucket has long refilled by then.
+        assert!(buckets.is_empty());
+
+        let mut drawn = Bucket::new(start);
+        assert!(drawn.take(start));
+        let mut buckets = HashMap::from([("drawn".to_string(), drawn)]);
+        forget_expired(&mut series, &mut buckets, start + OBJECT_REFILL / 2);
+        assert_eq!(buckets.len(), 1, "a bucket still refilling is kept");
     }
 
     #[test]
