@@ -294,17 +294,11 @@ fn not_ours(
     host: Option<&maas::Machine>,
 ) -> Step<maas::Machine> {
     let message = identity::not_ours_message(system_id, host);
-    let reported = r
-        .condition(mm_api::MACHINE_DEPLOYED)
-        .is_some_and(|c| c.reason == mm_api::MACHINE_NOT_OWNED && c.message == message);
-    if !reported {
-        r.event(EventType::Warning, mm_api::MACHINE_NOT_OWNED, &message);
-    }
-    r.set(crate::api::Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
+    r.not_deployed(
+        mm_api::MACHINE_NOT_OWNED,
         mm_api::MACHINE_NOT_OWNED,
         message,
-    ));
+    );
     Step::Stop(Action::Done)
 }
 
@@ -454,17 +448,7 @@ pub(super) fn require_image(r: &mut MachineReconciling) -> Result<(), Error> {
             closest.join(", ")
         )
     };
-    let reported = r
-        .condition(mm_api::MACHINE_DEPLOYED)
-        .is_some_and(|c| c.reason == mm_api::MACHINE_DEPLOY_FAILED && c.message == message);
-    if !reported {
-        r.event(EventType::Warning, "ImageNotFound", &message);
-    }
-    r.set(crate::api::Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
-        mm_api::MACHINE_DEPLOY_FAILED,
-        message,
-    ));
+    r.not_deployed(mm_api::MACHINE_DEPLOY_FAILED, "ImageNotFound", message);
     Err(Error::Retry(format!(
         "{}: image {wanted:?} not in MAAS",
         r.key()

@@ -102,17 +102,11 @@ pub(super) fn refuse_unsupported_options(
         missing.join("; "),
         info.version
     );
-    let reported = r
-        .condition(mm_api::MACHINE_DEPLOYED)
-        .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_BY_MAAS && c.message == message);
-    if !reported {
-        r.event(EventType::Warning, mm_api::UNSUPPORTED_BY_MAAS, &message);
-    }
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
+    r.not_deployed(
+        mm_api::UNSUPPORTED_BY_MAAS,
         mm_api::UNSUPPORTED_BY_MAAS,
         message,
-    ));
+    );
     Ok(Some(Action::RequeueAfter(UNSUPPORTED_RECHECK)))
 }
 
@@ -210,36 +204,33 @@ pub(super) fn refuse_unsupported_format(
     r: &mut MachineReconciling,
     bootstrap_secret: &str,
 ) -> Result<Option<Action>, Error> {
+    if r.facts.bootstrap_format_ok {
+        return Ok(None);
+    }
     let namespace = r.object.metadata.namespace.clone();
     let format = r
         .ctx
         .kube
         .secret_value(&namespace, bootstrap_secret, "format")?;
     let format = match format.as_deref().map(String::from_utf8_lossy) {
-        None => return Ok(None),
-        Some(f) if f.trim().is_empty() || f.trim() == "cloud-config" => return Ok(None),
-        Some(f) => f.chars().take(40).collect::<String>(),
+        Some(f) if !f.trim().is_empty() && f.trim() != "cloud-config" => {
+            f.chars().take(40).collect::<String>()
+        }
+        _ => {
+            r.facts.bootstrap_format_ok = true;
+            return Ok(None);
+        }
     };
     let message = format!(
         "bootstrap data Secret {namespace}/{bootstrap_secret} has format {format:?}: MAAS \
          deploys cloud-config user data only (cloud-init); use a bootstrap provider \
          configured for cloud-config (nothing is deployed with it)"
     );
-    let already = r
-        .condition(mm_api::MACHINE_DEPLOYED)
-        .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT && c.message == message);
-    if !already {
-        r.event(
-            EventType::Warning,
-            mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT,
-            &message,
-        );
-    }
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
+    r.not_deployed(
+        mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT,
         mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT,
         message,
-    ));
+    );
     Ok(Some(Action::Done))
 }
 

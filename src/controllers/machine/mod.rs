@@ -118,6 +118,9 @@ pub(crate) struct Facts {
     /// This MAAS release has every deploy option the spec asks for
     /// (already asked during this reconcile).
     pub options_supported: bool,
+    /// The bootstrap data is cloud-config (its Secret already read during
+    /// this reconcile).
+    pub bootstrap_format_ok: bool,
     /// Its Machine is being deleted: out of the DNS record (drain.rs).
     pub leaving: bool,
 }
@@ -277,18 +280,30 @@ impl MachineReconciling<'_> {
                 ipam::static_ip_refusal(&self.object)?
             ),
         };
-        let already = self
-            .condition(mm_api::MACHINE_DEPLOYED)
-            .is_some_and(|c| c.reason == mm_api::UNSUPPORTED_FIELD && c.message == message);
-        if !already {
-            self.event(EventType::Warning, mm_api::UNSUPPORTED_FIELD, &message);
-        }
-        self.set(Desired::false_(
-            mm_api::MACHINE_DEPLOYED,
+        self.not_deployed(
+            mm_api::UNSUPPORTED_FIELD,
             mm_api::UNSUPPORTED_FIELD,
             message,
-        ));
+        );
         Some(Action::Done)
+    }
+
+    /// `MachineDeployed` False with `reason`, and a Warning Event
+    /// (`event_reason`) only when the condition did not say so already: a
+    /// refusal every reconcile repeats is one Event, not one per reconcile.
+    pub(super) fn not_deployed(
+        &mut self,
+        reason: &'static str,
+        event_reason: &str,
+        message: String,
+    ) {
+        let reported = self
+            .condition(mm_api::MACHINE_DEPLOYED)
+            .is_some_and(|c| c.reason == reason && c.message == message);
+        if !reported {
+            self.event(EventType::Warning, event_reason, &message);
+        }
+        self.set(Desired::false_(mm_api::MACHINE_DEPLOYED, reason, message));
     }
 
     /// The object's identity (see `controllers::identity`), chosen and

@@ -21,7 +21,7 @@ use super::{RemediationReconciling, Target};
 use crate::api::conditions::Desired;
 use crate::api::maas_remediation::{self as api, SavedNode};
 use crate::controllers::machine::node_names;
-use crate::controllers::ports::{EventType, NodeInfo};
+use crate::controllers::ports::{EventType, NodeInfo, OUT_OF_SERVICE_TAINT};
 use crate::controllers::Error;
 use crate::{kube, maas};
 
@@ -56,7 +56,7 @@ pub(super) fn take_out_of_service(
                     Ok(()) => {
                         let message = format!(
                             "Node {candidate} tainted {}: its pods are deleted and their volumes detached while MAAS machine {} is off",
-                            crate::controllers::ports::OUT_OF_SERVICE_TAINT,
+                            OUT_OF_SERVICE_TAINT,
                             host.system_id
                         );
                         r.set(
@@ -116,6 +116,9 @@ pub(super) fn bring_back(
         return Ok(None);
     };
     let ns = r.object.metadata.namespace.clone();
+    // Whether the taint may still be on the Node: only a Node just read
+    // without it (or gone) needs no call to take it off.
+    let mut tainted = true;
     if !always {
         let found = r
             .ctx
@@ -140,20 +143,23 @@ pub(super) fn bring_back(
             }
             restore(r, target_cluster, info)?;
         }
+        tainted = found.is_some_and(|info| info.out_of_service);
     }
     r.status.saved_node = None;
     if r.status.out_of_service_node.is_none() {
         return Ok(None);
     }
-    match r
-        .ctx
-        .workload
-        .set_node_out_of_service(&ns, target_cluster, &node, false)
-    {
-        Ok(()) => {}
-        // Gone with its machine: nothing left to take off.
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(Error::Workload(e)),
+    if tainted {
+        match r
+            .ctx
+            .workload
+            .set_node_out_of_service(&ns, target_cluster, &node, false)
+        {
+            Ok(()) => {}
+            // Gone with its machine: nothing left to take off.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(Error::Workload(e)),
+        }
     }
     r.status.out_of_service_node = None;
     let message = format!("Node {node}: out-of-service taint removed");

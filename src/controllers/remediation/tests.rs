@@ -69,6 +69,15 @@ fn node_key(w: &World, system_id: &str) -> (String, String) {
     ("c1".into(), node_of(w, system_id))
 }
 
+/// When the Node's Ready turned True (`None`: it is not Ready).
+fn ready_since(w: &World, node: &(String, String), since: Option<&str>) {
+    w.workload
+        .ready_since
+        .lock()
+        .unwrap()
+        .insert(node.clone(), since.map(str::to_string));
+}
+
 /// The MaasRemediation a MachineHealthCheck creates for Machine `m1` from a
 /// template with this strategy.
 fn remediation(w: &World, retry_limit: u32) {
@@ -219,11 +228,7 @@ fn power_cycle_off_then_on_then_waits_for_the_health_check() {
         reconcile(&w).unwrap(),
         Action::RequeueAfter(super::node::NODE_POLL)
     );
-    w.workload
-        .ready_since
-        .lock()
-        .unwrap()
-        .insert(node.clone(), None);
+    ready_since(&w, &node, None);
     w.clock.advance(20);
     assert_eq!(
         reconcile(&w).unwrap(),
@@ -233,11 +238,7 @@ fn power_cycle_off_then_on_then_waits_for_the_health_check() {
     assert!(w.workload.out_of_service.lock().unwrap().contains(&node));
 
     // Ready again: the taint comes off, and the wait runs to the timeout.
-    w.workload
-        .ready_since
-        .lock()
-        .unwrap()
-        .insert(node.clone(), Some("2023-11-14T22:13:50Z".into()));
+    ready_since(&w, &node, Some("2023-11-14T22:13:50Z"));
     w.clock.advance(10);
     assert_eq!(
         reconcile(&w).unwrap(),
@@ -861,11 +862,7 @@ fn a_node_registered_anew_gets_back_its_labels_and_annotations() {
         ]),
     );
     w.workload.node_annotations.lock().unwrap().remove(&node);
-    w.workload
-        .ready_since
-        .lock()
-        .unwrap()
-        .insert(node.clone(), Some("2023-11-14T22:14:00Z".into()));
+    ready_since(&w, &node, Some("2023-11-14T22:14:00Z"));
     w.clock.advance(60);
     reconcile(&w).unwrap();
 
@@ -894,11 +891,7 @@ fn the_same_node_back_is_not_rewritten() {
     let node = node_key(&w, &system_id);
     remediation(&w, 2);
     run_power_cycle(&w, &system_id, 1);
-    w.workload
-        .ready_since
-        .lock()
-        .unwrap()
-        .insert(node.clone(), Some("2023-11-14T22:14:00Z".into()));
+    ready_since(&w, &node, Some("2023-11-14T22:14:00Z"));
     w.clock.advance(60);
     reconcile(&w).unwrap();
     assert!(!events(&w).contains(&"NodeMetadataRestored".to_string()));
