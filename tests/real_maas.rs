@@ -11,7 +11,9 @@
 //! real MAAS (`a_deployed_machine_whose_power_is_unknown_is_never_powered_on`,
 //! and `capmaas_killed_while_allocating_and_deploying_keeps_one_machine_each`:
 //! SIGKILL at an allocation and at a deploy call, then the cluster torn
-//! down).
+//! down), and `capmaas adopt` of a machine deployed the Go provider's way
+//! (`capmaas_adopt_takes_over_a_machine_deployed_in_real_maas`). The
+//! README story with the Cluster API core is tests/real_maas_story.rs.
 //!
 //!     cargo test --test real_maas -- --nocapture
 //!
