@@ -352,6 +352,19 @@ fn the_readme_story_on_real_maas() {
     );
     let (provision_requests, provision_detail) =
         requests_between(&idle_requests, &running_requests);
+    // Each machine allocated and deployed once: no retry on real MAAS's
+    // answers doubled a write.
+    let added = |later: &BTreeMap<String, f64>, operation: &str| {
+        later.get(operation).copied().unwrap_or(0.0)
+            - idle_requests.get(operation).copied().unwrap_or(0.0)
+    };
+    for operation in ["allocate", "deploy"] {
+        assert_eq!(
+            added(&running_requests, operation),
+            5.0,
+            "{operation}: {provision_detail}"
+        );
+    }
 
     // Scale-down: workers 2 → 1, one machine released in real MAAS.
     let workers_before: BTreeSet<String> = owned_by_admin(maas)
@@ -439,6 +452,13 @@ fn the_readme_story_on_real_maas() {
 
     let (regiond, postgres) = maas.memory_kib();
     let (life_requests, life_detail) = requests_between(&idle_requests, &all_requests);
+    for operation in ["allocate", "deploy", "release"] {
+        assert_eq!(
+            added(&all_requests, operation),
+            5.0,
+            "{operation}: {life_detail}"
+        );
+    }
     let mut report = std::io::stdout().lock();
     let _ = writeln!(
         report,
