@@ -11,7 +11,9 @@
 //! real MAAS (`a_deployed_machine_whose_power_is_unknown_is_never_powered_on`,
 //! and `capmaas_killed_while_allocating_and_deploying_keeps_one_machine_each`:
 //! SIGKILL at an allocation and at a deploy call, then the cluster torn
-//! down).
+//! down), and `capmaas adopt` of a machine deployed the Go provider's way
+//! (`capmaas_adopt_takes_over_a_machine_deployed_in_real_maas`). The
+//! README story with the Cluster API core is tests/real_maas_story.rs.
 //!
 //!     cargo test --test real_maas -- --nocapture
 //!
@@ -1696,4 +1698,133 @@ fn capmaas_killed_while_allocating_and_deploying_keeps_one_machine_each() {
         "{window}; {deploy_window}; the whole test took {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+// ---- adoption on real MAAS (issue 20 item 3)
+
+/// adopt-1 (ADOPT_POOL), allocated and deployed the Go provider's way (no
+/// agent_name, no owner data) as admin, the world playing its deployment;
+/// its MaasMachine and Machine as Cluster API and the Go provider leave
+/// them (the machine in `spec.systemID`, the hostname in status, the owner
+/// chain). And spare-1, never allocated, named by a second one. `capmaas
+/// adopt` (the real binary) against real MAAS: the dry run says what it
+/// would do and changes nothing in MAAS; `--apply` writes the identity
+/// into adopt-1's owner data as real MAAS stores it, and leaves spare-1
+/// alone; run again, it has nothing left to do.
+#[test]
+fn capmaas_adopt_takes_over_a_machine_deployed_in_real_maas() {
+    use support::go_provider::{adopt_against, owned_maas_machine};
+    let Some(maas) = real_maas::world("capmaas_adopt_takes_over_a_machine_deployed_in_real_maas")
+    else {
+        return;
+    };
+    let admin = maas.admin_client();
+    let id = maas.system_id("adopt-1");
+    let spare = maas.system_id("spare-1");
+    let allocated = admin
+        .allocate(&AllocateRequest {
+            name: Some("adopt-1".into()),
+            ..AllocateRequest::default()
+        })
+        .expect("allocate adopt-1");
+    assert_eq!(allocated.system_id, id);
+    admin
+        .deploy(
+            id,
+            &DeployRequest {
+                image: Some(CUSTOM_IMAGE.into()),
+                ..DeployRequest::default()
+            },
+        )
+        .expect("deploy adopt-1");
+    maas.complete_deployment(id);
+
+    let cp = support::control_plane();
+    let ns = cp.new_namespace("adopt");
+    for object in [story::cluster(&ns), story::maas_cluster(&ns)] {
+        cp.apply(&object);
+    }
+    owned_maas_machine(cp, &ns, "go-a", id, Some("adopt-1"));
+    owned_maas_machine(cp, &ns, "go-ready", spare, Some("spare-1"));
+    let adopt = |args: &[&str]| -> (Option<i32>, String) {
+        let mut all = vec!["--namespace", ns.as_str()];
+        all.extend_from_slice(args);
+        let out = adopt_against(cp, real_maas::URL, &maas.admin_key, &all);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let line = |out: &str, name: &str| -> String {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{ns}/{name} ")))
+            .unwrap_or_else(|| panic!("no line for {name} in:\n{out}"))
+            .to_owned()
+    };
+    let machine_json = |id: &str| maas.admin("GET", &format!("machines/{id}/"), &[]);
+    let before = machine_json(id);
+    assert_eq!(before["owner_data"], json!({}), "{before}");
+    assert_eq!(before["status_name"], "Deployed");
+
+    let (code, out) = adopt(&[]);
+    assert_eq!(code, Some(1), "spare-1's refusal makes it fail: {out}");
+    assert!(
+        line(&out, "go-a").contains(&format!("adopt as capmaas/{ns}/go-a/")),
+        "{out}"
+    );
+    assert!(
+        line(&out, "go-ready").contains("not allocated to anyone"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 to adopt, 0 already adopted, 1 refused, 0 failed"),
+        "{out}"
+    );
+    assert!(out.contains("dry run: nothing was changed"), "{out}");
+    assert_eq!(machine_json(id)["owner_data"], json!({}), "dry run");
+
+    let (code, out) = adopt(&["--apply"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("1 adopted, 0 already adopted, 1 refused, 0 failed"),
+        "{out}"
+    );
+    let mm = cp.get(&ns, "maasmachines", "go-a").expect("go-a");
+    let identity = identity_of(&mm);
+    assert!(identity.starts_with(&format!("capmaas/{ns}/go-a/")), "{mm}");
+    assert!(
+        line(&out, "go-a").contains(&format!("adopted as {identity}")),
+        "{out}"
+    );
+    // As real MAAS stores and lists it: the owner data, the machine
+    // still deployed to its owner, found by the identity.
+    let after = machine_json(id);
+    assert_eq!(
+        after["owner_data"][IDENTITY_KEY],
+        identity.as_str(),
+        "{after}"
+    );
+    assert_eq!(after["status_name"], "Deployed", "{after}");
+    assert_eq!(after["owner"], "admin", "{after}");
+    let found = admin
+        .machines(&MachineFilter {
+            owner_data: vec![(IDENTITY_KEY.into(), identity.clone())],
+            ..MachineFilter::default()
+        })
+        .expect("machines by owner data");
+    let found: Vec<&str> = found.iter().map(|m| m.system_id.as_str()).collect();
+    assert_eq!(found, [id]);
+    let spare_after = machine_json(spare);
+    assert_eq!(spare_after["status_name"], "Ready", "{spare_after}");
+    assert_eq!(spare_after["owner_data"], json!({}), "{spare_after}");
+
+    let (_, out) = adopt(&["--apply"]);
+    assert!(out.contains("0 adopted, 1 already adopted"), "{out}");
+
+    admin
+        .release(id, &ReleaseRequest::default())
+        .expect("release adopt-1");
+    maas.wait_status(id, "Ready", Duration::from_secs(30));
 }

@@ -19,12 +19,18 @@ pub const FINALIZER: &str = "maasmachine.infrastructure.cluster.x-k8s.io";
 /// `capmaas adopt ARGS` against `cp`, with the simulator's admin key as
 /// the controller-wide credentials.
 pub fn adopt(cp: &ControlPlane, sim: &MaasSim, args: &[&str]) -> Output {
+    adopt_against(cp, &sim.url, &sim.api_key, args)
+}
+
+/// `capmaas adopt ARGS` against `cp` and the MAAS at `url` (e.g. real
+/// MAAS) with `api_key` as the controller-wide credentials.
+pub fn adopt_against(cp: &ControlPlane, url: &str, api_key: &str, args: &[&str]) -> Output {
     Command::new(story::capmaas_bin())
         .arg("adopt")
         .args(args)
         .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-        .env("MAAS_ENDPOINT", &sim.url)
-        .env("MAAS_API_KEY", &sim.api_key)
+        .env("MAAS_ENDPOINT", url)
+        .env("MAAS_API_KEY", api_key)
         .env_remove("KUBECONFIG")
         .output()
         .expect("run capmaas adopt")

@@ -87,14 +87,32 @@ pub const CRASH_MACHINES: &[Seeded] = &[
     ("crash-2", CRASH_POOL, "default", 4, 8192, &[]),
     ("crash-3", CRASH_POOL, "default", 4, 8192, &[]),
 ];
+/// The pool of [`ADOPT_MACHINES`]: the machine the adoption test deploys
+/// the Go provider's way, out of every other test's reach.
+pub const ADOPT_POOL: &str = "adopt-pool";
+pub const ADOPT_MACHINES: &[Seeded] = &[("adopt-1", ADOPT_POOL, "zone-a", 4, 8192, &[])];
+
+/// The machines of tests/real_maas.rs: each test works on its own.
+pub const TEST_MACHINES: &[&[Seeded]] = &[MACHINES, CRASH_MACHINES, ADOPT_MACHINES];
+
+/// The README story's machines for tests/real_maas_story.rs (a binary of
+/// its own: it runs the Cluster API core manager, which would reconcile
+/// every other test's Machines): three control planes, one per zone, and
+/// two workers, with the story's pools, tags and hardware.
+pub const STORY_MACHINES: &[&[Seeded]] = &[&[
+    ("cp-1", "cp-pool", "zone-a", 8, 32768, &["control-plane"]),
+    ("cp-2", "cp-pool", "zone-b", 8, 32768, &["control-plane"]),
+    ("cp-3", "cp-pool", "default", 8, 32768, &["control-plane"]),
+    ("worker-1", "worker-pool", "zone-a", 16, 65536, &["worker"]),
+    ("worker-2", "worker-pool", "zone-b", 16, 65536, &["worker"]),
+]];
 const DISK_BYTES: u64 = 120 * 1_000_000_000;
 
 pub struct RealMaas {
     pub admin_key: String,
     /// The API key of [`OPERATOR`].
     pub operator_key: String,
-    /// hostname → system_id of the seeded machines ([`MACHINES`], then
-    /// [`CRASH_MACHINES`]).
+    /// hostname → system_id of the seeded machines, in the order seeded.
     pub machines: Vec<(String, String)>,
     kit: PathBuf,
     state: PathBuf,
@@ -102,14 +120,21 @@ pub struct RealMaas {
     _watchdog: Mutex<(Child, ChildStdin)>,
 }
 
-/// The world, started and seeded on first use in this test binary; `None`
-/// (after saying why) where it cannot run outside CI.
+/// The world of tests/real_maas.rs ([`TEST_MACHINES`]), started and
+/// seeded on first use in this test binary; `None` (after saying why)
+/// where it cannot run outside CI.
 pub fn world(test: &str) -> Option<&'static RealMaas> {
+    world_with(test, TEST_MACHINES)
+}
+
+/// The world with `machines` seeded (the first call of the test binary
+/// chooses them; a binary passes always the same).
+pub fn world_with(test: &str, machines: &'static [&'static [Seeded]]) -> Option<&'static RealMaas> {
     // Started at most once: a start that failed fails every test after it
     // without starting or seeding again.
     static WORLD: OnceLock<Result<RealMaas, Unavailable>> = OnceLock::new();
     let world = WORLD.get_or_init(|| {
-        std::panic::catch_unwind(RealMaas::start).unwrap_or_else(|panic| {
+        std::panic::catch_unwind(|| RealMaas::start(machines)).unwrap_or_else(|panic| {
             let why = panic
                 .downcast_ref::<String>()
                 .cloned()
@@ -145,7 +170,7 @@ fn state_dir() -> PathBuf {
 impl RealMaas {
     /// `Err` only for what makes the test skip (outside CI); anything
     /// wrong once MAAS is there panics.
-    fn start() -> Result<RealMaas, Unavailable> {
+    fn start(machines: &'static [&'static [Seeded]]) -> Result<RealMaas, Unavailable> {
         let kit = skip::shared_dir().join("real-maas");
         if !kit.join("start.sh").is_file() {
             return Err(Unavailable::Missing(format!(
@@ -220,7 +245,7 @@ impl RealMaas {
             _watchdog: Mutex::new((child, stdin)),
         };
         let seeding = Instant::now();
-        world.seed();
+        world.seed(machines);
         eprintln!(
             "real MAAS seeded in {:.1} s",
             seeding.elapsed().as_secs_f64()
@@ -351,7 +376,8 @@ impl RealMaas {
 
     // ---- seeding
 
-    fn seed(&mut self) {
+    fn seed(&mut self, machines: &'static [&'static [Seeded]]) {
+        let machines: Vec<&'static Seeded> = machines.iter().copied().flatten().collect();
         let names = |list: &Value| -> Vec<String> {
             list.as_array()
                 .into_iter()
@@ -360,8 +386,12 @@ impl RealMaas {
                 .collect()
         };
         let pools = names(&self.admin("GET", "resourcepools/", &[]));
-        for pool in ["cp-pool", "worker-pool", CRASH_POOL] {
-            if !pools.iter().any(|p| p == pool) {
+        let wanted: std::collections::BTreeSet<&str> = ["cp-pool", "worker-pool"]
+            .into_iter()
+            .chain(machines.iter().map(|m| m.1))
+            .collect();
+        for pool in wanted {
+            if pool != "default" && !pools.iter().any(|p| p == pool) {
                 self.admin("POST", "resourcepools/", &[("name", pool)]);
             }
         }
@@ -408,7 +438,7 @@ impl RealMaas {
         };
         self.seed_custom_image();
         self.operator_key = self.seed_user(OPERATOR);
-        self.seed_machines(&subnet_id.to_string());
+        self.seed_machines(&machines, &subnet_id.to_string());
     }
 
     /// `custom/u-2204-0-k-1264-0`, uploaded as users do (multipart
@@ -496,7 +526,7 @@ impl RealMaas {
 
     /// Each machine on a thread of its own: MAAS answers a write in about
     /// a second on a loaded machine, and each machine takes a dozen.
-    fn seed_machines(&mut self, subnet_id: &str) {
+    fn seed_machines(&mut self, machines: &[&'static Seeded], subnet_id: &str) {
         let this = &*self;
         let existing = this.admin("GET", "machines/", &[]);
         let ids: Vec<String> = std::thread::scope(|scope| {
@@ -509,17 +539,15 @@ impl RealMaas {
                 .map(|id| scope.spawn(move || this.delete_machine(id)))
                 .collect();
             gone.into_iter().for_each(join);
-            let made: Vec<_> = MACHINES
+            let made: Vec<_> = machines
                 .iter()
-                .chain(CRASH_MACHINES)
                 .enumerate()
                 .map(|(i, machine)| scope.spawn(move || this.seed_machine(i, machine, subnet_id)))
                 .collect();
             made.into_iter().map(join).collect()
         });
-        self.machines = MACHINES
+        self.machines = machines
             .iter()
-            .chain(CRASH_MACHINES)
             .zip(ids)
             .map(|(m, id)| (m.0.to_owned(), id))
             .collect();
@@ -755,6 +783,64 @@ impl RealMaas {
     pub fn state_dir(&self) -> &Path {
         &self.state
     }
+
+    /// Resident memory of real MAAS now, in KiB: regiond with its
+    /// workers, and PostgreSQL with its backends (each process tree's
+    /// VmRSS summed; shared pages count in every process).
+    pub fn memory_kib(&self) -> (u64, u64) {
+        let pid_in = |file: PathBuf| -> Option<u32> {
+            let text = std::fs::read_to_string(file).ok()?;
+            text.lines().next()?.trim().parse().ok()
+        };
+        let tree = |pid: Option<u32>| pid.map_or(0, process_tree_rss_kib);
+        (
+            tree(pid_in(self.state.join("run/regiond.pid"))),
+            tree(pid_in(self.state.join("db/data/postmaster.pid"))),
+        )
+    }
+}
+
+/// VmRSS of `root` and every process descending from it, in KiB.
+fn process_tree_rss_kib(root: u32) -> u64 {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+        if let Some(ppid) = ppid {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    tree.iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// A scoped thread's result, its panic passed on as is.

@@ -700,10 +700,7 @@ pub struct StoryLab {
     pub dir: PathBuf,
     /// The simulator's machines, for the MAAS line of the table.
     pub maas: capmaas::maas::Client,
-    /// Since when each Machine has waited for its Node, and when it was
-    /// last nudged (see [`StoryLab::nudge_machines`]).
-    waiting: HashMap<String, Instant>,
-    nudged: HashMap<String, Instant>,
+    nudger: MachineNudger,
     /// How many nudges were sent.
     pub nudges: usize,
 }
@@ -751,6 +748,76 @@ pub fn start_node_helper(cp: &'static ControlPlane, sim: &MaasSim) -> NodeHelper
             })
             .collect())
     })
+}
+
+/// Cluster API installs its Node watch only once the Cluster's control
+/// plane is initialized (capi-core-local.md §3.5), and the node helper
+/// registers a Node only after MAAS reports Deployed (a real kubelet
+/// registers earlier, during cloud-init). So a Machine whose Node got its
+/// providerID after the Machine's last reconcile waits for the 10-minute
+/// resync. This touches such a Machine (an annotation) once it has
+/// waited 10 s, and then at most every 10 s.
+#[derive(Default)]
+pub struct MachineNudger {
+    /// Since when each Machine has waited for its Node, and when it was
+    /// last nudged.
+    waiting: HashMap<String, Instant>,
+    nudged: HashMap<String, Instant>,
+}
+
+impl MachineNudger {
+    /// Returns how many Machines it nudged.
+    pub fn nudge(&mut self, kube: &kube::Client, ns: &str) -> usize {
+        let mut nudges = 0;
+        let Ok(nodes) = kube.list(&resources::NODES, None, &ListParams::default()) else {
+            return 0;
+        };
+        let node_provider_ids: Vec<String> = nodes
+            .items
+            .iter()
+            .map(|n| string(&n["spec"]["providerID"]))
+            .filter(|p| !p.is_empty())
+            .collect();
+        let Ok(machines) = kube.list(&resources::MACHINES, Some(ns), &ListParams::default()) else {
+            return 0;
+        };
+        for m in machines.items {
+            let name = string(&m["metadata"]["name"]);
+            let provider_id = string(&m["spec"]["providerID"]);
+            let waiting = !provider_id.is_empty()
+                && m["status"]["nodeRef"]["name"].is_null()
+                && m["metadata"]["deletionTimestamp"].is_null()
+                && node_provider_ids.contains(&provider_id);
+            if !waiting {
+                self.waiting.remove(&name);
+                continue;
+            }
+            let since = *self
+                .waiting
+                .entry(name.clone())
+                .or_insert_with(Instant::now);
+            let recently = self
+                .nudged
+                .get(&name)
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(10));
+            if since.elapsed() >= Duration::from_secs(10) && !recently {
+                let patch = json!({"metadata": {"annotations": {
+                    "lab.capmaas.io/nudged-at": format!("{:?}", std::time::SystemTime::now()),
+                }}});
+                if kube
+                    .patch_merge(&resources::MACHINES, Some(ns), &name, &patch)
+                    .is_ok()
+                {
+                    println!(
+                        "lab: nudged Machine {name} (its Node has waited 10 s for a reconcile)"
+                    );
+                    self.nudged.insert(name, Instant::now());
+                    nudges += 1;
+                }
+            }
+        }
+        nudges
+    }
 }
 
 impl StoryLab {
@@ -811,8 +878,7 @@ impl StoryLab {
             sim,
             ns,
             dir: options.dir,
-            waiting: HashMap::new(),
-            nudged: HashMap::new(),
+            nudger: MachineNudger::default(),
             nudges: 0,
         }
     }
@@ -843,68 +909,9 @@ impl StoryLab {
         self.capmaas.assert_running();
     }
 
-    /// Cluster API installs its Node watch only once the Cluster's control
-    /// plane is initialized (capi-core-local.md §3.5), and the node helper
-    /// registers a Node only after MAAS reports Deployed (a real kubelet
-    /// registers earlier, during cloud-init). So a Machine whose Node got its
-    /// providerID after the Machine's last reconcile waits for the 10-minute
-    /// resync. This touches such a Machine (an annotation) once it has
-    /// waited 10 s, and then at most every 10 s; `nudges` counts them.
+    /// See [`MachineNudger`]; `nudges` counts them.
     pub fn nudge_machines(&mut self) {
-        let Ok(nodes) = self
-            .kube
-            .list(&resources::NODES, None, &ListParams::default())
-        else {
-            return;
-        };
-        let node_provider_ids: Vec<String> = nodes
-            .items
-            .iter()
-            .map(|n| string(&n["spec"]["providerID"]))
-            .filter(|p| !p.is_empty())
-            .collect();
-        let Ok(machines) =
-            self.kube
-                .list(&resources::MACHINES, Some(&self.ns), &ListParams::default())
-        else {
-            return;
-        };
-        for m in machines.items {
-            let name = string(&m["metadata"]["name"]);
-            let provider_id = string(&m["spec"]["providerID"]);
-            let waiting = !provider_id.is_empty()
-                && m["status"]["nodeRef"]["name"].is_null()
-                && m["metadata"]["deletionTimestamp"].is_null()
-                && node_provider_ids.contains(&provider_id);
-            if !waiting {
-                self.waiting.remove(&name);
-                continue;
-            }
-            let since = *self
-                .waiting
-                .entry(name.clone())
-                .or_insert_with(Instant::now);
-            let recently = self
-                .nudged
-                .get(&name)
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(10));
-            if since.elapsed() >= Duration::from_secs(10) && !recently {
-                let patch = json!({"metadata": {"annotations": {
-                    "lab.capmaas.io/nudged-at": format!("{:?}", std::time::SystemTime::now()),
-                }}});
-                if self
-                    .kube
-                    .patch_merge(&resources::MACHINES, Some(&self.ns), &name, &patch)
-                    .is_ok()
-                {
-                    println!(
-                        "lab: nudged Machine {name} (its Node has waited 10 s for a reconcile)"
-                    );
-                    self.nudged.insert(name, Instant::now());
-                    self.nudges += 1;
-                }
-            }
-        }
+        self.nudges += self.nudger.nudge(&self.kube, &self.ns);
     }
 
     /// Polls every `interval` until [`Snapshot::all_ready`], calling
