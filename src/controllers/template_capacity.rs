@@ -30,7 +30,7 @@ use super::matching;
 
 use crate::api::{MaasMachineSpec, MaasMachineTemplate, MaasMachineTemplateStatus, NodeInfo};
 use crate::kube::{self, merge_patch, resources};
-use crate::maas::{self, MachineFilter};
+use crate::maas::{self, MaasApi, MachineFilter};
 use crate::runtime::{Event, Informer, InformerConfig, LeaderGate, ObjectKey, Shutdown, Store};
 
 /// How long to gather spec changes before one refresh.

@@ -406,7 +406,7 @@ fn link_addresses(
         }
         let subnets = match &subnets {
             Some(subnets) => subnets,
-            None => subnets.insert(r.maas()?.subnets()?),
+            None => subnets.insert(r.maas()?.client().subnets()?),
         };
         let Some(subnet) = subnets
             .iter()
@@ -439,10 +439,9 @@ fn link_addresses(
             .iter()
             .filter(|l| l.subnet_id == Some(subnet.id))
         {
-            match r
-                .maas()?
-                .unlink_subnet(&host.system_id, interface.id, link.id)
-            {
+            match r.maas()?.write(&host.system_id, |client| {
+                client.unlink_subnet(&host.system_id, interface.id, link.id)
+            }) {
                 Ok(()) => {}
                 Err(e) if e.is_refused() => {
                     return Ok(Err(refusal(
@@ -458,10 +457,9 @@ fn link_addresses(
                 Err(e) => return Err(e.into()),
             }
         }
-        match r
-            .maas()?
-            .link_subnet_static(&host.system_id, interface.id, subnet.id, ip)
-        {
+        match r.maas()?.write(&host.system_id, |client| {
+            client.link_subnet_static(&host.system_id, interface.id, subnet.id, ip)
+        }) {
             Ok(()) => linked.push(format!("{ip} on {}", interface.name)),
             Err(e) if e.is_refused() => {
                 return Ok(Err(refusal(
@@ -634,7 +632,9 @@ fn unlink_addresses(
         }
     }
     for (interface_id, link_id, ip) in ours {
-        match r.maas()?.unlink_subnet(system_id, interface_id, link_id) {
+        match r.maas()?.write(system_id, |client| {
+            client.unlink_subnet(system_id, interface_id, link_id)
+        }) {
             Ok(()) => {}
             Err(e) if e.is_refused() => r.event(
                 EventType::Warning,
