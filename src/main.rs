@@ -245,7 +245,8 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     );
     let mut manager_config = manager_config(config, kube.default_namespace());
     manager_config.maas_ca_pem = maas_ca_pem(config)?;
-    Ok(match manager::run(&manager_config, kube, maas)? {
+    let stopped = manager::run(&manager_config, kube, maas).map_err(|e| e.to_string())?;
+    Ok(match stopped {
         Stopped::Shutdown => ExitCode::SUCCESS,
         Stopped::LeadershipLost => ExitCode::FAILURE,
     })

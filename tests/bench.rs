@@ -25,6 +25,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Mutex;

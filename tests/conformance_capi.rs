@@ -16,6 +16,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 

@@ -20,6 +20,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::time::Duration;
 
 use capmaas::maas::ReserveFrom;

@@ -9,6 +9,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::process::{Command, Output};
 
 use capmaas::maas::{AllocateRequest, IDENTITY_KEY};

@@ -40,6 +40,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -19,6 +19,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 

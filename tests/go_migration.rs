@@ -25,6 +25,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

@@ -5,6 +5,7 @@
 //! items 1 and 4: memory stays bounded (measured), the error names the
 //! peer and the limit, nothing is retried, no secret comes back out.
 
+use capmaas::maas::MaasApi;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};

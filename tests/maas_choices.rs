@@ -21,6 +21,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
 use support::objects;

@@ -5,6 +5,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use capmaas::maas::ApiKey;

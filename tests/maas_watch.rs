@@ -5,6 +5,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::time::{Duration, Instant};
 
 use capmaas::maas::watch::{Lookup, MaasWatch, MachineChange, SourceId, WatchConfig};

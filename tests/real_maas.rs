@@ -25,6 +25,7 @@
 
 mod support;
 
+use capmaas::maas::MaasApi;
 use std::time::Duration;
 
 use capmaas::maas::{

@@ -1,6 +1,7 @@
 //! Thin adapters from the ports to the real clients: [`Kube`] (informer
-//! caches + `kube::Client` + events), [`Maas`] (`maas::Client`) and
-//! [`Workload`] (workload clusters through their kubeconfig Secrets).
+//! caches + `kube::Client` + events) and [`Workload`] (workload clusters
+//! through their kubeconfig Secrets). MAAS needs none: `maas::Client`
+//! implements [`MaasApi`] itself.
 //! No decisions are made here, only translations.
 
 use std::collections::HashMap;
@@ -21,10 +22,6 @@ use crate::kube::resources::{
     NODES, SECRETS,
 };
 use crate::kube::{self, Resource};
-use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, MachineFilter,
-    ReleaseRequest, ReserveFrom,
-};
 use crate::runtime::{EventRecorder, ObjectKey, WorkQueue};
 
 pub struct Kube {
@@ -215,143 +212,9 @@ impl KubeApi for Kube {
     }
 }
 
-pub struct Maas {
-    pub client: maas::Client,
-}
-
 impl MachineQueue for WorkQueue {
     fn reconcile_soon(&self, namespace: &str, name: &str) {
         self.add(ObjectKey::new(namespace, name));
-    }
-}
-
-impl MaasApi for Maas {
-    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
-        self.client.machine(system_id)
-    }
-
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
-        self.client
-            .machines(&MachineFilter::by_agent_name(agent_name))
-    }
-
-    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
-        self.client.allocate(req)
-    }
-
-    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
-        self.client
-            .update_machine(system_id, &[("swap_size", "0")])
-            .map(|_| ())
-    }
-
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
-        self.client.deploy(system_id, req)
-    }
-
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
-        self.client.release(system_id, req).map(|_| ())
-    }
-
-    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
-        self.client
-            .power_on_with_comment(system_id, Some(comment))
-            .map(|_| ())
-    }
-
-    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
-        self.client
-            .power_off_with_comment(system_id, Some(comment))
-            .map(|_| ())
-    }
-
-    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
-        self.client.mark_broken(system_id, comment).map(|_| ())
-    }
-
-    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
-        self.client.boot_resources()
-    }
-
-    fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
-        self.client.version()
-    }
-
-    fn zones(&self) -> Result<Vec<String>, maas::Error> {
-        let zones = self.client.zones()?;
-        Ok(zones.into_iter().map(|z| z.name).collect())
-    }
-
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
-        self.client.dns_resources(fqdn)
-    }
-
-    fn create_dns_resource(
-        &self,
-        fqdn: &str,
-        ttl: u32,
-        ips: &[String],
-    ) -> Result<DnsResource, maas::Error> {
-        self.client.create_dns_resource(fqdn, ttl, ips)
-    }
-
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
-        self.client.set_dns_resource_ips(id, ips).map(|_| ())
-    }
-
-    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
-        self.client.delete_dns_resource(id)
-    }
-
-    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
-        self.client.create_dns_txt(fqdn, rrdata)
-    }
-
-    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
-        self.client.ip_reservations(ip)
-    }
-
-    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
-        self.client.reserve_ip_marked(from, mark)
-    }
-
-    fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {
-        self.client.release_ip(ip)
-    }
-
-    fn set_annotation(
-        &self,
-        system_id: &str,
-        op: maas::AnnotationsOp,
-        key: &str,
-        value: &str,
-    ) -> Result<maas::Machine, maas::Error> {
-        self.client
-            .set_annotations(system_id, op, &[(key, Some(value))])
-    }
-
-    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {
-        self.client.subnets()
-    }
-
-    fn link_subnet_static(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        subnet_id: i64,
-        ip: &str,
-    ) -> Result<(), maas::Error> {
-        self.client
-            .link_subnet_static(system_id, interface_id, subnet_id, ip)
-    }
-
-    fn unlink_subnet(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        link_id: i64,
-    ) -> Result<(), maas::Error> {
-        self.client.unlink_subnet(system_id, interface_id, link_id)
     }
 }
 

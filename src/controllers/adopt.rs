@@ -35,7 +35,8 @@ use serde_json::{json, Value};
 
 use super::credentials::Credentials;
 use super::identity::{self, Identity, Ownership, Recorded};
-use super::ports::{MaasApi, MaasClients};
+use super::maas_view::MaasView;
+use super::ports::MaasClients;
 use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::kube::{self, resources, ListParams};
@@ -198,7 +199,7 @@ pub fn run(
 /// What adopting one line needs, once its verdict is known.
 struct Planned<'a> {
     object: &'a MaasMachine,
-    maas: Arc<dyn MaasApi>,
+    maas: Arc<MaasView>,
     host: maas::Machine,
     identity: Identity,
 }
@@ -407,7 +408,7 @@ const ADOPTED: &str = identity::ADOPTED_ANNOTATION;
 /// adoption), and running again finishes it.
 fn adopt(
     kube: &kube::Client,
-    maas: &dyn MaasApi,
+    maas: &MaasView,
     m: &MaasMachine,
     host: &maas::Machine,
     identity: &Identity,
@@ -460,7 +461,7 @@ fn maas_of(
     kube: &kube::Client,
     credentials: &Credentials,
     m: &MaasMachine,
-) -> Result<Arc<dyn MaasApi>, String> {
+) -> Result<Arc<MaasView>, String> {
     let ns = &m.metadata.namespace;
     let cluster_name = m
         .metadata

@@ -44,9 +44,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::adapters::{self, ClientCache};
+use super::adapters::ClientCache;
 use super::maas_view::{MaasView, SourceView};
-use super::ports::{MaasApi, MaasClients};
+use super::ports::MaasClients;
 use crate::api::maas_cluster::IDENTITY_KIND_SECRET;
 use crate::api::IdentityRef;
 use crate::kube::{self, resources::SECRETS};
@@ -223,9 +223,7 @@ impl Credentials {
         ca_pem: Option<Vec<u8>>,
     ) -> Credentials {
         Credentials {
-            default: Arc::new(MaasView::new(Arc::new(adapters::Maas {
-                client: default.clone(),
-            }))),
+            default: Arc::new(MaasView::new(Arc::new(default.clone()))),
             default_client: default,
             default_username,
             kube,
@@ -352,9 +350,7 @@ impl Credentials {
             log::warn!("{what}: {warning}");
         }
         log::info!("{what}: MAAS {} as user {username:?}", client.api_root());
-        let api = MaasView::new(Arc::new(adapters::Maas {
-            client: client.clone(),
-        }));
+        let api = MaasView::new(Arc::new(client.clone()));
         if let Some(watch) = &self.watch {
             api.attach(Box::new(SourceView {
                 handle: watch.clone(),
@@ -555,8 +551,8 @@ impl MaasClients for Credentials {
         &self,
         namespace: &str,
         identity: Option<&IdentityRef>,
-    ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
-        let api: Arc<dyn MaasApi> = match identity {
+    ) -> Result<Arc<MaasView>, CredentialsError> {
+        let api = match identity {
             None => {
                 if let Some(user) = self.default_username.get() {
                     self.tenants

@@ -31,7 +31,7 @@ use crate::api::capi::CLUSTER_NAME_LABEL;
 use crate::api::{MaasCluster, MaasMachine, MaasMachineSpec, MaasMachineTemplate, ObjectMeta};
 use crate::kube::{self, resources, ListParams};
 use crate::maas::watch::find_orphans;
-use crate::maas::{self, MachineFilter, ReleaseRequest};
+use crate::maas::{self, MaasApi, MachineFilter, ReleaseRequest};
 
 /// Cluster API's annotation on objects cloned from a template.
 const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";

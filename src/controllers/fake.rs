@@ -25,8 +25,8 @@ use crate::kube;
 use crate::maas;
 use crate::maas::watch::{ListedMachine, Lookup};
 use crate::maas::{
-    AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, MachineStatus,
-    PowerState, ReleaseRequest, ReserveFrom,
+    AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, MachineFilter,
+    MachineStatus, PowerState, ReleaseRequest, ReserveFrom,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -608,12 +608,22 @@ impl MaasApi for FakeMaas {
             .ok_or_else(|| Self::not_found("machine"))
     }
 
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
+    /// As MAAS, by agent name and owner (what the controllers ask by).
+    fn machines(&self, filter: &MachineFilter) -> Result<Vec<maas::Machine>, maas::Error> {
         self.call("machines_by_agent_name", "")?;
         let agents = lock(&self.agent_names);
         Ok(lock(&self.machines)
             .values()
-            .filter(|h| agents.get(&h.system_id).map(String::as_str) == Some(agent_name))
+            .filter(|h| {
+                filter
+                    .agent_name
+                    .as_ref()
+                    .is_none_or(|agent_name| agents.get(&h.system_id) == Some(agent_name))
+                    && filter
+                        .owner
+                        .as_ref()
+                        .is_none_or(|o| h.owner.as_ref() == Some(o))
+            })
             .cloned()
             .collect())
     }
@@ -657,14 +667,20 @@ impl MaasApi for FakeMaas {
         Ok(host)
     }
 
-    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
+    /// Only `swap_size=0`, the one field the controllers set.
+    fn update_machine(
+        &self,
+        system_id: &str,
+        fields: &[(&str, &str)],
+    ) -> Result<maas::Machine, maas::Error> {
+        assert_eq!(fields, [("swap_size", "0")], "the fake sets no other field");
         self.call("disable_swap", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("disable_swap"))?;
         host.swap_size = Some(0);
-        Ok(())
+        Ok(host.clone())
     }
 
     fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
@@ -717,7 +733,7 @@ impl MaasApi for FakeMaas {
         Ok(host.clone())
     }
 
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<maas::Machine, maas::Error> {
         self.call("release", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -731,33 +747,41 @@ impl MaasApi for FakeMaas {
         host.owner_data.clear();
         lock(&self.agent_names).remove(system_id);
         lock(&self.releases).push((system_id.into(), req.clone()));
-        Ok(())
+        Ok(host.clone())
     }
 
-    fn power_on(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
+    fn power_on_with_comment(
+        &self,
+        system_id: &str,
+        _comment: Option<&str>,
+    ) -> Result<maas::Machine, maas::Error> {
         self.call("power_on", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("power_on"))?;
         host.power_state = PowerState::On;
-        Ok(())
+        Ok(host.clone())
     }
 
-    fn power_off(&self, system_id: &str, _comment: &str) -> Result<(), maas::Error> {
+    fn power_off_with_comment(
+        &self,
+        system_id: &str,
+        _comment: Option<&str>,
+    ) -> Result<maas::Machine, maas::Error> {
         self.call("power_off", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
             .get_mut(system_id)
             .ok_or_else(|| Self::not_found("power_off"))?;
         host.power_state = PowerState::Off;
-        Ok(())
+        Ok(host.clone())
     }
 
     /// As MAAS 3.4.8 (and the simulator): a machine still ours is released
     /// on the way (owner and agent name cleared; owner data too when it
     /// was off, else the release never finishes), then Broken.
-    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
+    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<maas::Machine, maas::Error> {
         self.call("mark_broken", system_id)?;
         let mut machines = lock(&self.machines);
         let host = machines
@@ -771,7 +795,7 @@ impl MaasApi for FakeMaas {
             host.owner_data.clear();
         }
         lock(&self.agent_names).remove(system_id);
-        Ok(())
+        Ok(host.clone())
     }
 
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
@@ -784,9 +808,15 @@ impl MaasApi for FakeMaas {
         Ok(self.version_info())
     }
 
-    fn zones(&self) -> Result<Vec<String>, maas::Error> {
+    fn zones(&self) -> Result<Vec<maas::Zone>, maas::Error> {
         self.call("zones", "")?;
-        Ok(lock(&self.zones).clone())
+        Ok(lock(&self.zones)
+            .iter()
+            .map(|name| maas::Zone {
+                name: name.clone(),
+                ..maas::Zone::default()
+            })
+            .collect())
     }
 
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
@@ -832,7 +862,7 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, maas::Error> {
         self.call("set_dns_resource_ips", &ips.join(" "))?;
         let mut dns = lock(&self.dns);
         let record = dns.get_mut(&id).ok_or_else(|| {
@@ -844,7 +874,7 @@ impl MaasApi for FakeMaas {
             )
         })?;
         record.ip_addresses = ips.to_vec();
-        Ok(())
+        Ok(record.clone())
     }
 
     fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
@@ -870,7 +900,11 @@ impl MaasApi for FakeMaas {
 
     /// As MAAS: an address anyone holds is "already in use" (404), an
     /// unknown subnet is a 400, a full one a 503.
-    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
+    fn reserve_ip_marked(
+        &self,
+        from: &ReserveFrom,
+        mark: &str,
+    ) -> Result<IpReservation, maas::Error> {
         let detail = match from {
             ReserveFrom::Address(ip) => format!("ip={ip}"),
             ReserveFrom::Subnet(subnet) => format!("subnet={subnet}"),
@@ -1033,12 +1067,11 @@ impl MaasApi for FakeMaas {
         Ok(())
     }
 
-    fn set_annotation(
+    fn set_annotations(
         &self,
         system_id: &str,
         op: maas::AnnotationsOp,
-        key: &str,
-        value: &str,
+        data: &[(&str, Option<&str>)],
     ) -> Result<maas::Machine, maas::Error> {
         let name = op.as_str();
         self.call(name, system_id)?;
@@ -1067,7 +1100,12 @@ impl MaasApi for FakeMaas {
                 None,
             ));
         }
-        host.owner_data.insert(key.into(), value.into());
+        for (key, value) in data {
+            match value {
+                Some(value) => host.owner_data.insert(key.to_string(), value.to_string()),
+                None => host.owner_data.remove(*key),
+            };
+        }
         Ok(host.clone())
     }
 }
@@ -1157,14 +1195,21 @@ impl WatchView for FakeView {
     }
 }
 
-/// Each cluster's MAAS: the controller-wide fake, and one fake per
-/// identity Secret (`namespace`, `name`) a test registers.
-#[derive(Default)]
+/// Each cluster's MAAS, as the real [`MaasClients`] hands it out: a
+/// [`MaasView`] over the client, here the controller-wide fake and one
+/// fake per identity Secret (`namespace`, `name`) a test registers.
 pub struct FakeClients {
-    pub default: Arc<FakeMaas>,
-    pub tenants: Mutex<HashMap<(String, String), Arc<FakeMaas>>>,
-    /// Handed out instead of `default` when set (`World::watched`).
-    pub default_api: Mutex<Option<Arc<dyn MaasApi>>>,
+    pub default: Arc<MaasView>,
+    pub tenants: Mutex<HashMap<(String, String), Arc<MaasView>>>,
+}
+
+impl FakeClients {
+    pub fn new(default: Arc<FakeMaas>, clock: Arc<FakeClock>) -> FakeClients {
+        FakeClients {
+            default: Arc::new(MaasView::with_clock(default, clock)),
+            tenants: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 impl MaasClients for FakeClients {
@@ -1172,11 +1217,8 @@ impl MaasClients for FakeClients {
         &self,
         namespace: &str,
         identity: Option<&crate::api::IdentityRef>,
-    ) -> Result<Arc<dyn MaasApi>, CredentialsError> {
+    ) -> Result<Arc<MaasView>, CredentialsError> {
         let Some(identity) = identity else {
-            if let Some(api) = lock(&self.default_api).as_ref() {
-                return Ok(api.clone());
-            }
             return Ok(self.default.clone());
         };
         let tenants = lock(&self.tenants);
@@ -1468,14 +1510,11 @@ impl World {
     pub fn with_options(machines: usize, options: Options) -> World {
         let kube = Arc::new(FakeKube::default());
         let maas = Arc::new(FakeMaas::with_machines(machines));
-        let clients = Arc::new(FakeClients {
-            default: maas.clone(),
-            ..FakeClients::default()
-        });
+        let clock = Arc::new(FakeClock(Mutex::new(1_700_000_000)));
+        let clients = Arc::new(FakeClients::new(maas.clone(), clock.clone()));
         let workload = Arc::new(FakeWorkload::default());
         let api_watch = Arc::new(FakeApiWatch::default());
         let machine_queue = Arc::new(FakeMachineQueue::default());
-        let clock = Arc::new(FakeClock(Mutex::new(1_700_000_000)));
         let ctx = Context {
             kube: kube.clone(),
             maas: clients.clone(),
@@ -1519,7 +1558,8 @@ impl World {
     /// MaasCluster's `spec.identityRef` names.
     pub fn cluster_with_own_maas(&self, ns: &str, name: &str, machines: usize) -> Arc<FakeMaas> {
         let maas = Arc::new(FakeMaas::with_machines(machines));
-        lock(&self.clients.tenants).insert((ns.into(), "tenant-maas".into()), maas.clone());
+        let view = Arc::new(MaasView::with_clock(maas.clone(), self.clock.clone()));
+        lock(&self.clients.tenants).insert((ns.into(), "tenant-maas".into()), view);
         self.cluster(ns, name);
         self.edit(Kind::MaasCluster.as_str(), ns, name, |v| {
             v["spec"]["identityRef"] = json!({"kind": "Secret", "name": "tenant-maas"})
@@ -1551,14 +1591,12 @@ impl World {
         );
     }
 
-    /// The controller-wide MAAS seen through a [`MaasView`] with a watch
-    /// view the test lists ([`FakeView::list`]), as the real controller
-    /// sees it once the MAAS watch runs.
+    /// Gives the controller-wide [`MaasView`] a watch view the test lists
+    /// ([`FakeView::list`]), as the real controller's once the MAAS watch
+    /// runs.
     pub fn watched(&self) -> Arc<FakeView> {
         let view = Arc::new(FakeView::new(self.maas.clone()));
-        let api = MaasView::new(self.maas.clone());
-        api.attach(Box::new(view.clone()));
-        *lock(&self.clients.default_api) = Some(Arc::new(api));
+        self.clients.default.attach(Box::new(view.clone()));
         view
     }
 

@@ -27,7 +27,7 @@
 //! A recorded `spec.systemID` is acted on (deploy, power, DNS, release) only
 //! when MAAS shows that machine under this identity ([`Ownership::Ours`]).
 
-use super::ports::MaasApi;
+use super::maas_view::MaasView;
 use crate::api::ObjectMeta;
 use crate::maas;
 
@@ -148,12 +148,15 @@ pub fn ownership(machine: &maas::Machine, identity: &Identity) -> Ownership {
 /// (`set_workload_annotations`, or `set_owner_data` before MAAS 3.0). The
 /// version comes from the MAAS view's cache: no extra call per machine.
 pub fn write(
-    maas: &dyn MaasApi,
+    maas: &MaasView,
     system_id: &str,
     identity: &Identity,
 ) -> Result<maas::Machine, maas::Error> {
     let op = maas.version()?.annotations_op();
-    maas.set_annotation(system_id, op, OWNER_DATA_KEY, identity.as_str())
+    let data = [(OWNER_DATA_KEY, Some(identity.as_str()))];
+    maas.write(system_id, |client| {
+        client.set_annotations(system_id, op, &data)
+    })
 }
 
 /// Whether MAAS shows the machine under any capmaas identity.

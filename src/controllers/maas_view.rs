@@ -1,10 +1,14 @@
 //! One cluster's MAAS as the reconcilers see it: the real calls, plus what
 //! can be answered without asking MAAS again.
 //!
-//! [`MaasView`] wraps a [`MaasApi`] (the adapter of one MAAS client) and
-//! is itself the [`MaasApi`] a reconcile gets:
+//! [`MaasView`] holds one cluster's MAAS client as a [`MaasApi`] (the one
+//! dynamic call between a reconciler and `maas::Client`, or the unit
+//! tests' fake) and is what a reconcile gets. Its own methods are the calls
+//! it answers or must learn of; everything else goes to the client as it is
+//! ([`MaasView::client`]), and a write to a machine through
+//! [`MaasView::write`]:
 //!
-//! - **Machines** from the MAAS watch's view ([`MaasApi::watched`]): the
+//! - **Machines** from the MAAS watch's view ([`MaasView::watched`]): the
 //!   last list of the MAAS user's machines, kept current with every answer
 //!   MAAS gives this process about a machine (reads and writes are recorded
 //!   into the view). A view entry older than this process's last write to
@@ -18,15 +22,16 @@
 //! - **The MAAS version** from a cache of [`VERSION_TTL`]: asked for
 //!   deploy options newer MAAS releases have and for the op that writes a
 //!   machine's identity; an upgrade is rare.
-//! - **DNS records** ([`MaasApi::recent_dns_resources`]) as this process
+//! - **DNS records** ([`MaasView::recent_dns_resources`]) as this process
 //!   last read or wrote them, for [`DNS_TTL`]: the MaasCluster reconciler
 //!   reads the record once per [`DNS_TTL`] however often it runs, writes
 //!   it, and its control-plane machines, woken right after, check their
-//!   `DNSAttached` against that instead of one GET each. Every DNS write of the process goes through here, so the cache
-//!   never shows an address as detached while this process attached it.
+//!   `DNSAttached` against that instead of one GET each. Every DNS write of
+//!   the process goes through here, so the cache never shows an address as
+//!   detached while this process attached it.
 //!
 //! - **The allocation lookup** (`machines_by_agent_name`) for an identity
-//!   this process chose itself ([`MaasApi::chose_identity`]) and has sent
+//!   this process chose itself ([`MaasView::chose_identity`]) and has sent
 //!   no allocate with yet: nothing can be allocated under it, so the answer
 //!   is known to be empty. The identity leaves that set when an allocate
 //!   with it is sent, whatever the outcome (an answer may be lost), and
@@ -43,12 +48,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::ports::MaasApi;
+use super::ports::{Clock, SystemClock};
 use crate::maas::watch::{Lookup, SourceId, WatchHandle};
-use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, ReleaseRequest,
-    ReserveFrom,
-};
+use crate::maas::{self, AllocateRequest, BootResource, DnsResource, MaasApi};
 
 /// How long the boot resources read once serve every machine.
 pub const BOOT_RESOURCES_TTL: Duration = Duration::from_secs(60);
@@ -112,17 +114,19 @@ pub struct MaasView {
     api: Arc<dyn MaasApi>,
     /// Set once the MAAS user is known (and a watch runs).
     view: OnceLock<Box<dyn WatchView>>,
-    boot_resources: Mutex<Option<(Instant, Vec<BootResource>)>>,
+    boot_resources: Mutex<Option<(u64, Vec<BootResource>)>>,
     /// Held while the boot resources are read: workers that need them at
     /// the same moment wait for that one read instead of each sending one.
     boot_resources_read: Mutex<()>,
-    version: Mutex<Option<(Instant, maas::VersionInfo)>>,
+    version: Mutex<Option<(u64, maas::VersionInfo)>>,
     /// By FQDN: the records as last read or written, and when.
-    dns: Mutex<HashMap<String, (Instant, Vec<DnsResource>)>>,
+    dns: Mutex<HashMap<String, (u64, Vec<DnsResource>)>>,
     /// By system_id: when this process last started a write to it.
     writes: Mutex<HashMap<String, Instant>>,
     /// Identities chosen by this process and not yet sent with an allocate.
     new_identities: Mutex<HashSet<String>>,
+    /// The time the caches above are kept by (the unit tests' is fixed).
+    clock: Arc<dyn Clock>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,7 +135,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MaasView {
     pub fn new(api: Arc<dyn MaasApi>) -> MaasView {
+        MaasView::with_clock(api, Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(api: Arc<dyn MaasApi>, clock: Arc<dyn Clock>) -> MaasView {
         MaasView {
+            clock,
             api,
             view: OnceLock::new(),
             boot_resources: Mutex::new(None),
@@ -151,6 +160,13 @@ impl MaasView {
 
     pub fn is_attached(&self) -> bool {
         self.view.get().is_some()
+    }
+
+    /// Whether something cached at `at` (seconds) is younger than `ttl`
+    /// (and not from the future: a clock set back empties the caches).
+    fn fresh(&self, at: u64, ttl: Duration) -> bool {
+        let now = self.clock.now();
+        at <= now && now - at < ttl.as_secs()
     }
 
     /// Notes a write to a machine before it is sent: view entries older
@@ -176,13 +192,14 @@ impl MaasView {
     fn recent_boot_resources(&self) -> Option<Vec<BootResource>> {
         let cached = lock(&self.boot_resources);
         let (at, resources) = cached.as_ref()?;
-        (at.elapsed() < BOOT_RESOURCES_TTL).then(|| resources.clone())
+        self.fresh(*at, BOOT_RESOURCES_TTL)
+            .then(|| resources.clone())
     }
 
     fn remember_dns(&self, fqdn: &str, records: Vec<DnsResource>) {
         let mut dns = lock(&self.dns);
-        dns.retain(|_, (at, _)| at.elapsed() < DNS_TTL);
-        dns.insert(fqdn.to_string(), (Instant::now(), records));
+        dns.retain(|_, (at, _)| self.fresh(*at, DNS_TTL));
+        dns.insert(fqdn.to_string(), (self.clock.now(), records));
     }
 
     /// After a DNS write: `change` applied to every remembered record with
@@ -202,19 +219,69 @@ impl MaasView {
     }
 }
 
-impl MaasApi for MaasView {
-    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
+/// What a machine write may answer: a machine (put into the view), or
+/// nothing to learn from.
+pub trait WriteAnswer {
+    fn machine(&self) -> Option<&maas::Machine>;
+}
+
+impl WriteAnswer for () {
+    fn machine(&self) -> Option<&maas::Machine> {
+        None
+    }
+}
+
+impl WriteAnswer for maas::Machine {
+    fn machine(&self) -> Option<&maas::Machine> {
+        Some(self)
+    }
+}
+
+/// The calls the view answers or must learn of are its own methods; the
+/// rest go to the client as they are ([`MaasView::client`],
+/// [`MaasView::write`]).
+impl MaasView {
+    /// The client, for what the view neither answers nor must learn of:
+    /// zones, subnets, IP reservations. A write to a machine goes through
+    /// [`MaasView::write`], a DNS write through its method here.
+    pub fn client(&self) -> &dyn MaasApi {
+        &*self.api
+    }
+
+    /// A write to machine `system_id`: noted before it is sent (view
+    /// entries older than it no longer stand in for a read), and a machine
+    /// MAAS answers with is put into the view.
+    pub fn write<T: WriteAnswer>(
+        &self,
+        system_id: &str,
+        call: impl FnOnce(&dyn MaasApi) -> Result<T, maas::Error>,
+    ) -> Result<T, maas::Error> {
+        self.mark_write(system_id);
+        let answer = call(&*self.api)?;
+        if let (Some(machine), Some(view)) = (answer.machine(), self.view.get()) {
+            view.record(machine);
+        }
+        Ok(answer)
+    }
+
+    /// The machine as MAAS has it now (a read, put into the view).
+    pub fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error> {
         self.recorded(self.api.machine(system_id))
     }
 
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error> {
+    /// Machines whose `agent_name` is exactly this (release clears it).
+    pub fn machines_by_agent_name(
+        &self,
+        agent_name: &str,
+    ) -> Result<Vec<maas::Machine>, maas::Error> {
         if lock(&self.new_identities).contains(agent_name) {
             return Ok(Vec::new());
         }
-        self.api.machines_by_agent_name(agent_name)
+        self.api
+            .machines(&maas::MachineFilter::by_agent_name(agent_name))
     }
 
-    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
+    pub fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error> {
         let agent_name = req.agent_name.as_deref().unwrap_or_default();
         let was_new = lock(&self.new_identities).remove(agent_name);
         let answer = self.api.allocate(req);
@@ -226,37 +293,7 @@ impl MaasApi for MaasView {
         self.recorded(answer)
     }
 
-    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api.disable_swap(system_id)
-    }
-
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
-        self.mark_write(system_id);
-        self.recorded(self.api.deploy(system_id, req))
-    }
-
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api.release(system_id, req)
-    }
-
-    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api.power_on(system_id, comment)
-    }
-
-    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api.power_off(system_id, comment)
-    }
-
-    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api.mark_broken(system_id, comment)
-    }
-
-    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
+    pub fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
         if let Some(resources) = self.recent_boot_resources() {
             return Ok(resources);
         }
@@ -265,32 +302,29 @@ impl MaasApi for MaasView {
             return Ok(resources);
         }
         let resources = self.api.boot_resources()?;
-        *lock(&self.boot_resources) = Some((Instant::now(), resources.clone()));
+        *lock(&self.boot_resources) = Some((self.clock.now(), resources.clone()));
         Ok(resources)
     }
 
-    fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
+    /// `GET version/`: which MAAS release answers.
+    pub fn version(&self) -> Result<maas::VersionInfo, maas::Error> {
         if let Some((at, info)) = lock(&self.version).as_ref() {
-            if at.elapsed() < VERSION_TTL {
+            if self.fresh(*at, VERSION_TTL) {
                 return Ok(info.clone());
             }
         }
         let info = self.api.version()?;
-        *lock(&self.version) = Some((Instant::now(), info.clone()));
+        *lock(&self.version) = Some((self.clock.now(), info.clone()));
         Ok(info)
     }
 
-    fn zones(&self) -> Result<Vec<String>, maas::Error> {
-        self.api.zones()
-    }
-
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
+    pub fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
         let records = self.api.dns_resources(fqdn)?;
         self.remember_dns(fqdn, records.clone());
         Ok(records)
     }
 
-    fn create_dns_resource(
+    pub fn create_dns_resource(
         &self,
         fqdn: &str,
         ttl: u32,
@@ -308,9 +342,10 @@ impl MaasApi for MaasView {
         }
     }
 
-    /// The TXT record is part of the record MAAS lists: added to the
-    /// remembered one, or (outcome unknown) the name is read again.
-    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
+    /// A TXT record on the name (see `maas::Client::create_dns_txt`). It is
+    /// part of the record MAAS lists: added to the remembered one, or
+    /// (outcome unknown) the name is read again.
+    pub fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error> {
         let result = self.api.create_dns_txt(fqdn, rrdata);
         let mut dns = lock(&self.dns);
         match (&result, dns.get_mut(fqdn)) {
@@ -330,8 +365,8 @@ impl MaasApi for MaasView {
         result
     }
 
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
-        let result = self.api.set_dns_resource_ips(id, ips);
+    pub fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error> {
+        let result = self.api.set_dns_resource_ips(id, ips).map(drop);
         self.dns_written(id, result.is_ok(), |records| {
             for record in records.iter_mut().filter(|r| r.id == id) {
                 record.ip_addresses = ips.to_vec();
@@ -340,62 +375,16 @@ impl MaasApi for MaasView {
         result
     }
 
-    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
+    pub fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error> {
         let result = self.api.delete_dns_resource(id);
         self.dns_written(id, result.is_ok(), |records| records.retain(|r| r.id != id));
         result
     }
 
-    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error> {
-        self.api.ip_reservations(ip)
-    }
-
-    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error> {
-        self.api.reserve_ip(from, mark)
-    }
-
-    fn release_ip(&self, ip: &str) -> Result<(), maas::Error> {
-        self.api.release_ip(ip)
-    }
-
-    fn set_annotation(
-        &self,
-        system_id: &str,
-        op: maas::AnnotationsOp,
-        key: &str,
-        value: &str,
-    ) -> Result<maas::Machine, maas::Error> {
-        self.mark_write(system_id);
-        self.recorded(self.api.set_annotation(system_id, op, key, value))
-    }
-
-    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error> {
-        self.api.subnets()
-    }
-
-    fn link_subnet_static(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        subnet_id: i64,
-        ip: &str,
-    ) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api
-            .link_subnet_static(system_id, interface_id, subnet_id, ip)
-    }
-
-    fn unlink_subnet(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        link_id: i64,
-    ) -> Result<(), maas::Error> {
-        self.mark_write(system_id);
-        self.api.unlink_subnet(system_id, interface_id, link_id)
-    }
-
-    fn chose_identity(&self, identity: &str) {
+    /// This process has just chosen and persisted `identity`: nothing can
+    /// be allocated under it before this process sends an allocate with it,
+    /// so until then [`MaasView::machines_by_agent_name`] need not ask MAAS.
+    pub fn chose_identity(&self, identity: &str) {
         let mut identities = lock(&self.new_identities);
         if identities.len() >= MAX_NEW_IDENTITIES {
             identities.clear();
@@ -403,7 +392,10 @@ impl MaasApi for MaasView {
         identities.insert(identity.to_string());
     }
 
-    fn watched(&self, system_id: &str) -> Lookup {
+    /// What the MAAS watch's view says about a machine: `Owned` stands in
+    /// for [`MaasView::machine`]; `NotOwned` and `Unknown` mean "read MAAS
+    /// before acting". Without a watch: `Unknown`.
+    pub fn watched(&self, system_id: &str) -> Lookup {
         let Some(view) = self.view.get() else {
             return Lookup::Unknown;
         };
@@ -415,13 +407,17 @@ impl MaasApi for MaasView {
         }
     }
 
-    fn is_watched(&self) -> bool {
+    /// Whether the MAAS watch lists this MAAS now: a change of one of its
+    /// machines then wakes the machine's MaasMachine, so nobody polls.
+    pub fn is_watched(&self) -> bool {
         self.view.get().is_some_and(|view| view.is_fresh())
     }
 
-    fn recent_dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
+    /// The DNS records named `fqdn` as this process last read or wrote
+    /// them, when that was recent; otherwise read from MAAS.
+    pub fn recent_dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
         if let Some((at, records)) = lock(&self.dns).get(fqdn) {
-            if at.elapsed() < DNS_TTL {
+            if self.fresh(*at, DNS_TTL) {
                 return Ok(records.clone());
             }
         }

@@ -168,9 +168,47 @@ pub enum Stopped {
     LeadershipLost,
 }
 
+/// Why the operator could not start; the process ends with it (exit 1),
+/// after stopping what had started.
+#[derive(Debug)]
+pub enum StartError {
+    /// The API server refused our credentials (the token or kubeconfig).
+    KubeCredentials(kube::Error),
+    /// MAAS refused the controller-wide credentials, or is not MAAS: its
+    /// answer and what to check (see `maas::Client::start_check`).
+    MaasRefused(String),
+    /// A thread or listener could not be started: `what`, and the system's
+    /// reason (no threads left, an address in use).
+    Spawn { what: String, cause: std::io::Error },
+}
+
+impl StartError {
+    /// For `map_err`: `what` could not be started.
+    pub(crate) fn spawn(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
+        let what = what.into();
+        move |cause| StartError::Spawn { what, cause }
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::KubeCredentials(e) => write!(
+                f,
+                "the API server refused our credentials: {e}; check the ServiceAccount \
+                 token (or --kubeconfig), then restart"
+            ),
+            StartError::MaasRefused(why) => f.write_str(why),
+            StartError::Spawn { what, cause } => write!(f, "{what}: {cause}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
 /// Runs the controllers until SIGTERM/SIGINT or lost leadership; returns
 /// after every thread it started has stopped (see the module docs).
-pub fn run(config: &Config, kube: kube::Client, maas: maas::Client) -> Result<Stopped, String> {
+pub fn run(config: &Config, kube: kube::Client, maas: maas::Client) -> Result<Stopped, StartError> {
     let shutdown = Shutdown::new();
     let gate = match config.leader_election {
         Some(_) => LeaderGate::standby(),
@@ -201,10 +239,10 @@ fn start_and_wait(
     maas: maas::Client,
     gate: &LeaderGate,
     running: &mut Running,
-) -> Result<Stopped, String> {
+) -> Result<Stopped, StartError> {
     let shutdown = running.shutdown.clone();
     let signals =
-        runtime::listen_for_signals(&shutdown).map_err(|e| format!("signal handler: {e}"))?;
+        runtime::listen_for_signals(&shutdown).map_err(StartError::spawn("signal handler"))?;
     running.threads.push(signals);
     serve_probes(config, &running.health)?;
 
@@ -215,10 +253,10 @@ fn start_and_wait(
     match kube.check_credentials() {
         Ok(Some(user)) => log::info!("API server {}: authenticated as {user}", kube.server()),
         Ok(None) => {}
-        Err(e) => return Err(format!("the API server refused our credentials: {e}")),
+        Err(e) => return Err(StartError::KubeCredentials(e)),
     }
     let events = EventRecorder::spawn(kube.clone(), "capmaas", &config.identity)
-        .map_err(|e| format!("event recorder: {e}"))?;
+        .map_err(StartError::spawn("event recorder"))?;
     running.events = Some(events.clone());
     let report = StartReport {
         events: events.clone(),
@@ -278,7 +316,7 @@ fn start_and_wait(
     let lost = match &config.leader_election {
         Some(lease) => {
             let elector = LeaderElector::spawn(kube.clone(), lease.clone(), gate.clone())
-                .map_err(|e| format!("leader election: {e}"))?;
+                .map_err(StartError::spawn("leader election"))?;
             let lost = elector.lost();
             running.elector = Some(elector);
             lost
@@ -293,7 +331,7 @@ fn start_and_wait(
         move |ns, name| poller_queue.add(ObjectKey::new(ns, name)),
         shutdown.receiver().clone(),
     )
-    .map_err(|e| format!("api poller: {e}"))?;
+    .map_err(StartError::spawn("api poller"))?;
     running.threads.push(poller_thread);
 
     // MaasMachineTemplate status.capacity/nodeInfo (autoscaling from zero).
@@ -326,7 +364,7 @@ fn start_and_wait(
         move |change| router.on_change(change),
         shutdown.receiver().clone(),
     )
-    .map_err(|e| format!("MAAS watch: {e}"))?;
+    .map_err(StartError::spawn("MAAS watch"))?;
     let watch_handle = watch.handle();
     running.maas_watch = Some(watch);
     running.threads.push(
@@ -335,7 +373,7 @@ fn start_and_wait(
             caches.clone(),
             shutdown.receiver().clone(),
         )
-        .map_err(|e| format!("orphan report: {e}"))?,
+        .map_err(StartError::spawn("orphan report"))?,
     );
     let ctx = Context {
         kube: kube_api,
@@ -396,7 +434,7 @@ fn start_and_wait(
     ] {
         running
             .threads
-            .push(resync.map_err(|e| format!("resync: {e}"))?);
+            .push(resync.map_err(StartError::spawn("resync"))?);
     }
     log::info!("controllers running");
 
@@ -416,7 +454,7 @@ fn start_and_wait(
 
 /// Starts the probe and metrics listeners. Each serves only its own routes;
 /// one address given for both serves both.
-fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
+fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), StartError> {
     let listeners = match (
         config.health_probe_bind_address,
         config.metrics_bind_address,
@@ -436,7 +474,7 @@ fn serve_probes(config: &Config, health: &Arc<Health>) -> Result<(), String> {
     };
     for (what, addr, routes) in listeners {
         let (bound, _answers_until_exit) =
-            serve::start(addr, routes).map_err(|e| format!("{what} on {addr}: {e}"))?;
+            serve::start(addr, routes).map_err(StartError::spawn(format!("{what} on {addr}")))?;
         log::info!("serving {what} on {bound}");
     }
     Ok(())
@@ -454,7 +492,7 @@ fn check_maas_at_start(
     shutdown: &Shutdown,
     user: &Arc<OnceLock<String>>,
     report: StartReport,
-) -> Result<Option<JoinHandle<()>>, String> {
+) -> Result<Option<JoinHandle<()>>, StartError> {
     let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
     let api_root = maas.api_root().to_string();
     match maas.start_check() {
@@ -469,7 +507,7 @@ fn check_maas_at_start(
         }
         StartCheck::Refused(why) => {
             report.warning("MAASRefused", &why);
-            Err(why)
+            Err(StartError::MaasRefused(why))
         }
         StartCheck::Unreachable(e) => {
             log::warn!("MAAS not reachable at start; not ready until it answers: {e}");
@@ -509,7 +547,7 @@ fn check_maas_at_start(
                     }
                 })
                 .map(Some)
-                .map_err(|e| format!("MAAS start-up check thread: {e}"))
+                .map_err(StartError::spawn("MAAS start-up check thread"))
         }
     }
 }
@@ -532,7 +570,7 @@ impl Watches<'_> {
         resource: kube::Resource,
         store: &Store<T>,
         map: impl Fn(&Event<T>) -> Keys + Send + 'static,
-    ) -> Result<Informer, String> {
+    ) -> Result<Informer, StartError> {
         let informer = informer_config(self.config, resource);
         let (clusters, machines) = (self.maas_clusters.clone(), self.maas_machines.clone());
         let remediations = self.maas_remediations.clone();
@@ -556,7 +594,7 @@ impl Watches<'_> {
             handler,
             shutdown,
         )
-        .map_err(|e| format!("{} informer: {e}", resource.plural))
+        .map_err(StartError::spawn(format!("{} informer", resource.plural)))
     }
 }
 

@@ -8,8 +8,8 @@
 //! informer decodes a MaasMachine (api type) ─► caches.maas_machines: Arc<MaasMachine>
 //!   ─► mappers::on_maas_machine(&Event<MaasMachine>, &caches) ─► keys ─► work queue
 //!   ─► worker ─► machine::reconcile(ctx, ns, name): ctx.kube.maas_machine(..) (the same Arc)
-//!   ─► Reconciling<MaasMachine>: steps call ctx.maas (MaasApi → maas::Client), set
-//!      conditions ─► finish(): one status diff patch
+//!   ─► Reconciling<MaasMachine>: steps call r.maas() (MaasView ─dyn MaasApi─► maas::Client),
+//!      set conditions ─► finish(): one status diff patch
 //! ```
 //!
 //! - [`manager`]: starts and stops everything (informers into [`caches`],
@@ -36,9 +36,11 @@
 //!   Machine back to its owner (`OwnerRemediated=False`) for replacement.
 //!
 //! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
-//! them to the real `kube`/`maas` clients and the caches; [`maas_view`]
-//! answers machine reads from the MAAS watch's view (and boot resources,
-//! DNS records from short-lived caches), and [`maas_watch`] turns what the
+//! them to the real `kube` client and the caches, and `maas::Client`
+//! implements [`ports::MaasApi`] itself; [`maas_view`] is each cluster's
+//! MAAS as a reconcile gets it: that client, plus machine reads from the
+//! MAAS watch's view (and boot resources, DNS records from short-lived
+//! caches), and [`maas_watch`] turns what the
 //! watch sees in MAAS into reconciles, Events and the orphan report. Errors are the
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 

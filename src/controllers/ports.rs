@@ -1,11 +1,13 @@
 //! The small traits the reconcilers talk through, so each step can be tested
 //! against in-memory fakes (`controllers::fake`, in tests) and run against
-//! the real clients through thin adapters ([`super::adapters`]).
+//! the real clients ([`super::adapters`] for Kubernetes).
 //!
-//! - [`MaasApi`]: the MAAS calls the controllers make, and what the MAAS
-//!   watch's view and short-lived caches answer in their place
-//!   ([`super::maas_view`]).
-//! - [`MaasClients`]: the [`MaasApi`] of a cluster, with its credentials.
+//! - [`MaasApi`] (`crate::maas::MaasApi`): the MAAS calls the controllers
+//!   make, implemented by `maas::Client` itself; the reconcilers reach it
+//!   through a [`MaasView`], which answers what the MAAS watch's view and
+//!   short-lived caches know in its place.
+//! - [`MaasClients`]: the [`MaasView`] of a cluster's MAAS, with its
+//!   credentials.
 //! - [`KubeApi`]: reads from the informer caches, per-name Secret GETs, the
 //!   few writes (merge patches of our own objects), events.
 //!
@@ -26,101 +28,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::credentials::CredentialsError;
+use super::maas_view::MaasView;
 use crate::api::capi::{self, Cluster};
 use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, IdentityRef, MaasCluster, MaasMachine, MaasRemediation};
 use crate::kube;
-use crate::maas::watch::Lookup;
-use crate::maas::{
-    self, AllocateRequest, BootResource, DeployRequest, DnsResource, IpReservation, ReleaseRequest,
-    ReserveFrom,
-};
-
-pub trait MaasApi: Send + Sync {
-    fn machine(&self, system_id: &str) -> Result<maas::Machine, maas::Error>;
-    /// Machines whose `agent_name` is exactly this (release clears it).
-    fn machines_by_agent_name(&self, agent_name: &str) -> Result<Vec<maas::Machine>, maas::Error>;
-    fn allocate(&self, req: &AllocateRequest) -> Result<maas::Machine, maas::Error>;
-    /// `PUT machines/<id>/ swap_size=0`.
-    fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error>;
-    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error>;
-    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error>;
-    fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
-    /// Hard power-off; the machine stays Deployed (remediation's power cycle).
-    fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
-    /// Broken, with `comment` as the reason (releases a deployed machine).
-    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
-    fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error>;
-    /// `GET version/`: which MAAS release answers.
-    fn version(&self) -> Result<maas::VersionInfo, maas::Error>;
-    fn zones(&self) -> Result<Vec<String>, maas::Error>;
-    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error>;
-    /// A TXT record on the name (see `maas::Client::create_dns_txt`).
-    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), maas::Error>;
-    fn create_dns_resource(
-        &self,
-        fqdn: &str,
-        ttl: u32,
-        ips: &[String],
-    ) -> Result<DnsResource, maas::Error>;
-    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<(), maas::Error>;
-    fn delete_dns_resource(&self, id: i64) -> Result<(), maas::Error>;
-    /// The addresses this MAAS user reserved (`ip` only, when given).
-    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, maas::Error>;
-    /// Reserves an address for this MAAS user; at most once (see
-    /// `maas::Client::reserve_ip`).
-    fn reserve_ip(&self, from: &ReserveFrom, mark: &str) -> Result<IpReservation, maas::Error>;
-    /// Releases one of this MAAS user's reservations.
-    fn release_ip(&self, ip: &str) -> Result<(), maas::Error>;
-    /// MAAS's subnets (`GET subnets/`).
-    fn subnets(&self) -> Result<Vec<maas::Subnet>, maas::Error>;
-    /// `op=link_subnet mode=STATIC` of `ip` in `subnet_id` on an interface.
-    fn link_subnet_static(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        subnet_id: i64,
-        ip: &str,
-    ) -> Result<(), maas::Error>;
-    /// `op=unlink_subnet` of one link of an interface.
-    fn unlink_subnet(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        link_id: i64,
-    ) -> Result<(), maas::Error>;
-    /// Sets one workload annotation (owner data) of a machine we own with
-    /// `op` (MAAS refuses it for anyone but the owner); returns the machine
-    /// as MAAS has it now.
-    fn set_annotation(
-        &self,
-        system_id: &str,
-        op: maas::AnnotationsOp,
-        key: &str,
-        value: &str,
-    ) -> Result<maas::Machine, maas::Error>;
-
-    /// What the MAAS watch's view says about a machine: `Owned` stands in
-    /// for [`MaasApi::machine`]; `NotOwned` and `Unknown` mean "read MAAS
-    /// before acting". Without a watch: `Unknown`.
-    fn watched(&self, _system_id: &str) -> Lookup {
-        Lookup::Unknown
-    }
-    /// Whether the MAAS watch lists this MAAS now: a change of one of its
-    /// machines then wakes the machine's MaasMachine, so nobody polls.
-    fn is_watched(&self) -> bool {
-        false
-    }
-    /// The DNS records named `fqdn` as this process last read or wrote
-    /// them, when that was recent; otherwise read from MAAS.
-    fn recent_dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
-        self.dns_resources(fqdn)
-    }
-    /// This process has just chosen and persisted `identity`: nothing can
-    /// be allocated under it before this process sends an allocate with it,
-    /// so until then [`MaasApi::machines_by_agent_name`] need not ask MAAS.
-    fn chose_identity(&self, _identity: &str) {}
-}
+pub use crate::maas::MaasApi;
 
 /// The MAAS of one cluster: reached with its own credentials
 /// (`MaasCluster.spec.identityRef`, a Secret in its namespace) or, without
@@ -130,7 +43,7 @@ pub trait MaasClients: Send + Sync {
         &self,
         namespace: &str,
         identity: Option<&IdentityRef>,
-    ) -> Result<Arc<dyn MaasApi>, CredentialsError>;
+    ) -> Result<Arc<MaasView>, CredentialsError>;
 }
 
 /// Our own kinds, the only objects the controllers write.

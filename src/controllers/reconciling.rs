@@ -24,7 +24,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use super::credentials::CredentialsError;
-use super::ports::{EventTarget, EventType, Kind, MaasApi};
+use super::maas_view::MaasView;
+use super::ports::{EventTarget, EventType, Kind};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
 use crate::api::conditions::{self, Condition, Desired};
@@ -65,7 +66,7 @@ pub(crate) struct Reconciling<'c, K: OwnKind> {
     done_with_object: bool,
     /// The MAAS of the object's cluster, once [`Reconciling::connect_maas`]
     /// found its credentials.
-    maas: Option<Arc<dyn MaasApi>>,
+    maas: Option<Arc<MaasView>>,
     pub facts: K::Facts,
 }
 
@@ -128,7 +129,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
 
     /// The MAAS found by [`Reconciling::connect_maas`]; asking before is a
     /// bug in the story, reported as an error rather than a panic.
-    pub fn maas(&self) -> Result<&dyn MaasApi, Error> {
+    pub fn maas(&self) -> Result<&MaasView, Error> {
         self.maas.as_deref().ok_or_else(|| {
             Error::Retry(format!(
                 "{}: MAAS asked before its credentials were found",

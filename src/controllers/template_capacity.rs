@@ -26,11 +26,12 @@ use std::time::Duration;
 use crossbeam_channel::{select, unbounded, Receiver};
 use serde_json::{json, Value};
 
-use super::matching;
+use super::manager::StartError;
+use super::{matching, Error};
 
 use crate::api::{MaasMachineSpec, MaasMachineTemplate, MaasMachineTemplateStatus, NodeInfo};
 use crate::kube::{self, merge_patch, resources};
-use crate::maas::{self, MachineFilter};
+use crate::maas::{self, MaasApi, MachineFilter};
 use crate::runtime::{Event, Informer, InformerConfig, LeaderGate, ObjectKey, Shutdown, Store};
 
 /// How long to gather spec changes before one refresh.
@@ -94,7 +95,7 @@ pub fn spawn(
     period: Duration,
     gate: LeaderGate,
     shutdown: Shutdown,
-) -> Result<(Informer, JoinHandle<()>), String> {
+) -> Result<(Informer, JoinHandle<()>), StartError> {
     let store: Store<MaasMachineTemplate> = Store::new();
     let (wake, woken) = unbounded::<ObjectKey>();
     let handler = move |event: &Event<MaasMachineTemplate>| {
@@ -116,7 +117,7 @@ pub fn spawn(
         handler,
         shutdown.clone(),
     )
-    .map_err(|e| format!("maasmachinetemplates informer: {e}"))?;
+    .map_err(StartError::spawn("maasmachinetemplates informer"))?;
     let refresher = Refresher {
         kube,
         maas,
@@ -126,7 +127,7 @@ pub fn spawn(
     let thread = thread::Builder::new()
         .name("template-capacity".into())
         .spawn(move || refresher.run(&woken, period, &shutdown))
-        .map_err(|e| format!("template capacity thread: {e}"))?;
+        .map_err(StartError::spawn("template capacity thread"))?;
     Ok((informer, thread))
 }
 
@@ -169,11 +170,8 @@ impl Refresher {
 
     /// One MAAS list for all `keys`, then one status patch per template
     /// whose status changes.
-    fn refresh(&self, keys: &BTreeSet<ObjectKey>) -> Result<(), String> {
-        let machines = self
-            .maas
-            .machines(&MachineFilter::default())
-            .map_err(|e| format!("listing MAAS machines: {e}"))?;
+    fn refresh(&self, keys: &BTreeSet<ObjectKey>) -> Result<(), Error> {
+        let machines = self.maas.machines(&MachineFilter::default())?;
         let mut failed = None;
         for key in keys {
             let Some(template) = self.store.get(key) else {
@@ -197,12 +195,7 @@ impl Refresher {
                     desired.capacity
                 ),
                 Err(e) if e.is_not_found() => {}
-                Err(e) => {
-                    failed = Some(format!(
-                        "MaasMachineTemplate {}/{} status: {e}",
-                        meta.namespace, meta.name
-                    ))
-                }
+                Err(e) => failed = Some(Error::Kube(e)),
             }
         }
         failed.map_or(Ok(()), Err)

@@ -216,7 +216,7 @@ impl Client {
     /// when the config was built).
     pub fn new(config: Config) -> Result<Client, Error> {
         if let Auth::Bearer(token) = &config.auth {
-            config::check_token(token).map_err(Error::Config)?;
+            config::check_token(token)?;
         }
         if config.insecure_skip_tls_verify {
             log::warn!(

@@ -281,7 +281,7 @@ impl Config {
 
         config.auth = match (user.token.filter(|t| !t.is_empty()), user.token_file) {
             (Some(token), _) => {
-                check_token(&token).map_err(Error::Config)?;
+                check_token(&token)?;
                 Auth::Bearer(token)
             }
             (None, Some(file)) => {
@@ -386,8 +386,10 @@ pub(crate) fn read_token(path: &Path) -> Result<String, Error> {
             path.display()
         )));
     }
-    check_token(&token)
-        .map_err(|e| Error::config(format!("token file {}: {e}", path.display())))?;
+    check_token(&token).map_err(|e| match e {
+        Error::Config(why) => Error::config(format!("token file {}: {why}", path.display())),
+        other => other,
+    })?;
     Ok(token)
 }
 
@@ -395,14 +397,14 @@ pub(crate) fn read_token(path: &Path) -> Result<String, Error> {
 /// Anything else (a line break inside the token, a pasted prefix) can never
 /// work, so it is refused when the config is built rather than failing
 /// every request forever. The message never shows the token.
-pub(crate) fn check_token(token: &str) -> Result<(), String> {
+pub(crate) fn check_token(token: &str) -> Result<(), Error> {
     match token.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
         None => Ok(()),
-        Some(at) => Err(format!(
+        Some(at) => Err(Error::config(format!(
             "the bearer token has a character that cannot go into an HTTP header at \
              byte {at} of {} (a line break or space inside it?); the token is not shown",
             token.len()
-        )),
+        ))),
     }
 }
 

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
+use super::api::MaasApi;
 use super::auth::ApiKey;
 use super::decode::{self, Charged};
 use super::error::{redact_url, userinfo, Error, ErrorKind, MaasBody, Secrets};
@@ -485,46 +486,7 @@ impl Client {
         })
     }
 
-    /// `GET version/`: the MAAS release and its capabilities.
-    pub fn version(&self) -> Result<VersionInfo, Error> {
-        self.json(Call {
-            op: "version",
-            method: Method::Get,
-            path: "version/".into(),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
-    }
-
     // ---- machines --------------------------------------------------------
-
-    pub fn machine(&self, system_id: &str) -> Result<Machine, Error> {
-        self.json(Call {
-            op: "machine_read",
-            method: Method::Get,
-            path: machine_path(system_id),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
-    }
-
-    /// Lists machines matching `filter` (owner data is matched locally).
-    pub fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
-        let Charged::<Machine, MAX_LISTED_MACHINES>(machines) = self.json_streamed(Call {
-            op: "machines_list",
-            method: Method::Get,
-            path: "machines/".into(),
-            query: filter.query(),
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
-        Ok(machines
-            .into_iter()
-            .filter(|m| filter.matches_owner_data(m))
-            .collect())
-    }
 
     /// Every machine `owner` (a MAAS username) holds, whatever its state:
     /// `GET machines/?owner=` matches the owner's username exactly
@@ -539,58 +501,9 @@ impl Client {
         })
     }
 
-    /// Allocates one machine. Sent at most once (see the module docs): on a
-    /// transient error, look for a machine with your `agent_name` first.
-    pub fn allocate(&self, req: &AllocateRequest) -> Result<Machine, Error> {
-        self.json(Call {
-            op: "allocate",
-            method: Method::Post,
-            path: "machines/".into(),
-            query: vec![("op", "allocate".into())],
-            form: req.form(),
-            repeat: Repeat::AtMostOnce,
-        })
-    }
-
-    /// Deploys an Allocated (or Ready) machine. Sent at most once: a repeat
-    /// of a deploy that worked answers 409, so on a transient error re-read
-    /// the machine instead.
-    pub fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Machine, Error> {
-        self.machine_op("deploy", system_id, req.form(), Repeat::AtMostOnce)
-    }
-
-    /// Releases a machine back to the pool (no-op when already Ready or
-    /// Releasing, so safe to repeat).
-    pub fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<Machine, Error> {
-        self.machine_op("release", system_id, req.form(), Repeat::Safe)
-    }
-
     /// Powers a machine on. On an Allocated machine MAAS starts a deployment.
     pub fn power_on(&self, system_id: &str) -> Result<Machine, Error> {
         self.power_on_with_comment(system_id, None)
-    }
-
-    /// [`Client::power_on`] with a comment MAAS records in the machine's
-    /// event log (who asked, and why).
-    pub fn power_on_with_comment(
-        &self,
-        system_id: &str,
-        comment: Option<&str>,
-    ) -> Result<Machine, Error> {
-        let form = comment
-            .map(|c| vec![("comment", c.to_owned())])
-            .unwrap_or_default();
-        self.machine_op("power_on", system_id, form, Repeat::Safe)
-    }
-
-    /// Marks a machine Broken with `comment` (MAAS shows it as the reason),
-    /// so that nobody allocates it until an administrator marks it fixed.
-    /// Only the owner may (403 otherwise); a machine still allocated or
-    /// deployed is released on the way (MAAS 3.4.8). Safe to repeat: a
-    /// Broken machine stays Broken.
-    pub fn mark_broken(&self, system_id: &str, comment: &str) -> Result<Machine, Error> {
-        let form = vec![("comment", comment.to_owned())];
-        self.machine_op("mark_broken", system_id, form, Repeat::Safe)
     }
 
     /// Powers a machine off (hard; a Deployed machine stays Deployed).
@@ -598,24 +511,6 @@ impl Client {
     /// then read the machine back.
     pub fn power_off(&self, system_id: &str) -> Result<Machine, Error> {
         self.power_off_with_comment(system_id, None)
-    }
-
-    /// [`Client::power_off`] with a comment MAAS records in the machine's
-    /// event log (who asked, and why).
-    pub fn power_off_with_comment(
-        &self,
-        system_id: &str,
-        comment: Option<&str>,
-    ) -> Result<Machine, Error> {
-        let form = comment
-            .map(|c| vec![("comment", c.to_owned())])
-            .unwrap_or_default();
-        let answer: Option<Machine> =
-            self.machine_op("power_off", system_id, form, Repeat::Safe)?;
-        match answer {
-            Some(machine) => Ok(machine),
-            None => self.machine(system_id),
-        }
     }
 
     /// Asks the BMC (through MAAS) for the current power state. Only the
@@ -637,39 +532,6 @@ impl Client {
         Ok(answer.state)
     }
 
-    /// `PUT machines/{id}/` with the given fields, e.g. `("swap_size", "0")`.
-    /// Needs an admin key.
-    pub fn update_machine(
-        &self,
-        system_id: &str,
-        fields: &[(&str, &str)],
-    ) -> Result<Machine, Error> {
-        self.json(Call {
-            op: "machine_update",
-            method: Method::Put,
-            path: machine_path(system_id),
-            query: vec![],
-            form: fields.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
-            repeat: Repeat::Safe,
-        })
-    }
-
-    /// Merges workload annotations (owner data) with `op` (see
-    /// [`VersionInfo::annotations_op`]); `None` deletes a key. The caller
-    /// must own the machine.
-    pub fn set_annotations(
-        &self,
-        system_id: &str,
-        op: AnnotationsOp,
-        data: &[(&str, Option<&str>)],
-    ) -> Result<Machine, Error> {
-        let form = data
-            .iter()
-            .map(|(k, v)| (*k, v.unwrap_or("").to_owned()))
-            .collect();
-        self.machine_op(op.as_str(), system_id, form, Repeat::Safe)
-    }
-
     /// [`Client::set_annotations`] with `set_owner_data`, which every MAAS
     /// release to date has (deprecated from 3.0 on).
     pub fn set_owner_data(
@@ -681,55 +543,6 @@ impl Client {
     }
 
     // ---- interfaces and subnets -----------------------------------------
-
-    pub fn subnets(&self) -> Result<Vec<Subnet>, Error> {
-        self.list("subnets_list", "subnets/")
-    }
-
-    /// `op=link_subnet mode=STATIC`: `ip` on interface `interface_id` of
-    /// the machine, in `subnet_id`. MAAS allows it only while the machine
-    /// is New, Ready, Allocated or Broken. Sent at most once: a repeat of a
-    /// link that was made answers "already in use"; read the machine first.
-    pub fn link_subnet_static(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        subnet_id: i64,
-        ip: &str,
-    ) -> Result<(), Error> {
-        self.call(Call {
-            op: "interface_link_subnet",
-            method: Method::Post,
-            path: interface_path(system_id, interface_id),
-            query: vec![("op", "link_subnet".into())],
-            form: vec![
-                ("mode", "STATIC".into()),
-                ("subnet", subnet_id.to_string()),
-                ("ip_address", ip.to_owned()),
-            ],
-            repeat: Repeat::AtMostOnce,
-        })
-        .map(|_| ())
-    }
-
-    /// `op=unlink_subnet`: removes link `link_id` of the interface (and
-    /// frees its address). Sent at most once, like the link.
-    pub fn unlink_subnet(
-        &self,
-        system_id: &str,
-        interface_id: i64,
-        link_id: i64,
-    ) -> Result<(), Error> {
-        self.call(Call {
-            op: "interface_unlink_subnet",
-            method: Method::Post,
-            path: interface_path(system_id, interface_id),
-            query: vec![("op", "unlink_subnet".into())],
-            form: vec![("id", link_id.to_string())],
-            repeat: Repeat::AtMostOnce,
-        })
-        .map(|_| ())
-    }
 
     // ---- events ----------------------------------------------------------
 
@@ -756,29 +569,6 @@ impl Client {
 
     // ---- DNS -------------------------------------------------------------
 
-    /// DNS resources with exactly this fqdn (`[]` when none; a 404 means the
-    /// domain does not exist).
-    pub fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, Error> {
-        let found: Vec<DnsResource> = self.json(Call {
-            op: "dnsresources_list",
-            method: Method::Get,
-            path: "dnsresources/".into(),
-            query: vec![("fqdn", fqdn.to_owned())],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
-        // MAAS filters by name and domain; compare whole names ourselves in
-        // case a version matches more loosely.
-        Ok(found
-            .into_iter()
-            .filter(|r| {
-                r.fqdn
-                    .trim_end_matches('.')
-                    .eq_ignore_ascii_case(fqdn.trim_end_matches('.'))
-            })
-            .collect())
-    }
-
     pub fn dns_resource(&self, id: i64) -> Result<DnsResource, Error> {
         self.json(Call {
             op: "dnsresource_read",
@@ -790,88 +580,7 @@ impl Client {
         })
     }
 
-    /// Creates `fqdn` with these addresses. Sent at most once: on a transient
-    /// error, look it up with [`Client::dns_resources`] before creating again.
-    pub fn create_dns_resource(
-        &self,
-        fqdn: &str,
-        ttl: u32,
-        ips: &[String],
-    ) -> Result<DnsResource, Error> {
-        self.json(Call {
-            op: "dnsresource_create",
-            method: Method::Post,
-            path: "dnsresources/".into(),
-            query: vec![],
-            form: vec![
-                ("fqdn", fqdn.to_owned()),
-                ("address_ttl", ttl.to_string()),
-                ("ip_addresses", ips.join(" ")),
-            ],
-            repeat: Repeat::AtMostOnce,
-        })
-    }
-
-    /// `POST dnsresourcerecords/`: adds a TXT record with `rrdata` to the
-    /// name `fqdn` (MAAS adds it to the DNS resource of that name, listed
-    /// in its `resource_records`). Sent at most once.
-    pub fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), Error> {
-        self.call(Call {
-            op: "dnsresourcerecord_create",
-            method: Method::Post,
-            path: "dnsresourcerecords/".into(),
-            query: vec![],
-            form: vec![
-                ("fqdn", fqdn.to_owned()),
-                ("rrtype", "TXT".to_owned()),
-                ("rrdata", rrdata.to_owned()),
-            ],
-            repeat: Repeat::AtMostOnce,
-        })
-        .map(|_| ())
-    }
-
-    /// Replaces the whole address set (an empty slice clears it).
-    pub fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, Error> {
-        self.json(Call {
-            op: "dnsresource_update",
-            method: Method::Put,
-            path: format!("dnsresources/{id}/"),
-            query: vec![],
-            form: vec![("ip_addresses", ips.join(" "))],
-            repeat: Repeat::Safe,
-        })
-    }
-
-    /// Deletes a DNS resource. A 404 comes back as an error; callers
-    /// deleting idempotently treat [`Error::is_not_found`] as success.
-    pub fn delete_dns_resource(&self, id: i64) -> Result<(), Error> {
-        self.call(Call {
-            op: "dnsresource_delete",
-            method: Method::Delete,
-            path: format!("dnsresources/{id}/"),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
-        .map(|_| ())
-    }
-
     // ---- IP reservations ---------------------------------------------------
-
-    /// `GET ipaddresses/`: the addresses this MAAS user reserved (only
-    /// `ip` when given). MAAS lists only the caller's own reservations to
-    /// non-administrators, and to administrators unless they ask for more.
-    pub fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, Error> {
-        self.json(Call {
-            op: "ipaddresses_list",
-            method: Method::Get,
-            path: "ipaddresses/".into(),
-            query: ip.map(|ip| vec![("ip", ip.to_owned())]).unwrap_or_default(),
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
-    }
 
     /// `POST ipaddresses/?op=reserve`: an address MAAS will never hand to
     /// a machine, reserved for this MAAS user (no DNS name is asked for).
@@ -879,14 +588,6 @@ impl Client {
     /// "already in use", so on a transient error list the reservations.
     pub fn reserve_ip(&self, from: &ReserveFrom) -> Result<IpReservation, Error> {
         self.reserve(from, None)
-    }
-
-    /// `reserve_ip` with `mac=<mac>`: MAAS links the address STATIC to an
-    /// interface of that MAC (made for it, no machine's; gone again when
-    /// the address is released) and lists it in the reservation's
-    /// `interface_set`, which marks the reservation as its maker's.
-    pub fn reserve_ip_marked(&self, from: &ReserveFrom, mac: &str) -> Result<IpReservation, Error> {
-        self.reserve(from, Some(mac))
     }
 
     fn reserve(&self, from: &ReserveFrom, mac: Option<&str>) -> Result<IpReservation, Error> {
@@ -907,29 +608,10 @@ impl Client {
         })
     }
 
-    /// `POST ipaddresses/?op=release`: releases one of this user's
-    /// reservations (never with `force`, so never someone else's). An
-    /// address that is not (or no longer) reserved answers 400.
-    pub fn release_ip(&self, ip: &str) -> Result<(), Error> {
-        self.call(Call {
-            op: "ipaddresses_release",
-            method: Method::Post,
-            path: "ipaddresses/".into(),
-            query: vec![("op", "release".into())],
-            form: vec![("ip", ip.to_owned())],
-            repeat: Repeat::Safe,
-        })
-        .map(|_| ())
-    }
-
     // ---- inventory -------------------------------------------------------
 
     pub fn domains(&self) -> Result<Vec<Domain>, Error> {
         self.list("domains_list", "domains/")
-    }
-
-    pub fn zones(&self) -> Result<Vec<Zone>, Error> {
-        self.list("zones_list", "zones/")
     }
 
     pub fn resource_pools(&self) -> Result<Vec<ResourcePool>, Error> {
@@ -938,10 +620,6 @@ impl Client {
 
     pub fn tags(&self) -> Result<Vec<Tag>, Error> {
         self.list("tags_list", "tags/")
-    }
-
-    pub fn boot_resources(&self) -> Result<Vec<BootResource>, Error> {
-        self.list("boot_resources_list", "boot-resources/")
     }
 
     /// Lists boot resources and checks `image` against them.
@@ -1173,6 +851,273 @@ impl Client {
             call.path
         );
         outcome.map_err(|e| e.scrubbed(&inner.secrets))
+    }
+}
+
+impl MaasApi for Client {
+    fn version(&self) -> Result<VersionInfo, Error> {
+        self.json(Call {
+            op: "version",
+            method: Method::Get,
+            path: "version/".into(),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    fn machine(&self, system_id: &str) -> Result<Machine, Error> {
+        self.json(Call {
+            op: "machine_read",
+            method: Method::Get,
+            path: machine_path(system_id),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
+        let Charged::<Machine, MAX_LISTED_MACHINES>(machines) = self.json_streamed(Call {
+            op: "machines_list",
+            method: Method::Get,
+            path: "machines/".into(),
+            query: filter.query(),
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        Ok(machines
+            .into_iter()
+            .filter(|m| filter.matches_owner_data(m))
+            .collect())
+    }
+
+    fn allocate(&self, req: &AllocateRequest) -> Result<Machine, Error> {
+        self.json(Call {
+            op: "allocate",
+            method: Method::Post,
+            path: "machines/".into(),
+            query: vec![("op", "allocate".into())],
+            form: req.form(),
+            repeat: Repeat::AtMostOnce,
+        })
+    }
+
+    fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Machine, Error> {
+        self.machine_op("deploy", system_id, req.form(), Repeat::AtMostOnce)
+    }
+
+    fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<Machine, Error> {
+        self.machine_op("release", system_id, req.form(), Repeat::Safe)
+    }
+
+    fn power_on_with_comment(
+        &self,
+        system_id: &str,
+        comment: Option<&str>,
+    ) -> Result<Machine, Error> {
+        let form = comment
+            .map(|c| vec![("comment", c.to_owned())])
+            .unwrap_or_default();
+        self.machine_op("power_on", system_id, form, Repeat::Safe)
+    }
+
+    fn power_off_with_comment(
+        &self,
+        system_id: &str,
+        comment: Option<&str>,
+    ) -> Result<Machine, Error> {
+        let form = comment
+            .map(|c| vec![("comment", c.to_owned())])
+            .unwrap_or_default();
+        let answer: Option<Machine> =
+            self.machine_op("power_off", system_id, form, Repeat::Safe)?;
+        match answer {
+            Some(machine) => Ok(machine),
+            None => self.machine(system_id),
+        }
+    }
+
+    fn mark_broken(&self, system_id: &str, comment: &str) -> Result<Machine, Error> {
+        let form = vec![("comment", comment.to_owned())];
+        self.machine_op("mark_broken", system_id, form, Repeat::Safe)
+    }
+
+    fn update_machine(&self, system_id: &str, fields: &[(&str, &str)]) -> Result<Machine, Error> {
+        self.json(Call {
+            op: "machine_update",
+            method: Method::Put,
+            path: machine_path(system_id),
+            query: vec![],
+            form: fields.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+            repeat: Repeat::Safe,
+        })
+    }
+
+    fn set_annotations(
+        &self,
+        system_id: &str,
+        op: AnnotationsOp,
+        data: &[(&str, Option<&str>)],
+    ) -> Result<Machine, Error> {
+        let form = data
+            .iter()
+            .map(|(k, v)| (*k, v.unwrap_or("").to_owned()))
+            .collect();
+        self.machine_op(op.as_str(), system_id, form, Repeat::Safe)
+    }
+
+    fn subnets(&self) -> Result<Vec<Subnet>, Error> {
+        self.list("subnets_list", "subnets/")
+    }
+
+    fn link_subnet_static(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        subnet_id: i64,
+        ip: &str,
+    ) -> Result<(), Error> {
+        self.call(Call {
+            op: "interface_link_subnet",
+            method: Method::Post,
+            path: interface_path(system_id, interface_id),
+            query: vec![("op", "link_subnet".into())],
+            form: vec![
+                ("mode", "STATIC".into()),
+                ("subnet", subnet_id.to_string()),
+                ("ip_address", ip.to_owned()),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
+    fn unlink_subnet(&self, system_id: &str, interface_id: i64, link_id: i64) -> Result<(), Error> {
+        self.call(Call {
+            op: "interface_unlink_subnet",
+            method: Method::Post,
+            path: interface_path(system_id, interface_id),
+            query: vec![("op", "unlink_subnet".into())],
+            form: vec![("id", link_id.to_string())],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
+    fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, Error> {
+        let found: Vec<DnsResource> = self.json(Call {
+            op: "dnsresources_list",
+            method: Method::Get,
+            path: "dnsresources/".into(),
+            query: vec![("fqdn", fqdn.to_owned())],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        // MAAS filters by name and domain; compare whole names ourselves in
+        // case a version matches more loosely.
+        Ok(found
+            .into_iter()
+            .filter(|r| {
+                r.fqdn
+                    .trim_end_matches('.')
+                    .eq_ignore_ascii_case(fqdn.trim_end_matches('.'))
+            })
+            .collect())
+    }
+
+    fn create_dns_resource(
+        &self,
+        fqdn: &str,
+        ttl: u32,
+        ips: &[String],
+    ) -> Result<DnsResource, Error> {
+        self.json(Call {
+            op: "dnsresource_create",
+            method: Method::Post,
+            path: "dnsresources/".into(),
+            query: vec![],
+            form: vec![
+                ("fqdn", fqdn.to_owned()),
+                ("address_ttl", ttl.to_string()),
+                ("ip_addresses", ips.join(" ")),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+    }
+
+    fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "dnsresourcerecord_create",
+            method: Method::Post,
+            path: "dnsresourcerecords/".into(),
+            query: vec![],
+            form: vec![
+                ("fqdn", fqdn.to_owned()),
+                ("rrtype", "TXT".to_owned()),
+                ("rrdata", rrdata.to_owned()),
+            ],
+            repeat: Repeat::AtMostOnce,
+        })
+        .map(|_| ())
+    }
+
+    fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, Error> {
+        self.json(Call {
+            op: "dnsresource_update",
+            method: Method::Put,
+            path: format!("dnsresources/{id}/"),
+            query: vec![],
+            form: vec![("ip_addresses", ips.join(" "))],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    fn delete_dns_resource(&self, id: i64) -> Result<(), Error> {
+        self.call(Call {
+            op: "dnsresource_delete",
+            method: Method::Delete,
+            path: format!("dnsresources/{id}/"),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+        .map(|_| ())
+    }
+
+    fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, Error> {
+        self.json(Call {
+            op: "ipaddresses_list",
+            method: Method::Get,
+            path: "ipaddresses/".into(),
+            query: ip.map(|ip| vec![("ip", ip.to_owned())]).unwrap_or_default(),
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+    }
+
+    fn reserve_ip_marked(&self, from: &ReserveFrom, mac: &str) -> Result<IpReservation, Error> {
+        self.reserve(from, Some(mac))
+    }
+
+    fn release_ip(&self, ip: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "ipaddresses_release",
+            method: Method::Post,
+            path: "ipaddresses/".into(),
+            query: vec![("op", "release".into())],
+            form: vec![("ip", ip.to_owned())],
+            repeat: Repeat::Safe,
+        })
+        .map(|_| ())
+    }
+
+    fn zones(&self) -> Result<Vec<Zone>, Error> {
+        self.list("zones_list", "zones/")
+    }
+
+    fn boot_resources(&self) -> Result<Vec<BootResource>, Error> {
+        self.list("boot_resources_list", "boot-resources/")
     }
 }
 

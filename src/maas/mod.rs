@@ -6,6 +6,9 @@
 //! ClientConfig::new(endpoint, api_key)       // 30 s / 10 s / no CA / 3 retries
 //! Client::new(ClientConfig) -> Result<Client, Error>   // Clone + Send + Sync, one ureq agent
 //!
+//! MaasApi (trait, api.rs): the operations the controllers use, implemented
+//! by Client; use `capmaas::maas::MaasApi` to call them on a Client.
+//!
 //! client.api_root() -> &str                                 // user:password@ redacted
 //! client.security_warnings() -> Vec<String>                 // http:// etc.; WARNed once at new()
 //! client.check() -> Result<(), Error>                       // users/?op=whoami
@@ -69,6 +72,7 @@
 //! Metrics: `maas_api_requests_total{operation,code}` and
 //! `maas_api_request_duration_seconds{operation}`, one sample per attempt.
 
+mod api;
 mod auth;
 pub mod client;
 mod decode;
@@ -79,6 +83,7 @@ mod types;
 mod version;
 pub mod watch;
 
+pub use api::MaasApi;
 pub use auth::{ApiKey, InvalidApiKey};
 pub use client::{Client, ClientConfig, StartCheck};
 pub use error::{redact_url, Error, ErrorKind, MaasBody};

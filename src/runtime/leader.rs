@@ -214,21 +214,24 @@ impl LeaderConfig {
     /// client-go's rule: `lease_duration > renew_deadline > 1.2 ×
     /// retry_period`, so a leader gives up before others may take over and
     /// gets at least one retry before giving up.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> io::Result<()> {
+        let invalid = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
         if self.lease_duration <= self.renew_deadline {
-            return Err(format!(
+            return invalid(format!(
                 "leader election: lease duration ({:?}) must be longer than the renew deadline ({:?})",
                 self.lease_duration, self.renew_deadline
             ));
         }
         if self.renew_deadline <= self.retry_period.mul_f64(1.2) {
-            return Err(format!(
+            return invalid(format!(
                 "leader election: renew deadline ({:?}) must be longer than 1.2 × the retry period ({:?})",
                 self.renew_deadline, self.retry_period
             ));
         }
         if self.lease_duration < Duration::from_secs(1) || self.name.is_empty() {
-            return Err("leader election: needs a Lease name and a lease of at least 1s".into());
+            return invalid(
+                "leader election: needs a Lease name and a lease of at least 1s".into(),
+            );
         }
         Ok(())
     }
@@ -266,9 +269,7 @@ impl LeaderElector {
         config: LeaderConfig,
         gate: LeaderGate,
     ) -> io::Result<LeaderElector> {
-        config
-            .validate()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        config.validate()?;
         let (lost_tx, lost) = crossbeam_channel::bounded(1);
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
         let identity = config.identity.clone();

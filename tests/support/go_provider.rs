@@ -3,6 +3,7 @@
 //! administrator runs it: for the migration tests.
 #![allow(dead_code)]
 
+use capmaas::maas::MaasApi;
 use std::process::{Command, Output};
 
 use capmaas::maas::{AllocateRequest, DeployRequest};

@@ -23,6 +23,7 @@
 //! Everything stops when the `StoryLab` is dropped or the process exits.
 #![allow(dead_code)]
 
+use capmaas::maas::MaasApi;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -217,7 +217,7 @@ fn random_suffix() -> Result<String, Error> {
 
 /// The record named `fqdn`, created (with `ips`) if MAAS has none. Read
 /// as this process last read or wrote it when that was recent
-/// (`MaasApi::recent_dns_resources`): the reconciles that follow one
+/// (`MaasView::recent_dns_resources`): the reconciles that follow one
 /// another while machines come up cost one read, not one each. A write
 /// whose outcome is unknown drops that memory, so the next reconcile reads
 /// MAAS; a hand edit is repaired once the memory has expired.

@@ -384,8 +384,8 @@ impl ClusterReconciling<'_> {
         let names: Vec<String> = if !self.object.spec.failure_domains.is_empty() {
             self.object.spec.failure_domains.clone()
         } else if self.status.failure_domains.is_empty() {
-            match self.maas().and_then(|maas| Ok(maas.zones()?)) {
-                Ok(zones) => zones,
+            match self.maas().and_then(|maas| Ok(maas.client().zones()?)) {
+                Ok(zones) => zones.into_iter().map(|zone| zone.name).collect(),
                 Err(e) => {
                     log::warn!(
                         "{}: listing MAAS zones for failure domains: {e}",

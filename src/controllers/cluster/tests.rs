@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::api::conditions::{self, Status};
 use crate::api::maas_cluster as mc_api;
 use crate::controllers::fake::{World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE};
+use crate::controllers::maas_view::DNS_TTL;
 use crate::controllers::ports::{Kind, MaasApi};
 use crate::controllers::Error;
 use crate::runtime::Action;
@@ -423,6 +424,8 @@ fn drift_in_maas_is_repaired() {
         .get_mut(&id)
         .unwrap()
         .ip_addresses = vec!["192.168.1.1".into()];
+    // Seen once the record read last is older than the view keeps it.
+    w.clock.advance(DNS_TTL.as_secs());
     reconcile(&w).unwrap();
     assert_eq!(record_ips(&w), vec!["10.0.0.1"]);
 }
@@ -809,6 +812,8 @@ fn a_maas_outage_changes_no_status_and_a_refusal_is_reported() {
     w.cluster(NS, "c1");
     reconcile(&w).unwrap();
     w.kube.clear_writes();
+    // The record read last is older than the view keeps it: MAAS is asked.
+    w.clock.advance(DNS_TTL.as_secs());
     w.maas.fail_once("dns_resources", 503, "503");
     assert!(reconcile(&w).is_err());
     assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());

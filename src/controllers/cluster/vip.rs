@@ -90,7 +90,7 @@ fn keep(
 fn start(r: &mut ClusterReconciling, vip: &ControlPlaneVip, mark: &str) -> Result<String, Error> {
     match (&vip.address, &vip.subnet) {
         (Some(address), _) => {
-            let listed = r.maas()?.ip_reservations(Some(address))?;
+            let listed = r.maas()?.client().ip_reservations(Some(address))?;
             if let Some(found) = listed.iter().find(|x| &x.ip == address) {
                 adopt(r, address, found.has_mac(mark))?;
                 return Ok(address.clone());
@@ -99,7 +99,7 @@ fn start(r: &mut ClusterReconciling, vip: &ControlPlaneVip, mark: &str) -> Resul
             reserve(r, ReserveFrom::Address(address.clone()), mark)
         }
         (None, Some(subnet)) => {
-            let before = r.maas()?.ip_reservations(None)?;
+            let before = r.maas()?.client().ip_reservations(None)?;
             if let Some(ours) = marked_in_subnet(r, &before, subnet, mark) {
                 refuse_if_claimed(r, &ours)?;
                 adopt(r, &ours, true)?;
@@ -208,7 +208,7 @@ fn new_reservations(
     subnet: &str,
     before: &[String],
 ) -> Result<Vec<String>, Error> {
-    let listed = r.maas()?.ip_reservations(None)?;
+    let listed = r.maas()?.client().ip_reservations(None)?;
     Ok(listed
         .into_iter()
         .filter(|x| in_subnet(x, subnet) && !before.contains(&x.ip))
@@ -232,7 +232,7 @@ fn in_subnet(reservation: &IpReservation, subnet: &str) -> bool {
 
 /// Asks MAAS; the answer is recorded as `Reserved`.
 fn reserve(r: &mut ClusterReconciling, from: ReserveFrom, mark: &str) -> Result<String, Error> {
-    let reservation = match r.maas()?.reserve_ip(&from, mark) {
+    let reservation = match r.maas()?.client().reserve_ip_marked(&from, mark) {
         Ok(reservation) => reservation,
         Err(e) if e.is_transient() => return Err(e.into()),
         Err(e) => {
@@ -258,7 +258,7 @@ fn reserved_event(r: &ClusterReconciling, address: &str) {
 
 /// Whether MAAS lists `address` among this MAAS user's reservations.
 fn is_reserved(r: &ClusterReconciling, address: &str) -> Result<bool, Error> {
-    let listed = r.maas()?.ip_reservations(Some(address))?;
+    let listed = r.maas()?.client().ip_reservations(Some(address))?;
     Ok(listed.iter().any(|x| x.ip == address))
 }
 
@@ -382,7 +382,7 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
     if !is_reserved(r, &address)? {
         return Ok(());
     }
-    r.maas()?.release_ip(&address)?;
+    r.maas()?.client().release_ip(&address)?;
     r.event(
         EventType::Normal,
         "ControlPlaneVIPReleased",

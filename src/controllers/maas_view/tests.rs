@@ -6,13 +6,18 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::controllers::fake::{FakeMaas, FakeView};
 use crate::maas::watch::{MaasWatch, Reader, WatchConfig};
-use crate::maas::{EventQuery, MachineStatus, PowerState};
+use crate::maas::{DeployRequest, EventQuery, MachineStatus, PowerState};
 
 fn count(maas: &FakeMaas, op: &str) -> usize {
     maas.calls()
         .iter()
         .filter(|c| c.split(' ').next() == Some(op))
         .count()
+}
+
+/// A deploy, as the reconciler writes it.
+fn deploy(api: &MaasView, id: &str) -> Result<maas::Machine, maas::Error> {
+    api.write(id, |client| client.deploy(id, &DeployRequest::default()))
 }
 
 /// A view of `maas` with a watch view the test lists.
@@ -154,14 +159,17 @@ fn the_view_stands_in_for_a_read_until_this_process_writes() {
     assert_eq!(listed.machine.status, MachineStatus::Allocated);
     assert!(matches!(api.watched("sys001"), Lookup::NotOwned));
     // A deploy's answer is recorded: no second deploy from a stale view.
-    api.deploy(&id, &DeployRequest::default()).unwrap();
+    deploy(&api, &id).unwrap();
     let Lookup::Owned(listed) = api.watched(&id) else {
         panic!("recorded");
     };
     assert_eq!(listed.machine.status, MachineStatus::Deploying);
     // A power-on's answer does not show its effect: read MAAS next time,
     // and that read is recorded.
-    api.power_on(&id, "").unwrap();
+    api.write(&id, |client| {
+        client.power_on_with_comment(&id, None).map(drop)
+    })
+    .unwrap();
     assert!(matches!(api.watched(&id), Lookup::Unknown));
     api.machine(&id).unwrap();
     assert!(matches!(api.watched(&id), Lookup::Owned(_)));
@@ -169,7 +177,7 @@ fn the_view_stands_in_for_a_read_until_this_process_writes() {
     maas.set_state(&id, MachineStatus::Allocated, "Allocated", PowerState::Off);
     view.list();
     maas.faults.lock().unwrap().lose_deploy_answer = true;
-    assert!(api.deploy(&id, &DeployRequest::default()).is_err());
+    assert!(deploy(&api, &id).is_err());
     assert!(matches!(api.watched(&id), Lookup::Unknown));
     // The next list is newer than the write.
     view.list();
@@ -230,7 +238,7 @@ fn a_source_of_the_running_watch_is_read_through() {
     }
     assert!(matches!(api.watched(&id), Lookup::Owned(_)));
     assert!(matches!(api.watched("sys001"), Lookup::NotOwned));
-    api.deploy(&id, &DeployRequest::default()).unwrap();
+    deploy(&api, &id).unwrap();
     let Lookup::Owned(listed) = api.watched(&id) else {
         panic!("recorded");
     };

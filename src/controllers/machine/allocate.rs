@@ -407,7 +407,11 @@ fn release_duplicate(r: &MachineReconciling, host: &maas::Machine) {
         ..Default::default()
     };
     let released = match r.maas() {
-        Ok(maas) => maas.release(&host.system_id, &request).map_err(Error::from),
+        Ok(maas) => maas
+            .write(&host.system_id, |client| {
+                client.release(&host.system_id, &request).map(drop)
+            })
+            .map_err(Error::from),
         Err(e) => Err(e),
     };
     match released {

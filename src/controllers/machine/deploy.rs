@@ -174,7 +174,10 @@ pub(super) fn ensure_deploying(
         agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!("capmaas: {}", r.key())),
     };
-    match r.maas()?.deploy(&system_id, &request) {
+    match r
+        .maas()?
+        .write(&system_id, |client| client.deploy(&system_id, &request))
+    {
         Ok(deploying) => {
             let message = format!(
                 "Deploying MAAS machine {system_id} with image {:?}",
@@ -259,7 +262,10 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
         r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
         return Ok(None);
     }
-    match r.maas()?.disable_swap(&host.system_id) {
+    let swap_off = [("swap_size", "0")];
+    match r.maas()?.write(&host.system_id, |client| {
+        client.update_machine(&host.system_id, &swap_off).map(drop)
+    }) {
         Ok(()) => {
             r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
             Ok(None)

@@ -6,7 +6,7 @@
 //! The record is looked at only when the answer can change: a running
 //! machine not yet attached, a stopped machine still attached, or a
 //! deleting machine; and then as the MaasCluster reconciler last read or
-//! wrote it, if that was recent (`MaasApi::recent_dns_resources`): it
+//! wrote it, if that was recent (`MaasView::recent_dns_resources`): it
 //! changes the record and wakes these machines right after.
 
 use super::{MachineReconciling, DNS_PENDING_REQUEUE};

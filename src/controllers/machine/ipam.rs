@@ -85,12 +85,12 @@ pub(super) fn ensure_static_addresses(
     }
     let claimed = match &pools {
         Some(network) => claimed_addresses(r, network, cluster)?,
-        None => Ok(Vec::new()),
+        None => Done(Vec::new()),
     };
     let given = match static_ip.as_ref().map(static_address) {
-        None => Ok(None),
-        Some(StaticAddress::Ready(address)) => Ok(Some(*address)),
-        Some(StaticAddress::Waiting) => Err("spec.staticIP.ip to be filled in".to_string()),
+        None => Done(None),
+        Some(StaticAddress::Ready(address)) => Done(Some(*address)),
+        Some(StaticAddress::Waiting) => Blocked("spec.staticIP.ip to be filled in".to_string()),
         // Set after allocation (the address filled in late): said here.
         Some(StaticAddress::Refused(message)) => {
             if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
@@ -110,11 +110,11 @@ pub(super) fn ensure_static_addresses(
         }
     };
     let addresses = match (claimed, given) {
-        (Ok(mut addresses), Ok(given)) => {
+        (Done(mut addresses), Done(given)) => {
             addresses.extend(given);
             addresses
         }
-        (Err(waiting_for), _) | (_, Err(waiting_for)) => {
+        (Blocked(waiting_for), _) | (_, Blocked(waiting_for)) => {
             let message = format!("waiting for {waiting_for}");
             r.set(Desired::false_(
                 STATIC_ADDRESSES_READY,
@@ -140,7 +140,7 @@ pub(super) fn ensure_static_addresses(
         .or_else(|| r.object.spec.api_server_interface_name.clone())
         .filter(|name| !name.is_empty());
     match link_addresses(r, &host, interface.as_deref(), &addresses)? {
-        Ok(linked) => {
+        Done(linked) => {
             r.set(Desired::true_(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESSES_LINKED,
@@ -158,7 +158,7 @@ pub(super) fn ensure_static_addresses(
             }
             Ok(Step::Continue(host))
         }
-        Err(message) => {
+        Blocked(message) => {
             r.set(Desired::false_(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
@@ -172,6 +172,14 @@ pub(super) fn ensure_static_addresses(
         }
     }
 }
+
+/// How a part of the address work ended: done, or blocked, with why (a
+/// condition's message: what is waited for, or what MAAS refused).
+enum Outcome<T> {
+    Done(T),
+    Blocked(String),
+}
+use Outcome::{Blocked, Done};
 
 /// What `spec.staticIP` gives.
 #[derive(Debug, PartialEq)]
@@ -266,14 +274,14 @@ fn remember_ours(r: &mut MachineReconciling, host: &maas::Machine) -> Result<(),
     })
 }
 
-/// One address per pool, in pool order; `Err(what)` while a claim is
+/// One address per pool, in pool order; `Blocked(what)` while a claim is
 /// created now or not answered yet (or a claim of the name is left from a
 /// deleted MaasMachine and still going away).
 fn claimed_addresses(
     r: &mut MachineReconciling,
     network: &MachineNetwork,
     cluster: &str,
-) -> Result<Result<Vec<IpAddress>, String>, Error> {
+) -> Result<Outcome<Vec<IpAddress>>, Error> {
     let namespace = r.object.metadata.namespace.clone();
     let mut addresses = Vec::new();
     let mut waiting = Vec::new();
@@ -319,9 +327,9 @@ fn claimed_addresses(
         }
     }
     if waiting.is_empty() {
-        Ok(Ok(addresses))
+        Ok(Done(addresses))
     } else {
-        Ok(Err(waiting.join(", ")))
+        Ok(Blocked(waiting.join(", ")))
     }
 }
 
@@ -380,14 +388,14 @@ fn link_addresses(
     host: &maas::Machine,
     wanted: Option<&str>,
     addresses: &[IpAddress],
-) -> Result<Result<Vec<String>, String>, Error> {
+) -> Result<Outcome<Vec<String>>, Error> {
     let boot = host.boot_interface.as_ref().map(|i| i.id);
     let interface = host.interfaces.iter().find(|i| match wanted {
         Some(name) => i.name == name,
         None => Some(i.id) == boot,
     });
     let Some(interface) = interface else {
-        return Ok(Err(format!(
+        return Ok(Blocked(format!(
             "MAAS machine {} has no interface {}",
             host.system_id,
             wanted.unwrap_or("to boot from")
@@ -406,13 +414,13 @@ fn link_addresses(
         }
         let subnets = match &subnets {
             Some(subnets) => subnets,
-            None => subnets.insert(r.maas()?.subnets()?),
+            None => subnets.insert(r.maas()?.client().subnets()?),
         };
         let Some(subnet) = subnets
             .iter()
             .find(|s| subnet_holds(&s.cidr, ip, address.spec.prefix))
         else {
-            return Ok(Err(format!(
+            return Ok(Blocked(format!(
                 "no MAAS subnet is {ip}/{}'s network ({})",
                 address.spec.prefix,
                 source(address)
@@ -423,7 +431,7 @@ fn link_addresses(
         // pool meant may have no route out, so a mismatch stops here.
         if let Some(gateway) = address.spec.gateway.as_deref().filter(|g| !g.is_empty()) {
             if subnet.gateway_ip.as_deref() != Some(gateway) {
-                return Ok(Err(format!(
+                return Ok(Blocked(format!(
                     "{} says gateway {gateway}, MAAS subnet {} has {}: MAAS \
                      configures its subnet's gateway, so make the gateway match it",
                     source(address),
@@ -439,13 +447,12 @@ fn link_addresses(
             .iter()
             .filter(|l| l.subnet_id == Some(subnet.id))
         {
-            match r
-                .maas()?
-                .unlink_subnet(&host.system_id, interface.id, link.id)
-            {
+            match r.maas()?.write(&host.system_id, |client| {
+                client.unlink_subnet(&host.system_id, interface.id, link.id)
+            }) {
                 Ok(()) => {}
                 Err(e) if e.is_refused() => {
-                    return Ok(Err(refusal(
+                    return Ok(Blocked(refusal(
                         format!(
                             "unlinking the {} link of {} on {}",
                             link.mode.as_str(),
@@ -458,13 +465,12 @@ fn link_addresses(
                 Err(e) => return Err(e.into()),
             }
         }
-        match r
-            .maas()?
-            .link_subnet_static(&host.system_id, interface.id, subnet.id, ip)
-        {
+        match r.maas()?.write(&host.system_id, |client| {
+            client.link_subnet_static(&host.system_id, interface.id, subnet.id, ip)
+        }) {
             Ok(()) => linked.push(format!("{ip} on {}", interface.name)),
             Err(e) if e.is_refused() => {
-                return Ok(Err(refusal(
+                return Ok(Blocked(refusal(
                     format!(
                         "linking {ip} STATIC on {} of {} (subnet {})",
                         interface.name, host.system_id, subnet.cidr
@@ -475,7 +481,7 @@ fn link_addresses(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(Ok(linked))
+    Ok(Done(linked))
 }
 
 /// Why an interface call was refused, in MAAS's words; a 403 says who may.
@@ -634,7 +640,9 @@ fn unlink_addresses(
         }
     }
     for (interface_id, link_id, ip) in ours {
-        match r.maas()?.unlink_subnet(system_id, interface_id, link_id) {
+        match r.maas()?.write(system_id, |client| {
+            client.unlink_subnet(system_id, interface_id, link_id)
+        }) {
             Ok(()) => {}
             Err(e) if e.is_refused() => r.event(
                 EventType::Warning,

@@ -243,10 +243,12 @@ fn power_on(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Action, 
             POWER_ON_REQUEUE.as_secs() - age,
         )));
     }
-    r.maas()?.power_on(
-        &host.system_id,
-        "capmaas: deployed machine found powered off",
-    )?;
+    let comment = "capmaas: deployed machine found powered off";
+    r.maas()?.write(&host.system_id, |client| {
+        client
+            .power_on_with_comment(&host.system_id, Some(comment))
+            .map(drop)
+    })?;
     r.event(
         EventType::Normal,
         "MachinePoweredOn",

@@ -210,7 +210,9 @@ fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
         comment: Some(format!("capmaas: {} deleted", r.key())),
         ..ReleaseRequest::default()
     };
-    match r.maas()?.release(system_id, &request) {
+    match r.maas()?.write(system_id, |client| {
+        client.release(system_id, &request).map(drop)
+    }) {
         Ok(()) => {
             r.event(
                 EventType::Normal,

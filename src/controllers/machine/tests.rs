@@ -861,7 +861,13 @@ fn deleting_control_plane_machine_waits_to_leave_dns() {
         .unwrap()
         .address
         .clone();
-    let record = w.maas.add_dns("c1-abcdef.maas", &[ip.as_str()]);
+    // The cluster reconciler writes the record through the same view.
+    let record = w
+        .clients
+        .default
+        .create_dns_resource("c1-abcdef.maas", 30, std::slice::from_ref(&ip))
+        .unwrap()
+        .id;
 
     reconcile(&w, "cp1").unwrap();
     assert!(conditions::is_true(
@@ -885,14 +891,7 @@ fn deleting_control_plane_machine_waits_to_leave_dns() {
     );
 
     // The cluster reconciler takes the address out.
-    w.maas
-        .dns
-        .lock()
-        .unwrap()
-        .get_mut(&record)
-        .unwrap()
-        .ip_addresses
-        .clear();
+    w.clients.default.set_dns_resource_ips(record, &[]).unwrap();
     assert_eq!(reconcile(&w, "cp1").unwrap(), Action::Done);
     assert_eq!(w.maas.releases.lock().unwrap().len(), 1);
     assert!(w.kube.get(MAAS_MACHINE, NS, "cp1").is_none());
@@ -921,7 +920,10 @@ fn deleting_control_plane_machine_of_a_deleting_cluster_does_not_wait_for_dns() 
         .unwrap()
         .address
         .clone();
-    w.maas.add_dns("c1-abcdef.maas", &[ip.as_str()]);
+    w.clients
+        .default
+        .create_dns_resource("c1-abcdef.maas", 30, &[ip])
+        .unwrap();
     reconcile(&w, "cp1").unwrap();
     assert!(w.maas_machine(NS, "cp1").status().dns_attached);
 
@@ -1839,9 +1841,8 @@ fn deploy_options_are_sent_only_when_set() {
     for param in ["hwe_kernel", "enable_hw_sync", "enable_kernel_crash_dump"] {
         assert!(!m2.iter().any(|(k, _)| *k == param), "{param}: {m2:?}");
     }
-    // m1's hw sync (3.2+) needed the version; m2 asked for nothing. (Each
-    // identity write asks too, right before it: this fake has no
-    // MaasView's version cache.)
+    // m1's hw sync (3.2+) needed the version; m2 asked for nothing. (An
+    // identity write needs it too, answered by MaasView's version cache.)
     let calls = w.maas.calls();
     let for_options = calls
         .iter()
@@ -1888,8 +1889,10 @@ fn a_deploy_option_this_maas_lacks_is_refused_before_allocating() {
         .count();
     assert_eq!(warnings, 1);
 
-    // MAAS upgraded: the machine deploys with crash dumps on.
+    // MAAS upgraded: at the recheck the machine deploys with crash dumps on.
     *w.maas.version.lock().unwrap() = "3.6.1-17000-g.0123abcd".into();
+    w.clock
+        .advance(super::deploy::UNSUPPORTED_RECHECK.as_secs());
     reconcile(&w, "m1").unwrap();
     let deploys = w.maas.deploys.lock().unwrap().clone();
     assert_eq!(deploys.len(), 1);

@@ -116,7 +116,11 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
 
 fn power_off(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Action, Error> {
     let comment = format!("capmaas: {} power cycle", r.key());
-    r.maas()?.power_off(&host.system_id, &comment)?;
+    r.maas()?.write(&host.system_id, |client| {
+        client
+            .power_off_with_comment(&host.system_id, Some(&comment))
+            .map(drop)
+    })?;
     r.set(Desired::false_(
         api::POWER_CYCLED,
         api::POWER_OFF_REQUESTED,
@@ -127,7 +131,7 @@ fn power_off(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Act
 
 fn power_on(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Action, Error> {
     let comment = format!("capmaas: {} power cycle", r.key());
-    r.maas()?.power_on(&host.system_id, &comment)?;
+    power_on_with(r, host, &comment)?;
     r.event(
         EventType::Normal,
         "PoweringOn",
@@ -187,7 +191,7 @@ pub(super) fn power_on_after_cut(
         }
     };
     let comment = format!("capmaas: {} ended during a power cycle", r.key());
-    r.maas()?.power_on(&host.system_id, &comment)?;
+    power_on_with(r, &host, &comment)?;
     r.event(
         EventType::Normal,
         "PoweringOn",
@@ -224,7 +228,9 @@ pub(super) fn mark_broken(
         "capmaas: cluster {ns}/{}, Machine {}: {why}",
         target.machine.spec.cluster_name, target.machine.metadata.name
     );
-    r.maas()?.mark_broken(&host.system_id, &comment)?;
+    r.maas()?.write(&host.system_id, |client| {
+        client.mark_broken(&host.system_id, &comment).map(drop)
+    })?;
     let message = format!(
         "MAAS machine {} marked Broken (\"{comment}\"); an administrator marks it fixed to use it again",
         host.system_id
@@ -367,6 +373,20 @@ fn record_history(r: &mut RemediationReconciling, target: &Target) -> Result<(),
 /// Polls again soon, within the attempt's time.
 /// How long a power cycle keeps the machine off, at least (seconds).
 pub(super) const MIN_OFF_SECONDS: u64 = 5;
+
+/// Powers the machine on, with `comment` in MAAS's event log.
+fn power_on_with(
+    r: &RemediationReconciling,
+    host: &maas::Machine,
+    comment: &str,
+) -> Result<(), Error> {
+    r.maas()?.write(&host.system_id, |client| {
+        client
+            .power_on_with_comment(&host.system_id, Some(comment))
+            .map(drop)
+    })?;
+    Ok(())
+}
 
 fn poll(r: &RemediationReconciling) -> Action {
     let left = r.attempt_left().max(Duration::from_secs(1));

@@ -1,0 +1,227 @@
+//! The doors to MAAS, kept by reading `src/` (issue 21): every write the
+//! controllers make to a MAAS machine goes through `MaasView::write`, which
+//! marks it in the MAAS watch's view before it is sent, so that a view
+//! entry older than the write never stands in for a read (a second deploy
+//! or power-on from a stale view). `MaasView::client()` hands out the
+//! client itself for what the view neither answers nor must learn of.
+//!
+//! Text, not types: string literals and comments are blanked, then each
+//! call is checked for the `.write(` around it.
+
+use std::path::{Path, PathBuf};
+
+/// `MaasApi` operations that change a machine.
+const MACHINE_WRITES: [&str; 9] = [
+    "deploy",
+    "release",
+    "power_on_with_comment",
+    "power_off_with_comment",
+    "mark_broken",
+    "update_machine",
+    "set_annotations",
+    "link_subnet_static",
+    "unlink_subnet",
+];
+
+/// What `MaasView::client()` may be asked.
+const THROUGH_CLIENT: [&str; 5] = [
+    "zones",
+    "subnets",
+    "ip_reservations",
+    "reserve_ip_marked",
+    "release_ip",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The product code of the controllers: test files and `#[cfg(test)]`
+/// modules (at the end of a file) left out; `doctor` releases orphans with
+/// the client of a one-shot command, which keeps no view.
+fn controller_sources() -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controllers"),
+        &mut files,
+    );
+    files
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            !name.ends_with("tests.rs") && !["fake.rs", "doctor.rs", "maas_view.rs"].contains(&name)
+        })
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let product = text.split("#[cfg(test)]").next().unwrap().to_string();
+            (p, blank_strings_and_comments(&product))
+        })
+        .collect()
+}
+
+/// Strings and comments replaced by spaces (lengths kept).
+fn blank_strings_and_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                out.push(' ');
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                    out.push(' ');
+                }
+            }
+            '"' => {
+                out.push(' ');
+                while let Some(c) = chars.next() {
+                    out.push(' ');
+                    match c {
+                        '\\' => {
+                            chars.next();
+                            out.push(' ');
+                        }
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            // A char literal such as '(' or '"'; lifetimes ('a) pass.
+            '\'' => {
+                let rest: String = chars.clone().take(3).collect();
+                let literal = rest.chars().nth(1) == Some('\'')
+                    || (rest.starts_with('\\') && rest.chars().nth(2) == Some('\''));
+                out.push(' ');
+                if literal {
+                    let skip = if rest.starts_with('\\') { 3 } else { 2 };
+                    for _ in 0..skip {
+                        chars.next();
+                        out.push(' ');
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Byte offsets of `.name(` calls (with spaces or a line break allowed
+/// before the dot and the parenthesis).
+fn calls(text: &str, name: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(name) {
+        let start = from + at;
+        let end = start + name.len();
+        from = end;
+        let before = text[..start].trim_end();
+        let after = text[end..].trim_start();
+        let whole_word = !text[end..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if before.ends_with('.') && after.starts_with('(') && whole_word {
+            found.push(start);
+        }
+    }
+    found
+}
+
+/// Whether the call at `at` sits inside the arguments of a `.write(` call.
+fn inside_write(text: &str, at: usize) -> bool {
+    let mut depth = 0i32;
+    for (i, c) in text[..at].char_indices().rev() {
+        match c {
+            ')' | '}' | ']' => depth += 1,
+            '(' | '{' | '[' if depth > 0 => depth -= 1,
+            '(' if text[..i].trim_end().ends_with(".write") => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at].matches('\n').count() + 1
+}
+
+#[test]
+fn every_machine_write_of_the_controllers_goes_through_the_view() {
+    let mut outside = Vec::new();
+    let mut seen = 0;
+    for (path, text) in controller_sources() {
+        for op in MACHINE_WRITES {
+            for at in calls(&text, op) {
+                // MAAS's take arguments; a Lease's `elector.release()` none.
+                let args = text[at + op.len()..].trim_start()[1..].trim_start();
+                if args.starts_with(')') {
+                    continue;
+                }
+                seen += 1;
+                if !inside_write(&text, at) {
+                    outside.push(format!("{}:{} .{op}(", path.display(), line_of(&text, at)));
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "the scan found only {seen} machine writes");
+    assert!(
+        outside.is_empty(),
+        "machine writes not inside MaasView::write: {outside:#?}"
+    );
+}
+
+#[test]
+fn the_view_hands_out_its_client_only_for_what_it_need_not_learn_of() {
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for (path, text) in controller_sources() {
+        for at in calls(&text, "client") {
+            let rest = text[at + "client".len()..].trim_start();
+            let Some(rest) = rest.strip_prefix("()") else {
+                continue;
+            };
+            seen += 1;
+            let next: String = rest
+                .trim_start()
+                .trim_start_matches('.')
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !THROUGH_CLIENT.contains(&next.as_str()) {
+                wrong.push(format!(
+                    "{}:{} .client().{next}",
+                    path.display(),
+                    line_of(&text, at)
+                ));
+            }
+        }
+    }
+    assert!(seen >= 4, "the scan found only {seen} uses of client()");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn the_scan_sees_a_write_outside_the_view() {
+    let text = blank_strings_and_comments(
+        "let m = r.maas()?.write(&id, |client| client.deploy(&id, &req))?;\n\
+         r.maas()?.client().power_on_with_comment(&id, Some(\"(\"));\n",
+    );
+    let deploy = calls(&text, "deploy");
+    let power_on = calls(&text, "power_on_with_comment");
+    assert_eq!((deploy.len(), power_on.len()), (1, 1));
+    assert!(inside_write(&text, deploy[0]));
+    assert!(!inside_write(&text, power_on[0]));
+}
