@@ -488,7 +488,15 @@ fn get<T: DeserializeOwned>(
     let value = kube
         .get(r, Some(ns), name)
         .map_err(|e| format!("{} {ns}/{name}: {e}", r.kind))?;
-    serde_json::from_value(value).map_err(|e| format!("{} {ns}/{name}: {e}", r.kind))
+    typed(&value).map_err(|e| format!("{} {ns}/{name}: {e}", r.kind))
+}
+
+/// `value` as `T`, decoded from its JSON text rather than by
+/// `serde_json::from_value`: the informers decode these types from text,
+/// and a second (`Value`) decoder of each costs ~45 KB of static binary.
+/// A one-off command can afford the extra serialization.
+fn typed<T: DeserializeOwned>(value: &Value) -> serde_json::Result<T> {
+    serde_json::from_str(&value.to_string())
 }
 
 /// The MaasMachines in scope, with their creation time (Unix seconds, as
@@ -519,7 +527,7 @@ fn list_maas_machines(
                         .pointer("/metadata/creationTimestamp")
                         .and_then(Value::as_str)
                         .and_then(kube::time::unix_seconds);
-                    let m: MaasMachine = serde_json::from_value(item).ok()?;
+                    let m: MaasMachine = typed(&item).ok()?;
                     in_clusters(&m).then_some((m, created))
                 },
             )

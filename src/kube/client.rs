@@ -736,7 +736,19 @@ impl Client {
         } else {
             bytes
         };
-        serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+        // from_str, not from_slice: every JSON body is decoded through the
+        // one `StrRead` (each reader type costs a copy of every Deserialize
+        // impl: ~100 KB of static binary for from_slice's `SliceRead`).
+        let text = match std::str::from_utf8(&bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                return Err(Error::Decode {
+                    request: what,
+                    message: format!("the body is not UTF-8: {e}"),
+                })
+            }
+        };
+        serde_json::from_str(text).map_err(|e| Error::Decode {
             request: what,
             message: e.to_string(),
         })

@@ -169,22 +169,10 @@ impl Config {
         context: Option<&str>,
         base_dir: Option<&Path>,
     ) -> Result<Config, Error> {
-        // The YAML error's own text may quote the document, which holds
-        // secrets: report only where it went wrong.
-        // Parsed to a generic tree first and typed by serde_json: one YAML
-        // deserializer instance instead of one per kubeconfig struct keeps
-        // the static binary within its budget (BENCHMARKS "Binary size").
-        let tree: serde_json::Value = serde_saphyr::from_slice_with_options(yaml, yaml_options())
-            .map_err(|e| {
-            Error::config(match e.location() {
-                Some(at) => format!(
-                    "invalid kubeconfig YAML at line {} column {}",
-                    at.line(),
-                    at.column()
-                ),
-                None => "invalid kubeconfig YAML".to_string(),
-            })
-        })?;
+        // The YAML error says where and what, never quoting the document
+        // (it holds secrets). The tree is typed by serde_json.
+        let tree = super::yaml::to_json(yaml)
+            .map_err(|e| Error::config(format!("invalid kubeconfig YAML {e}")))?;
         // serde_json's message may quote a value (a token of the wrong
         // type, say): say only what kind of mistake it is.
         let kubeconfig: Kubeconfig = serde_json::from_value(tree).map_err(|_| {
@@ -351,28 +339,6 @@ fn in_cluster_from(
             .filter(|ns| !ns.is_empty()),
     };
     Ok(config)
-}
-
-/// The YAML parser's limits for a kubeconfig. The defaults suit large
-/// documents (50,000 aliases, 64 MiB of text); a kubeconfig is a few KiB
-/// with no anchors, and one may come from a user's Secret: a billion-laughs
-/// document within the defaults cost 2 s of CPU and 30 MiB (found by
-/// tests/fuzz.rs). These limits refuse it at once.
-fn yaml_options() -> serde_saphyr::Options {
-    let mut budget = serde_saphyr::Budget::default();
-    budget.max_events = 100_000;
-    budget.max_aliases = 64;
-    budget.max_anchors = 64;
-    budget.max_recorded_anchor_events = 10_000;
-    budget.max_recorded_anchor_bytes = 1024 * 1024;
-    budget.max_depth = 32;
-    budget.max_documents = 1;
-    budget.max_nodes = 20_000;
-    budget.max_total_scalar_bytes = 4 * 1024 * 1024;
-    budget.max_merge_keys = 64;
-    let mut options = serde_saphyr::Options::default();
-    options.budget = Some(budget);
-    options
 }
 
 /// Reads a bearer token file. The error names the file, never its content.
@@ -685,6 +651,50 @@ users: [{{name: u, user: {{client-certificate: pki/client.crt, client-key: {}/pk
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The `<cluster>-kubeconfig` Secret as Cluster API writes it
+    /// (client-go's clientcmd: keys sorted, block style, `preferences: {}`),
+    /// and the same document in flow style with quoted values.
+    #[test]
+    fn the_kubeconfig_cluster_api_writes() {
+        let (ca, cert, key) = (b64(CERT_PEM), b64(CERT_PEM), b64(KEY_PEM));
+        let block = format!(
+            "apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: {ca}
+    server: https://10.0.0.10:6443
+  name: w1
+contexts:
+- context:
+    cluster: w1
+    user: w1-admin
+  name: w1-admin@w1
+current-context: w1-admin@w1
+kind: Config
+preferences: {{}}
+users:
+- name: w1-admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+"
+        );
+        let flow = format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": 'Config', current-context: 'w1-admin@w1',
+ clusters: [{{name: \"w1\", cluster: {{server: \"https://10.0.0.10:6443\",
+   certificate-authority-data: \"{ca}\"}}}}],
+ contexts: [{{name: w1-admin@w1, context: {{cluster: 'w1', user: \"w1-admin\"}}}}],
+ users: [{{name: w1-admin, user: {{client-certificate-data: '{cert}', client-key-data: \"{key}\"}}}}]}}"
+        );
+        for yaml in [block, flow] {
+            let config = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap();
+            assert_eq!(config.server, "https://10.0.0.10:6443");
+            assert_eq!(config.root_certs.len(), 1);
+            assert!(config.client_cert.is_some());
+            assert!(!config.insecure_skip_tls_verify);
+        }
+    }
+
     #[test]
     fn insecure_only_when_asked_and_never_with_a_ca() {
         let insecure = "current-context: x
@@ -694,6 +704,13 @@ contexts: [{name: x, context: {cluster: c}}]
         let config = Config::from_kubeconfig_yaml(insecure.as_bytes(), None, None).unwrap();
         assert!(config.insecure_skip_tls_verify);
         assert!(config.tls_config().disable_verification());
+        // Not a YAML 1.2 boolean (`yes`), or quoted: a string, refused
+        // rather than guessed either way.
+        for not_bool in ["yes", "'true'"] {
+            let yaml = insecure.replace("true}", &format!("{not_bool}}}"));
+            let err = Config::from_kubeconfig_yaml(yaml.as_bytes(), None, None).unwrap_err();
+            assert!(err.to_string().contains("wrong type"), "{err}");
+        }
 
         let both = format!(
             "current-context: x

@@ -248,9 +248,12 @@ pub(crate) fn from_status(
     body: &[u8],
     retry_after: Option<Duration>,
 ) -> Error {
-    let status: Status = match serde_json::from_slice(body) {
-        Ok(status) => status,
-        Err(_) => Status {
+    // from_str, not from_slice: every JSON body is decoded through the one
+    // `StrRead` (each reader type costs a copy of every Deserialize impl).
+    let json = std::str::from_utf8(body).map(serde_json::from_str::<Status>);
+    let status: Status = match json {
+        Ok(Ok(status)) => status,
+        _ => Status {
             message: text_excerpt(body),
             ..Status::default()
         },

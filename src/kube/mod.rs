@@ -8,6 +8,7 @@
 //! client.rs     Client: every verb through one send() (URL, auth, deadline, status)
 //! error.rs      Error: one enum, classified from the HTTP status + Status body
 //! watch.rs      WatchStream: streaming decoder of watch events
+//! yaml.rs       kubeconfig YAML to a serde_json::Value (bounded, core schema)
 //! limit.rs      response size limits (per call, per watch event)
 //! resources.rs  Resource (group/version/plural) + constants, URL paths
 //! meta.rs       metadata readers for serde_json::Value objects
@@ -107,6 +108,7 @@ pub mod meta;
 pub mod resources;
 pub mod time;
 mod watch;
+mod yaml;
 
 pub use client::{Client, ListParams, ObjectList, Propagation, WatchParams, DEFAULT_PAGE_SIZE};
 pub use config::{Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, SERVICE_ACCOUNT_DIR};
