@@ -26,7 +26,7 @@ use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use capmaas::maas::{Machine, MachineFilter, MachineStatus};
+use capmaas::maas::{MaasApi, Machine, MachineFilter, MachineStatus};
 use serde_json::{json, Value};
 use support::capi::CapiManager;
 use support::objects;
