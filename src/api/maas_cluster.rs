@@ -6,6 +6,8 @@
 //! rest (e.g. the Go provider's `spec.lxdConfig.nicType`), see `api::meta` for why
 //! that is safe.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -184,6 +186,23 @@ pub struct MaasClusterStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub control_plane_vip: Option<ControlPlaneVipStatus>,
+    /// Machines released for node reuse (`MaasMachine.spec.nodeReuse`),
+    /// by MAAS system ID: what the next Machine of the same
+    /// MachineDeployment or control plane may take again. In the status,
+    /// where tenants cannot write.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reusable_machines: BTreeMap<String, ReusableMachine>,
+}
+
+/// A machine released for node reuse.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReusableMachine {
+    /// `MachineDeployment/<name>` or `ControlPlane/<name>`: who may take it.
+    pub owner: String,
+    /// When it was released (`metav1.Time`).
+    #[serde(default)]
+    pub released_at: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -253,6 +253,15 @@ impl MaasApi for Maas {
         self.client.release(system_id, req).map(|_| ())
     }
 
+    fn machine_events(&self, system_id: &str) -> Result<Vec<maas::Event>, maas::Error> {
+        self.client.events(&maas::EventQuery {
+            system_ids: vec![system_id.to_string()],
+            level: Some(maas::EventLevel::Debug),
+            limit: Some(50),
+            after: None,
+        })
+    }
+
     fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
         self.client
             .power_on_with_comment(system_id, Some(comment))

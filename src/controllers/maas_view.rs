@@ -241,6 +241,10 @@ impl MaasApi for MaasView {
         self.api.release(system_id, req)
     }
 
+    fn machine_events(&self, system_id: &str) -> Result<Vec<maas::Event>, maas::Error> {
+        self.api.machine_events(system_id)
+    }
+
     fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error> {
         self.mark_write(system_id);
         self.api.power_on(system_id, comment)

@@ -45,6 +45,9 @@ pub trait MaasApi: Send + Sync {
     fn disable_swap(&self, system_id: &str) -> Result<(), maas::Error>;
     fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error>;
     fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<(), maas::Error>;
+    /// The machine's newest events, DEBUG and above (user requests are
+    /// DEBUG), newest first.
+    fn machine_events(&self, system_id: &str) -> Result<Vec<maas::Event>, maas::Error>;
     fn power_on(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;
     /// Hard power-off; the machine stays Deployed (remediation's power cycle).
     fn power_off(&self, system_id: &str, comment: &str) -> Result<(), maas::Error>;

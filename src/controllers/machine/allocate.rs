@@ -27,7 +27,7 @@ use serde_json::json;
 
 use std::sync::Arc;
 
-use super::{observe, retry, MachineReconciling, Step};
+use super::{observe, retry, reuse, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::api::MaasCluster;
@@ -51,6 +51,7 @@ pub(super) fn find_or_allocate(
         return Ok(Step::Stop(wait));
     }
 
+    let reuse_owner = reuse::owner(&r.object, Some(machine));
     let mut ours = r.maas()?.machines_by_agent_name(identity.as_str())?;
     if !ours.is_empty() {
         let host = ours.remove(0);
@@ -63,6 +64,7 @@ pub(super) fn find_or_allocate(
             host.system_id
         );
         record_allocation(r, &host)?;
+        reuse::settle(r, maas_cluster, reuse_owner.as_deref(), &host.system_id)?;
         let host = mark(r, host, identity)?;
         return Ok(Step::Continue(host));
     }
@@ -81,11 +83,21 @@ pub(super) fn find_or_allocate(
         ));
     }
     let request = allocate_request(r, machine, identity);
-    let allocated = match r.maas()?.allocate(&request) {
-        Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
-            allocate_elsewhere(r, &request, maas_cluster, e)
-        }
-        other => other,
+    let reused = match (maas_cluster, reuse_owner.as_deref()) {
+        (Some(cluster), Some(owner)) => reuse::allocate(r, cluster, owner, &request)?,
+        _ => None,
+    };
+    // Only a machine the reuse path took is a reuse: a normal allocation
+    // may land on a machine whose record was just found stale.
+    let reuse_owner = reuse_owner.filter(|_| reused.is_some());
+    let allocated = match reused {
+        Some(host) => Ok(host),
+        None => match r.maas()?.allocate(&request) {
+            Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
+                allocate_elsewhere(r, &request, maas_cluster, e)
+            }
+            other => other,
+        },
     };
     match allocated {
         Ok(host) => {
@@ -101,6 +113,7 @@ pub(super) fn find_or_allocate(
                 ));
             }
             record_allocation(r, &host)?;
+            reuse::settle(r, maas_cluster, reuse_owner.as_deref(), &host.system_id)?;
             let host = mark(r, host, identity)?;
             Ok(Step::Continue(host))
         }

@@ -34,6 +34,9 @@ pub(crate) use node::node_names;
 mod observe;
 mod release;
 mod retry;
+mod reuse;
+#[cfg(test)]
+mod reuse_tests;
 #[cfg(test)]
 mod tests;
 
