@@ -38,6 +38,10 @@ use crate::maas::watch::Lookup;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
 use crate::runtime::Action;
 
+/// How long to wait before looking again at a machine released for reuse
+/// that MAAS is still releasing.
+const REUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub(super) fn find_or_allocate(
     r: &mut MachineReconciling,
     machine: &capi::Machine,
@@ -84,7 +88,18 @@ pub(super) fn find_or_allocate(
     }
     let request = allocate_request(r, machine, identity);
     let reused = match (maas_cluster, reuse_owner.as_deref()) {
-        (Some(cluster), Some(owner)) => reuse::allocate(r, cluster, owner, &request)?,
+        (Some(cluster), Some(owner)) => match reuse::allocate(r, cluster, owner, &request)? {
+            reuse::Reuse::Took(host) => Some(host),
+            reuse::Reuse::Releasing(system_id) => {
+                r.set(crate::api::Desired::false_(
+                    mm_api::MACHINE_DEPLOYED,
+                    mm_api::MACHINE_DEPLOY_STARTED,
+                    format!("waiting for MAAS to finish releasing {system_id}, to reuse it (spec.nodeReuse)"),
+                ));
+                return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
+            }
+            reuse::Reuse::Nothing => None,
+        },
         _ => None,
     };
     // Only a machine the reuse path took is a reuse: a normal allocation

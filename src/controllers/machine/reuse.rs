@@ -121,15 +121,23 @@ fn patch(
     Ok(())
 }
 
+/// What the reuse path found.
+pub(super) enum Reuse {
+    Took(maas::Machine),
+    /// A machine of ours is still releasing in MAAS (its power-off not
+    /// confirmed yet): worth waiting for rather than taking another.
+    Releasing(String),
+    Nothing,
+}
+
 /// Tries the machines released for `owner`, oldest first, with the
 /// allocation `request` narrowed to each; the first MAAS gives is ours.
-/// None: nothing to reuse (allocate as usual).
 pub(super) fn allocate(
     r: &mut MachineReconciling,
     cluster: &MaasCluster,
     owner: &str,
     request: &AllocateRequest,
-) -> Result<Option<maas::Machine>, Error> {
+) -> Result<Reuse, Error> {
     let mut candidates: Vec<(String, String)> = cluster
         .status
         .iter()
@@ -139,14 +147,22 @@ pub(super) fn allocate(
         .collect();
     candidates.sort();
     let mark = mark(cluster, owner);
+    let mut releasing = None;
     for (_, system_id) in candidates {
-        if !confirmed(r, &system_id, &mark)? {
-            log::info!(
-                "{}: MAAS machine {system_id} is no longer reusable (taken or changed since its release)",
-                r.key()
-            );
-            forget(r, cluster, &system_id)?;
-            continue;
+        match check(r, &system_id, &mark)? {
+            Check::Reusable => {}
+            Check::Releasing => {
+                releasing.get_or_insert(system_id);
+                continue;
+            }
+            Check::Gone => {
+                log::info!(
+                    "{}: MAAS machine {system_id} is no longer reusable (taken or changed since its release)",
+                    r.key()
+                );
+                forget(r, cluster, &system_id)?;
+                continue;
+            }
         }
         let attempt = AllocateRequest {
             system_id: Some(system_id.clone()),
@@ -161,7 +177,7 @@ pub(super) fn allocate(
                         "Allocated MAAS machine {system_id} again (spec.nodeReuse, released by {owner} without erase)"
                     ),
                 );
-                return Ok(Some(host));
+                return Ok(Reuse::Took(host));
             }
             // Taken meanwhile, or it no longer matches the spec.
             Err(e) if e.is_conflict() || e.is_bad_request() => {
@@ -175,24 +191,34 @@ pub(super) fn allocate(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(None)
+    Ok(releasing.map_or(Reuse::Nothing, Reuse::Releasing))
 }
 
-/// MAAS shows the machine free, and the newest user request in its log
-/// is the release that carried `mark`.
-fn confirmed(r: &MachineReconciling, system_id: &str, mark: &str) -> Result<bool, Error> {
+enum Check {
+    Reusable,
+    Releasing,
+    Gone,
+}
+
+/// Reusable: MAAS shows the machine free, and the newest user request in
+/// its log is the release that carried `mark`. Releasing: that release is
+/// still under way.
+fn check(r: &MachineReconciling, system_id: &str, mark: &str) -> Result<Check, Error> {
     let host = match r.maas()?.machine(system_id) {
         Ok(host) => host,
-        Err(e) if e.is_not_found() || e.is_forbidden() => return Ok(false),
+        Err(e) if e.is_not_found() || e.is_forbidden() => return Ok(Check::Gone),
         Err(e) => return Err(e.into()),
     };
-    if host.status != MachineStatus::Ready || host.owner.is_some() {
-        return Ok(false);
-    }
+    let expected = match host.status {
+        MachineStatus::Ready if host.owner.is_none() => Check::Reusable,
+        MachineStatus::Releasing => Check::Releasing,
+        _ => return Ok(Check::Gone),
+    };
     let events = r.maas()?.machine_events(system_id)?;
     let newest_request = events.iter().find(|e| e.kind.starts_with("User "));
-    Ok(newest_request
-        .is_some_and(|e| e.kind == "User releasing node" && e.description.ends_with(mark)))
+    let ours = newest_request
+        .is_some_and(|e| e.kind == "User releasing node" && e.description.ends_with(mark));
+    Ok(if ours { expected } else { Check::Gone })
 }
 
 /// After the allocation is recorded: a machine the MaasCluster lists as

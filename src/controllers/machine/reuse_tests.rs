@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use crate::controllers::fake::{World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE};
 use crate::controllers::{Error, Options};
+use crate::maas::{MachineStatus, PowerState};
 use crate::runtime::Action;
 
 const NS: &str = "ns";
@@ -13,8 +14,8 @@ fn reconcile(w: &World, name: &str) -> Result<Action, Error> {
 }
 
 /// A worker of MachineDeployment `deployment` in cluster `c1`, with
-/// `nodeReuse`, reconciled until its machine deploys; its system ID.
-fn worker(w: &World, name: &str, deployment: &str) -> String {
+/// `nodeReuse`, not reconciled yet.
+fn new_worker(w: &World, name: &str, deployment: &str) {
     w.machine(NS, "c1", name, false);
     for kind in [CAPI_MACHINE, MAAS_MACHINE] {
         w.edit(kind, NS, name, |v| {
@@ -24,6 +25,11 @@ fn worker(w: &World, name: &str, deployment: &str) -> String {
     w.edit(MAAS_MACHINE, NS, name, |v| {
         v["spec"]["nodeReuse"] = json!(true)
     });
+}
+
+/// [`new_worker`], reconciled until its machine deploys; its system ID.
+fn worker(w: &World, name: &str, deployment: &str) -> String {
+    new_worker(w, name, deployment);
     reconcile(w, name).unwrap();
     w.maas_machine(NS, name).spec.system_id.expect("allocated")
 }
@@ -136,15 +142,7 @@ fn a_lost_allocate_answer_is_still_recorded_as_a_reuse() {
     let id = worker(&w, "m1", "md-0");
     delete(&w, "m1");
     w.maas.faults.lock().unwrap().lose_allocate_answer = true;
-    w.machine(NS, "c1", "m2", false);
-    for kind in [CAPI_MACHINE, MAAS_MACHINE] {
-        w.edit(kind, NS, "m2", |v| {
-            v["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"] = json!("md-0")
-        });
-    }
-    w.edit(MAAS_MACHINE, NS, "m2", |v| {
-        v["spec"]["nodeReuse"] = json!(true)
-    });
+    new_worker(&w, "m2", "md-0");
     assert!(reconcile(&w, "m2").is_err(), "the answer was lost");
     reconcile(&w, "m2").unwrap();
     let mm = w.maas_machine(NS, "m2");
@@ -180,4 +178,34 @@ fn without_node_reuse_or_with_the_cluster_going_nothing_is_kept() {
         assert!(releases[0].1.erase, "erased as the flag says");
         assert_eq!(reusable(&w), Value::Null);
     }
+}
+
+#[test]
+fn a_machine_still_releasing_is_waited_for() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    let id = worker(&w, "m1", "md-0");
+    delete(&w, "m1");
+    w.maas
+        .set_state(&id, MachineStatus::Releasing, "Releasing", PowerState::On);
+    let allocations = w.maas.allocations.lock().unwrap().len();
+    new_worker(&w, "m2", "md-0");
+    assert!(matches!(
+        reconcile(&w, "m2").unwrap(),
+        Action::RequeueAfter(_)
+    ));
+    assert_eq!(
+        w.maas.allocations.lock().unwrap().len(),
+        allocations,
+        "nothing taken"
+    );
+    assert_eq!(reusable(&w)[&id]["owner"], json!("MachineDeployment/md-0"));
+
+    w.maas
+        .set_state(&id, MachineStatus::Ready, "Ready", PowerState::Off);
+    reconcile(&w, "m2").unwrap();
+    assert_eq!(
+        w.maas_machine(NS, "m2").spec.system_id.as_deref(),
+        Some(id.as_str())
+    );
 }
