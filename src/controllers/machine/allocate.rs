@@ -94,7 +94,7 @@ pub(super) fn find_or_allocate(
                 r.set(crate::api::Desired::false_(
                     mm_api::MACHINE_DEPLOYED,
                     mm_api::MACHINE_DEPLOY_STARTED,
-                    format!("waiting for MAAS to finish releasing {system_id}, to reuse it (spec.nodeReuse)"),
+                    format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"),
                 ));
                 return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
             }

@@ -124,8 +124,8 @@ fn patch(
 /// What the reuse path found.
 pub(super) enum Reuse {
     Took(maas::Machine),
-    /// A machine of ours is still releasing in MAAS (its power-off not
-    /// confirmed yet): worth waiting for rather than taking another.
+    /// A machine for us is still being deleted or released (its power-off
+    /// not confirmed yet): worth waiting for rather than taking another.
     Releasing(String),
     Nothing,
 }
@@ -191,7 +191,35 @@ pub(super) fn allocate(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(releasing.map_or(Reuse::Nothing, Reuse::Releasing))
+    if let Some(system_id) = releasing.or_else(|| leaving_sibling(r, owner)) {
+        return Ok(Reuse::Releasing(system_id));
+    }
+    Ok(Reuse::Nothing)
+}
+
+/// How long a new machine waits for a machine of its owner that is still
+/// being deleted (drained, released) before it allocates another: a
+/// drain blocked by a PodDisruptionBudget that waits for this very
+/// machine must not block it for ever.
+const LEAVING_PATIENCE_SECS: u64 = 300;
+
+/// A Machine of the same owner is being deleted (a rollout or scale-in
+/// has just begun) with node reuse: its machine is about to come free for
+/// us, so wait for it rather than take another. Cluster API creates the
+/// replacement as soon as it starts deleting, before the release.
+fn leaving_sibling(r: &MachineReconciling, owner: &str) -> Option<String> {
+    if r.condition_age(crate::api::maas_machine::MACHINE_DEPLOYED) > LEAVING_PATIENCE_SECS {
+        return None;
+    }
+    let meta = &r.object.metadata;
+    let cluster = meta.labels.get(capi::CLUSTER_NAME_LABEL)?;
+    r.ctx
+        .kube
+        .maas_machines_of_cluster(&meta.namespace, cluster)
+        .into_iter()
+        .filter(|mm| mm.metadata.is_being_deleted() && mm.metadata.name != meta.name)
+        .filter(|mm| self::owner(mm, None).as_deref() == Some(owner))
+        .find_map(|mm| mm.system_id().map(str::to_string))
 }
 
 enum Check {

@@ -209,3 +209,25 @@ fn a_machine_still_releasing_is_waited_for() {
         Some(id.as_str())
     );
 }
+
+#[test]
+fn a_new_machine_waits_for_the_one_its_deployment_is_deleting() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    let id = worker(&w, "m1", "md-0");
+    // Cluster API creates the replacement as soon as it starts deleting.
+    w.delete(MAAS_MACHINE, NS, "m1");
+    new_worker(&w, "m2", "md-0");
+    let allocations = w.maas.allocations.lock().unwrap().len();
+    assert!(matches!(
+        reconcile(&w, "m2").unwrap(),
+        Action::RequeueAfter(_)
+    ));
+    assert_eq!(w.maas.allocations.lock().unwrap().len(), allocations);
+    reconcile(&w, "m1").unwrap();
+    reconcile(&w, "m2").unwrap();
+    assert_eq!(
+        w.maas_machine(NS, "m2").spec.system_id.as_deref(),
+        Some(id.as_str())
+    );
+}
