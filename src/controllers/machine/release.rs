@@ -99,7 +99,9 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         };
         release(r, system_id, mark.as_deref())?;
     }
-    if let Some(wait) = super::ipam::release_static_addresses(r, identity.as_ref())? {
+    if let Some(wait) =
+        super::ipam::release_static_addresses(r, identity.as_ref(), reuse.is_some())?
+    {
         return Ok(wait);
     }
 

@@ -2,7 +2,9 @@
 
 use serde_json::{json, Value};
 
-use crate::controllers::fake::{World, CAPI_CLUSTER, CAPI_MACHINE, MAAS_CLUSTER, MAAS_MACHINE};
+use crate::controllers::fake::{
+    World, CAPI_CLUSTER, CAPI_MACHINE, IP_ADDRESS, IP_ADDRESS_CLAIM, MAAS_CLUSTER, MAAS_MACHINE,
+};
 use crate::controllers::{Error, Options};
 use crate::maas::{MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -230,4 +232,72 @@ fn a_new_machine_waits_for_the_one_its_deployment_is_deleting() {
         w.maas_machine(NS, "m2").spec.system_id.as_deref(),
         Some(id.as_str())
     );
+}
+
+/// Issue 23 item 3: the address from an IPAM pool stays with the machine.
+#[test]
+fn a_reused_machine_comes_back_with_its_static_address() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    let pools = json!({"addressesFromPools": [
+        {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}]});
+    new_worker(&w, "m1", "md-0");
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["network"] = pools.clone()
+    });
+    reconcile(&w, "m1").unwrap();
+    let id = w.maas_machine(NS, "m1").spec.system_id.unwrap();
+    // Named after the machine, owned by the MaasCluster.
+    let claim_name = format!("c1-{id}-0");
+    let claim = w
+        .kube
+        .get(IP_ADDRESS_CLAIM, NS, &claim_name)
+        .expect("claim");
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["kind"],
+        "MaasCluster"
+    );
+    // The IPAM provider answers.
+    w.kube.put(
+        IP_ADDRESS,
+        json!({"metadata": {"name": claim_name, "namespace": NS},
+               "spec": {"address": "10.0.0.77", "prefix": 24, "gateway": "10.0.0.1",
+                        "claimRef": {"name": claim_name}}}),
+    );
+    w.edit(IP_ADDRESS_CLAIM, NS, &claim_name, |v| {
+        v["status"] = json!({"addressRef": {"name": claim_name}})
+    });
+    reconcile(&w, "m1").unwrap();
+    let links = |w: &World| {
+        w.maas
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("link_subnet") || c.starts_with("unlink_subnet"))
+            .count()
+    };
+    let linked = links(&w);
+    assert!(linked >= 1, "{:?}", w.maas.calls());
+    w.maas.finish_deployments();
+    reconcile(&w, "m1").unwrap();
+
+    delete(&w, "m1");
+    assert_eq!(links(&w), linked, "nothing unlinked on a release for reuse");
+    assert!(w.kube.get(IP_ADDRESS_CLAIM, NS, &claim_name).is_some());
+
+    new_worker(&w, "m2", "md-0");
+    w.edit(MAAS_MACHINE, NS, "m2", |v| {
+        v["spec"]["network"] = pools.clone()
+    });
+    reconcile(&w, "m2").unwrap();
+    assert_eq!(
+        w.maas_machine(NS, "m2").spec.system_id.as_deref(),
+        Some(id.as_str())
+    );
+    assert_eq!(links(&w), linked, "the STATIC link MAAS kept is recognised");
+    assert_eq!(
+        *w.kube.ipam_calls.lock().unwrap(),
+        vec![format!("create {claim_name}")],
+        "the same claim, so the same address"
+    );
+    assert_eq!(w.maas.host(&id).ip_addresses, vec!["10.0.0.77".to_string()]);
 }
