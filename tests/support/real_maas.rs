@@ -87,6 +87,10 @@ pub const CRASH_MACHINES: &[Seeded] = &[
     ("crash-2", CRASH_POOL, "default", 4, 8192, &[]),
     ("crash-3", CRASH_POOL, "default", 4, 8192, &[]),
 ];
+/// The pool of [`REUSE_MACHINES`] (node reuse, tests/real_maas.rs): no
+/// other test asks for it.
+pub const REUSE_POOL: &str = "reuse-pool";
+pub const REUSE_MACHINES: &[Seeded] = &[("reuse-1", REUSE_POOL, "default", 4, 8192, &[])];
 const DISK_BYTES: u64 = 120 * 1_000_000_000;
 
 pub struct RealMaas {
@@ -94,7 +98,7 @@ pub struct RealMaas {
     /// The API key of [`OPERATOR`].
     pub operator_key: String,
     /// hostname → system_id of the seeded machines ([`MACHINES`], then
-    /// [`CRASH_MACHINES`]).
+    /// [`CRASH_MACHINES`] and [`REUSE_MACHINES`]).
     pub machines: Vec<(String, String)>,
     kit: PathBuf,
     state: PathBuf,
@@ -360,7 +364,7 @@ impl RealMaas {
                 .collect()
         };
         let pools = names(&self.admin("GET", "resourcepools/", &[]));
-        for pool in ["cp-pool", "worker-pool", CRASH_POOL] {
+        for pool in ["cp-pool", "worker-pool", CRASH_POOL, REUSE_POOL] {
             if !pools.iter().any(|p| p == pool) {
                 self.admin("POST", "resourcepools/", &[("name", pool)]);
             }
@@ -512,6 +516,7 @@ impl RealMaas {
             let made: Vec<_> = MACHINES
                 .iter()
                 .chain(CRASH_MACHINES)
+                .chain(REUSE_MACHINES)
                 .enumerate()
                 .map(|(i, machine)| scope.spawn(move || this.seed_machine(i, machine, subnet_id)))
                 .collect();
@@ -520,6 +525,7 @@ impl RealMaas {
         self.machines = MACHINES
             .iter()
             .chain(CRASH_MACHINES)
+            .chain(REUSE_MACHINES)
             .zip(ids)
             .map(|(m, id)| (m.0.to_owned(), id))
             .collect();

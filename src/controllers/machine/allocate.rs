@@ -38,8 +38,8 @@ use crate::maas::watch::Lookup;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
 use crate::runtime::Action;
 
-/// How long to wait before looking again at a machine released for reuse
-/// that MAAS is still releasing.
+/// How long to wait before looking again at a machine for reuse that MAAS
+/// is still releasing or whose MaasMachine is still being deleted.
 const REUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub(super) fn find_or_allocate(
