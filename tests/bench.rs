@@ -1113,6 +1113,7 @@ fn whole_controller_at_scale() {
 /// version): how long it takes, how many new workers took an old worker's
 /// machine back (`status.reusedMachine`), and how the old machines were
 /// released (the simulator's record of each release's erase flags).
+/// `BENCH_NODE_REUSE=false`: the same rollout without node reuse.
 #[test]
 #[ignore = "benchmark: cargo test --release --test bench node_reuse -- --ignored --nocapture"]
 fn node_reuse_rolling_upgrade_of_3_workers() {
@@ -1127,7 +1128,7 @@ fn node_reuse_rolling_upgrade_of_3_workers() {
     let mut objects = story::story_objects(lab.cp, &lab.ns);
     for o in &mut objects {
         if o["kind"] == "MaasMachineTemplate" {
-            o["spec"]["template"]["spec"]["nodeReuse"] = json!(true);
+            o["spec"]["template"]["spec"]["nodeReuse"] = json!(env_or("BENCH_NODE_REUSE", true));
         }
         if o["kind"] == "MachineDeployment" {
             o["spec"]["replicas"] = json!(WORKERS);
@@ -1212,7 +1213,8 @@ fn node_reuse_rolling_upgrade_of_3_workers() {
         })
         .count();
     println!(
-        "RESULT node reuse: rolling upgrade of {WORKERS} workers (maxSurge 0, deploy {}s in the simulator) in {seconds:.1}s; {reused}/{WORKERS} new workers on their old machines (status.reusedMachine); releases with erase: {erased}/{WORKERS}",
+        "RESULT node reuse {}: rolling upgrade of {WORKERS} workers (maxSurge 0, deploy {}s in the simulator) in {seconds:.1}s; {reused}/{WORKERS} new workers on their old machines (status.reusedMachine); releases with erase: {erased}/{WORKERS}",
+        env_or("BENCH_NODE_REUSE", true),
         env_or("BENCH_DEPLOY_SECONDS", 5.0)
     );
 }
