@@ -620,7 +620,7 @@ fn readme_story_with_real_cluster_api_core() {
         .as_object()
         .unwrap()
         .values()
-        .all(|r| r["owner"] == owner.as_str()));
+        .all(|o| o == owner.as_str()));
     let scaling_up = Instant::now();
     story.patch_merge(
         MACHINE_DEPLOYMENTS,

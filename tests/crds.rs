@@ -254,7 +254,7 @@ fn status_in_the_v1beta2_contract_shape_round_trips() {
         "initialization": {"provisioned": true},
         "network": {"dnsName": "c-a1b2c3.maas"},
         "failureDomains": [{"name": "az1", "controlPlane": true, "attributes": {"pool": "gpu"}}, {"name": "az2"}],
-        "reusableMachines": {"abc123": {"owner": "MachineDeployment/md-0", "releasedAt": "2026-01-01T00:00:00Z"}},
+        "reusableMachines": {"abc123": "MachineDeployment/md-0"},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
                         "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}}"#;
     status_patch(cp, &ns, "maascluster/c", cluster_status).unwrap();

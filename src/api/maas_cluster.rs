@@ -186,23 +186,12 @@ pub struct MaasClusterStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub control_plane_vip: Option<ControlPlaneVipStatus>,
-    /// Machines released for node reuse (`MaasMachine.spec.nodeReuse`),
-    /// by MAAS system ID: what the next Machine of the same
-    /// MachineDeployment or control plane may take again. In the status,
-    /// where tenants cannot write.
+    /// Machines released for node reuse (`MaasMachine.spec.nodeReuse`):
+    /// MAAS system ID → `MachineDeployment/<name>` or `ControlPlane/<name>`,
+    /// whose next Machine may take it again. In the status, where tenants
+    /// cannot write. (A map of strings: its serde code exists already.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub reusable_machines: BTreeMap<String, ReusableMachine>,
-}
-
-/// A machine released for node reuse.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReusableMachine {
-    /// `MachineDeployment/<name>` or `ControlPlane/<name>`: who may take it.
-    pub owner: String,
-    /// When it was released (`metav1.Time`).
-    #[serde(default)]
-    pub released_at: String,
+    pub reusable_machines: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

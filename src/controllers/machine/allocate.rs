@@ -89,7 +89,7 @@ pub(super) fn find_or_allocate(
     let request = allocate_request(r, machine, identity);
     let reused = match (maas_cluster, reuse_owner.as_deref()) {
         (Some(cluster), Some(owner)) => match reuse::allocate(r, cluster, owner, &request)? {
-            reuse::Reuse::Took(host) => Some(host),
+            reuse::Reuse::Took(host) => Some(*host),
             reuse::Reuse::Releasing(system_id) => {
                 r.set(crate::api::Desired::false_(
                     mm_api::MACHINE_DEPLOYED,

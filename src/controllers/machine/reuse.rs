@@ -5,8 +5,8 @@
 //! down and up.
 //!
 //! ```text
-//! delete: record {systemID: owner, releasedAt} in MaasCluster
-//!   status.reusableMachines ─► release, erase=false, comment ending in the mark
+//! delete: record {systemID: owner} in MaasCluster status.reusableMachines
+//!   ─► release, erase=false, comment ending in the mark
 //! allocate: each record of our owner ─► MAAS: Ready, no owner, and the
 //!   newest user request in its event log is that release with our mark
 //!   ─► allocate system_id=<it> (+ the usual constraints and our identity)
@@ -88,16 +88,18 @@ pub(super) fn record(
     system_id: &str,
     owner: &str,
 ) -> Result<(), Error> {
-    let recorded = cluster
+    if recorded_for(cluster, system_id, owner) {
+        return Ok(());
+    }
+    patch(r, cluster, system_id, json!(owner))
+}
+
+fn recorded_for(cluster: &MaasCluster, system_id: &str, owner: &str) -> bool {
+    cluster
         .status
         .as_ref()
         .and_then(|s| s.reusable_machines.get(system_id))
-        .is_some_and(|m| m.owner == owner);
-    if recorded {
-        return Ok(());
-    }
-    let entry = json!({"owner": owner, "releasedAt": r.now});
-    patch(r, cluster, system_id, entry)
+        .is_some_and(|o| o == owner)
 }
 
 /// Removes the record of a machine that was taken or can no longer be.
@@ -123,14 +125,14 @@ fn patch(
 
 /// What the reuse path found.
 pub(super) enum Reuse {
-    Took(maas::Machine),
+    Took(Box<maas::Machine>),
     /// A machine for us is still being deleted or released (its power-off
     /// not confirmed yet): worth waiting for rather than taking another.
     Releasing(String),
     Nothing,
 }
 
-/// Tries the machines released for `owner`, oldest first, with the
+/// Tries the machines released for `owner`, by system ID, with the
 /// allocation `request` narrowed to each; the first MAAS gives is ours.
 pub(super) fn allocate(
     r: &mut MachineReconciling,
@@ -138,17 +140,16 @@ pub(super) fn allocate(
     owner: &str,
     request: &AllocateRequest,
 ) -> Result<Reuse, Error> {
-    let mut candidates: Vec<(String, String)> = cluster
+    let candidates: Vec<String> = cluster
         .status
         .iter()
         .flat_map(|s| &s.reusable_machines)
-        .filter(|(_, m)| m.owner == owner)
-        .map(|(id, m)| (m.released_at.clone(), id.clone()))
+        .filter(|(_, o)| *o == owner)
+        .map(|(id, _)| id.clone())
         .collect();
-    candidates.sort();
     let mark = mark(cluster, owner);
     let mut releasing = None;
-    for (_, system_id) in candidates {
+    for system_id in candidates {
         match check(r, &system_id, &mark)? {
             Check::Reusable => {}
             Check::Releasing => {
@@ -177,7 +178,7 @@ pub(super) fn allocate(
                         "Allocated MAAS machine {system_id} again (spec.nodeReuse, released by {owner} without erase)"
                     ),
                 );
-                return Ok(Reuse::Took(host));
+                return Ok(Reuse::Took(Box::new(host)));
             }
             // Taken meanwhile, or it no longer matches the spec.
             Err(e) if e.is_conflict() || e.is_bad_request() => {
@@ -262,12 +263,7 @@ pub(super) fn settle(
     let (Some(cluster), Some(owner)) = (cluster, owner) else {
         return Ok(());
     };
-    let listed = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.reusable_machines.get(system_id))
-        .is_some_and(|m| m.owner == owner);
-    if !listed {
+    if !recorded_for(cluster, system_id, owner) {
         return Ok(());
     }
     // Stored before the record goes, so a crash in between loses neither.

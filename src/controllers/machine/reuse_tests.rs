@@ -74,7 +74,7 @@ fn a_released_worker_is_taken_again_by_the_next_machine_of_its_deployment() {
         comment.ends_with("node reuse by MachineDeployment/md-0 of ns/c1"),
         "{comment}"
     );
-    assert_eq!(reusable(&w)[&id]["owner"], json!("MachineDeployment/md-0"));
+    assert_eq!(reusable(&w)[&id], json!("MachineDeployment/md-0"));
 
     let again = worker(&w, "m2", "md-0");
     assert_eq!(again, id);
@@ -105,7 +105,7 @@ fn another_deployment_does_not_take_it() {
         .unwrap()
         .reused_machine
         .is_none());
-    assert_eq!(reusable(&w)[&id]["owner"], json!("MachineDeployment/md-0"));
+    assert_eq!(reusable(&w)[&id], json!("MachineDeployment/md-0"));
 }
 
 #[test]
@@ -201,7 +201,7 @@ fn a_machine_still_releasing_is_waited_for() {
         allocations,
         "nothing taken"
     );
-    assert_eq!(reusable(&w)[&id]["owner"], json!("MachineDeployment/md-0"));
+    assert_eq!(reusable(&w)[&id], json!("MachineDeployment/md-0"));
 
     w.maas
         .set_state(&id, MachineStatus::Ready, "Ready", PowerState::Off);
