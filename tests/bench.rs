@@ -1106,3 +1106,116 @@ fn whole_controller_at_scale() {
             .then_some(())
     });
 }
+
+/// Node reuse (issue 23 item 2): the README story with its
+/// MachineDeployment at 3 workers, `nodeReuse: true` on their template and
+/// a scale-in-first rollout (`maxSurge: 0, maxUnavailable: 1`, as the
+/// README advises), then a rolling upgrade of the workers (a new Kubernetes
+/// version): how long it takes, how many new workers took an old worker's
+/// machine back (`status.reusedMachine`), and how the old machines were
+/// released (the simulator's record of each release's erase flags).
+/// `BENCH_NODE_REUSE=false`: the same rollout without node reuse.
+#[test]
+#[ignore = "benchmark: cargo test --release --test bench node_reuse -- --ignored --nocapture"]
+fn node_reuse_rolling_upgrade_of_3_workers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    print_machine();
+    const WORKERS: usize = 3;
+    let dir = support::tempdir("bench-node-reuse").unwrap();
+    let mut options = LabOptions::new(dir);
+    options.deploy_seconds = env_or("BENCH_DEPLOY_SECONDS", 5.0);
+    options.capmaas_bin = Some(bench_bin());
+    let mut lab = StoryLab::start(options);
+    let mut objects = story::story_objects(lab.cp, &lab.ns);
+    for o in &mut objects {
+        if o["kind"] == "MaasMachineTemplate" {
+            o["spec"]["template"]["spec"]["nodeReuse"] = json!(env_or("BENCH_NODE_REUSE", true));
+        }
+        if o["kind"] == "MachineDeployment" {
+            o["spec"]["replicas"] = json!(WORKERS);
+            o["spec"]["rollout"]["strategy"]["rollingUpdate"] =
+                json!({"maxSurge": 0, "maxUnavailable": 1});
+        }
+    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    lab.cp
+        .kubectl_stdin(&["apply", "--server-side", "-f", "-"], &list.to_string());
+    lab.wait_all_ready(600, Duration::from_millis(500), |_| {});
+    let selector = format!("cluster.x-k8s.io/deployment-name={}", story::MD);
+    let workers = |lab: &StoryLab| -> Vec<Value> {
+        let params = ListParams {
+            label_selector: Some(selector.clone()),
+            ..ListParams::default()
+        };
+        lab.kube
+            .list(&resources::MAAS_MACHINES, Some(&lab.ns), &params)
+            .unwrap()
+            .items
+    };
+    let old: BTreeMap<String, String> = workers(&lab)
+        .iter()
+        .map(|mm| {
+            (
+                mm["metadata"]["name"].as_str().unwrap().to_string(),
+                mm["spec"]["systemID"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+
+    let started = Instant::now();
+    lab.cp.kubectl(&[
+        "patch",
+        "machinedeployment",
+        story::MD,
+        "-n",
+        &lab.ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"version":"v1.27.3"}}}}"#,
+    ]);
+    let new = loop {
+        lab.check_processes();
+        let now = workers(&lab);
+        let replaced = now.len() == WORKERS
+            && now.iter().all(|mm| {
+                !old.contains_key(mm["metadata"]["name"].as_str().unwrap_or_default())
+                    && mm["status"]["ready"] == true
+            });
+        if replaced && lab.snapshot().is_ok_and(|s| s.all_ready()) {
+            break now;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "rollout not done\n{}",
+            lab.diagnostics()
+        );
+        lab.nudge_machines();
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let old_ids: Vec<&String> = old.values().collect();
+    let reused = new
+        .iter()
+        .filter(|mm| {
+            mm["status"]["reusedMachine"].as_str().is_some_and(|id| {
+                old_ids.iter().any(|o| o.as_str() == id) && mm["spec"]["systemID"] == id
+            })
+        })
+        .count();
+    let state = lab.sim.state();
+    let erased = state["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| old_ids.iter().any(|id| m["system_id"] == id.as_str()))
+        .filter(|m| {
+            let r = &m["last_release"];
+            r["erase"] == true || r["quick_erase"] == true || r["secure_erase"] == true
+        })
+        .count();
+    println!(
+        "RESULT node reuse {}: rolling upgrade of {WORKERS} workers (maxSurge 0, deploy {}s in the simulator) in {seconds:.1}s; {reused}/{WORKERS} new workers on their old machines (status.reusedMachine); releases with erase: {erased}/{WORKERS}",
+        env_or("BENCH_NODE_REUSE", true),
+        env_or("BENCH_DEPLOY_SECONDS", 5.0)
+    );
+}

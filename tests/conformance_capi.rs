@@ -328,7 +328,8 @@ fn readme_story_with_real_cluster_api_core() {
         "apiVersion": INFRA_API_VERSION,
         "kind": "MaasMachineTemplate",
         "metadata": {"name": MD, "namespace": ns},
-        "spec": {"template": {"spec": {"image": "ubuntu/jammy", "minCPU": 8, "minMemory": 16384, "resourcePool": "worker-pool"}}},
+        "spec": {"template": {"spec": {"image": "ubuntu/jammy", "minCPU": 8, "minMemory": 16384, "resourcePool": "worker-pool",
+                                       "nodeReuse": true}}},
     }));
     story.apply(&machine_deployment(&ns, WORKERS));
 
@@ -532,7 +533,7 @@ fn readme_story_with_real_cluster_api_core() {
         &json!({"spec": {"replicas": WORKERS_AFTER_SCALE_DOWN}}),
     );
     let worker_selector = format!("cluster.x-k8s.io/deployment-name={MD}");
-    let remaining = story.wait(
+    let mut remaining = story.wait(
         PROVISION_SECONDS,
         "the MachineDeployment at 2 workers",
         |s| {
@@ -581,6 +582,86 @@ fn readme_story_with_real_cluster_api_core() {
         },
     );
     assert!(remaining.iter().all(|m| node_exists(&hostnames[m])));
+
+    // --- Node reuse (issue 23 item 2; the template has nodeReuse): the
+    // three released machines kept their disks and are recorded for this
+    // MachineDeployment; scaled up again, the new worker takes one back.
+    let owner = format!("MachineDeployment/{MD}");
+    let state = sim.state();
+    for id in &released_ids {
+        let host = state["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["system_id"] == id.as_str())
+            .unwrap();
+        let release = &host["last_release"];
+        assert_eq!(
+            release["erase"], false,
+            "{id} released without erase: {release}"
+        );
+        assert!(
+            release["comment"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(&format!("node reuse by {owner} of {ns}/{CLUSTER}"))),
+            "{release}"
+        );
+    }
+    let reusable = story.get(MAAS_CLUSTERS, CLUSTER).unwrap()["status"]["reusableMachines"].clone();
+    let recorded: BTreeSet<String> = reusable
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        recorded,
+        released_ids.iter().cloned().collect(),
+        "{reusable:#}"
+    );
+    assert!(reusable
+        .as_object()
+        .unwrap()
+        .values()
+        .all(|o| o == owner.as_str()));
+    let scaling_up = Instant::now();
+    story.patch_merge(
+        MACHINE_DEPLOYMENTS,
+        MD,
+        &json!({"spec": {"replicas": WORKERS_AFTER_SCALE_DOWN + 1}}),
+    );
+    let (added, reused) = story.wait(
+        PROVISION_SECONDS,
+        "a third worker Running on a reused machine",
+        |s| {
+            let machine = s
+                .list(MACHINES, Some(&worker_selector))
+                .into_iter()
+                .find(|m| !remaining.contains(name(m)))?;
+            (machine["status"]["phase"] == "Running").then_some(())?;
+            let mm = s.get(MAAS_MACHINES, name(&machine))?;
+            let reused = mm["status"]["reusedMachine"].as_str()?.to_string();
+            Some((name(&machine).to_string(), reused))
+        },
+    );
+    let mm = story.get(MAAS_MACHINES, &added).unwrap();
+    assert_eq!(mm["spec"]["systemID"], reused.as_str(), "{mm:#}");
+    assert!(
+        released_ids.contains(&reused),
+        "{reused} was released for reuse"
+    );
+    let reusable = story.get(MAAS_CLUSTERS, CLUSTER).unwrap()["status"]["reusableMachines"].clone();
+    assert!(reusable.get(&reused).is_none(), "{reusable:#}");
+    assert_eq!(
+        reusable.as_object().map_or(0, |m| m.len()),
+        2,
+        "{reusable:#}"
+    );
+    println!(
+        "scaled 2 -> 3 in {:.1}s: {added} took back MAAS machine {reused}, not erased",
+        scaling_up.elapsed().as_secs_f64()
+    );
+    hostnames.insert(added.clone(), story.maas.machine(&reused).unwrap().hostname);
+    system_ids.insert(added.clone(), reused);
+    remaining.insert(added);
 
     // --- Paused: with Cluster spec.paused, capmaas leaves MaasMachines
     // alone, even one being deleted: no release, finalizer kept. (This is

@@ -254,6 +254,7 @@ fn status_in_the_v1beta2_contract_shape_round_trips() {
         "initialization": {"provisioned": true},
         "network": {"dnsName": "c-a1b2c3.maas"},
         "failureDomains": [{"name": "az1", "controlPlane": true, "attributes": {"pool": "gpu"}}, {"name": "az2"}],
+        "reusableMachines": {"abc123": "MachineDeployment/md-0"},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
                         "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}}"#;
     status_patch(cp, &ns, "maascluster/c", cluster_status).unwrap();
@@ -273,6 +274,7 @@ fn status_in_the_v1beta2_contract_shape_round_trips() {
         "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": "node-1"}],
         "failureReason": "UpdateMachineError",
         "failureMessage": "boom",
+        "reusedMachine": "abc123",
         "conditions": [{"type": "MachineDeployed", "status": "True", "reason": "MachineDeployed", "message": "",
                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}"#;
     status_patch(cp, &ns, "maasmachine/m", machine_status).unwrap();

@@ -24,7 +24,8 @@ const MACHINE_WRITES: [&str; 9] = [
 ];
 
 /// What `MaasView::client()` may be asked.
-const THROUGH_CLIENT: [&str; 5] = [
+const THROUGH_CLIENT: [&str; 6] = [
+    "events",
     "zones",
     "subnets",
     "ip_reservations",

@@ -1829,3 +1829,109 @@ fn capmaas_adopt_takes_over_a_machine_deployed_in_real_maas() {
         .expect("release adopt-1");
     maas.wait_status(id, "Ready", Duration::from_secs(30));
 }
+
+/// Node reuse on real MAAS (issue 23 items 2 and 3), with the product's
+/// client, on reuse-1: allocated, an address linked STATIC, released
+/// without erase with capmaas's reuse mark in the comment. MAAS makes it
+/// Ready at once (power type manual), keeps the STATIC link, erases
+/// nothing, and logs the release as the newest user request with the mark
+/// at the end of its description: what capmaas checks before taking a
+/// machine back. `allocate system_id=` then takes it again.
+#[test]
+fn a_release_for_reuse_keeps_the_static_link_and_is_found_again() {
+    let Some(maas) =
+        real_maas::world("a_release_for_reuse_keeps_the_static_link_and_is_found_again")
+    else {
+        return;
+    };
+    let admin = maas.admin_client();
+    let id = maas.system_id("reuse-1");
+    let allocate = || AllocateRequest {
+        system_id: Some(id.to_string()),
+        agent_name: Some("capmaas/reuse/w-0/uid".into()),
+        ..AllocateRequest::default()
+    };
+    assert_eq!(admin.allocate(&allocate()).expect("allocate").system_id, id);
+    let host = admin.machine(id).expect("reuse-1");
+    let boot = host.boot_interface.as_ref().expect("boot interface").id;
+    let interface = host.interfaces.iter().find(|i| i.id == boot).unwrap();
+    let subnet = admin
+        .subnets()
+        .expect("subnets")
+        .into_iter()
+        .find(|s| s.cidr == SUBNET)
+        .expect("the world's subnet");
+    for link in interface
+        .links
+        .iter()
+        .filter(|l| l.subnet_id == Some(subnet.id))
+    {
+        admin.unlink_subnet(id, boot, link.id).expect("unlink AUTO");
+    }
+    let address = "127.11.130.91";
+    admin
+        .link_subnet_static(id, boot, subnet.id, address)
+        .expect("link STATIC");
+
+    let mark = "node reuse by MachineDeployment/md-0 of reuse/real";
+    let released = admin
+        .release(
+            id,
+            &ReleaseRequest {
+                comment: Some(format!("capmaas: reuse/w-0 deleted; {mark}")),
+                ..ReleaseRequest::default()
+            },
+        )
+        .expect("release");
+    assert_eq!(
+        released.status,
+        MachineStatus::Ready,
+        "manual power: at once"
+    );
+    let host = admin.machine(id).expect("reuse-1");
+    assert!(host.owner.is_none());
+    let links: Vec<_> = host
+        .interfaces
+        .iter()
+        .flat_map(|i| &i.links)
+        .filter(|l| l.mode == capmaas::maas::LinkMode::Static)
+        .filter_map(|l| l.ip.clone())
+        .collect();
+    assert_eq!(links, [address], "MAAS keeps STATIC links on release");
+    let events = admin
+        .events(&EventQuery {
+            system_ids: vec![id.to_string()],
+            level: Some(capmaas::maas::EventLevel::Debug),
+            limit: Some(50),
+            after: None,
+        })
+        .expect("events");
+    let request = events
+        .iter()
+        .find(|e| e.kind.starts_with("User "))
+        .expect("a user request");
+    assert_eq!(request.kind, "User releasing node", "{events:?}");
+    assert!(request.description.ends_with(mark), "{request:?}");
+    assert!(
+        events.iter().all(|e| e.kind != "User erasing disk"),
+        "released without erase: {events:?}"
+    );
+
+    // Taken back; then left as the next run expects it (Ready, its
+    // commissioning link back).
+    assert_eq!(admin.allocate(&allocate()).expect("again").system_id, id);
+    let host = admin.machine(id).expect("reuse-1");
+    for link in host
+        .interfaces
+        .iter()
+        .flat_map(|i| &i.links)
+        .filter(|l| l.mode == capmaas::maas::LinkMode::Static)
+    {
+        admin
+            .unlink_subnet(id, boot, link.id)
+            .expect("unlink STATIC");
+    }
+    admin
+        .release(id, &ReleaseRequest::default())
+        .expect("release at the end");
+}

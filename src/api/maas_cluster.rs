@@ -6,6 +6,8 @@
 //! rest (e.g. the Go provider's `spec.lxdConfig.nicType`), see `api::meta` for why
 //! that is safe.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -184,6 +186,12 @@ pub struct MaasClusterStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub control_plane_vip: Option<ControlPlaneVipStatus>,
+    /// Machines released for node reuse (`MaasMachine.spec.nodeReuse`):
+    /// MAAS system ID → `MachineDeployment/<name>` or `ControlPlane/<name>`,
+    /// whose next Machine may take it again. In the status, where tenants
+    /// cannot write. (A map of strings: its serde code exists already.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reusable_machines: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -164,6 +164,16 @@ pub struct MaasMachineSpec {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub failure_domain_fallback: bool,
+    /// Node reuse (Metal3's `nodeReuse`): a machine of a MachineDeployment
+    /// or control plane is released without erasing its disks and taken
+    /// again by the next Machine of that MachineDeployment or control
+    /// plane (see `controllers::machine::reuse`). Off by default.
+    #[serde(
+        rename = "nodeReuse",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub node_reuse: bool,
     /// How to erase the disks on release: `None`, `Quick`, `Secure`, `Full`;
     /// unset: the controller's `--release-erase` (Full or None).
     #[serde(rename = "diskErase", default, skip_serializing_if = "Option::is_none")]
@@ -364,6 +374,11 @@ pub struct MaasMachineStatus {
     /// where tenants do not write.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_labels: BTreeMap<String, String>,
+    /// `spec.nodeReuse`: the MAAS machine this object took again after
+    /// another Machine of its MachineDeployment or control plane released
+    /// it for reuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_machine: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

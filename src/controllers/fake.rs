@@ -367,6 +367,8 @@ pub struct FakeMaas {
     pub faults: Mutex<Faults>,
     pub deploys: Mutex<Vec<(String, DeployRequest)>>,
     pub releases: Mutex<Vec<(String, ReleaseRequest)>>,
+    /// The user requests MAAS logged (allocate, release), oldest first.
+    pub events: Mutex<Vec<maas::Event>>,
     pub allocations: Mutex<Vec<AllocateRequest>>,
     pub subnets: Mutex<Vec<maas::Subnet>>,
     next_dns_id: Mutex<i64>,
@@ -594,6 +596,26 @@ impl FakeMaas {
         }
     }
 
+    /// Logs a user request as MAAS's `_register_request_event` does.
+    pub fn request_event(&self, system_id: &str, kind: &str, comment: Option<&str>) {
+        let mut events = lock(&self.events);
+        let description = match comment.filter(|c| !c.is_empty()) {
+            Some(c) => format!("({}) - {c}", self.user),
+            None => format!("({})", self.user),
+        };
+        let id = i64::try_from(events.len()).unwrap_or(0) + 1;
+        events.push(maas::Event {
+            id,
+            system_id: system_id.into(),
+            hostname: String::new(),
+            username: self.user.clone(),
+            level: maas::EventLevel::Debug,
+            created: String::new(),
+            kind: kind.into(),
+            description,
+        });
+    }
+
     fn not_found(op: &'static str) -> maas::Error {
         maas::Error::from_response(op, 404, "No Machine matches the given query.", None)
     }
@@ -638,6 +660,7 @@ impl MaasApi for FakeMaas {
                 && req.mem.is_none_or(|m| h.memory >= m)
                 && req.zone.as_ref().is_none_or(|z| &h.zone == z)
                 && req.tags.iter().all(|t| h.tag_names.contains(t))
+                && req.system_id.as_ref().is_none_or(|s| &h.system_id == s)
         });
         let Some(host) = candidate else {
             return Err(maas::Error::from_response(
@@ -657,6 +680,12 @@ impl MaasApi for FakeMaas {
             lock(&self.agent_names).insert(host.system_id.clone(), agent.clone());
         }
         let host = host.clone();
+        drop(machines);
+        self.request_event(
+            &host.system_id,
+            "User acquiring node",
+            req.comment.as_deref(),
+        );
         if std::mem::take(&mut lock(&self.faults).lose_allocate_answer) {
             return Err(maas::Error::new(
                 "allocate",
@@ -747,7 +776,21 @@ impl MaasApi for FakeMaas {
         host.owner_data.clear();
         lock(&self.agent_names).remove(system_id);
         lock(&self.releases).push((system_id.into(), req.clone()));
-        Ok(host.clone())
+        let host = host.clone();
+        drop(machines);
+        self.request_event(system_id, "User releasing node", req.comment.as_deref());
+        Ok(host)
+    }
+
+    fn events(&self, query: &maas::EventQuery) -> Result<Vec<maas::Event>, maas::Error> {
+        let first = query.system_ids.first().map_or("", String::as_str);
+        self.call("events", first)?;
+        Ok(lock(&self.events)
+            .iter()
+            .rev()
+            .filter(|e| query.system_ids.is_empty() || query.system_ids.contains(&e.system_id))
+            .cloned()
+            .collect())
     }
 
     fn power_on_with_comment(

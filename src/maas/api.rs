@@ -4,7 +4,7 @@
 //! (`controllers::fake::FakeMaas`) implements it in memory, and the
 //! controllers reach it through one `Arc<dyn MaasApi>` under their view of
 //! MAAS (`controllers::maas_view::MaasView`). The client's other calls
-//! (inventory, events, `whoami`) are its own methods.
+//! (inventory, `whoami`) are its own methods.
 //!
 //! Errors are the client's [`Error`], classified by its methods
 //! (`is_transient`, `is_not_found`, `is_conflict`, `is_refused`); the fake
@@ -13,8 +13,9 @@
 #[cfg(doc)]
 use super::Client;
 use super::{
-    AllocateRequest, AnnotationsOp, BootResource, DeployRequest, DnsResource, Error, IpReservation,
-    Machine, MachineFilter, ReleaseRequest, ReserveFrom, Subnet, VersionInfo, Zone,
+    AllocateRequest, AnnotationsOp, BootResource, DeployRequest, DnsResource, Error, Event,
+    EventQuery, IpReservation, Machine, MachineFilter, ReleaseRequest, ReserveFrom, Subnet,
+    VersionInfo, Zone,
 };
 
 pub trait MaasApi: Send + Sync {
@@ -38,6 +39,10 @@ pub trait MaasApi: Send + Sync {
     /// Releases a machine back to the pool (no-op when already Ready or
     /// Releasing, so safe to repeat).
     fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<Machine, Error>;
+
+    /// `GET events/?op=query`: the machines' event log, newest first (node
+    /// reuse reads who released a machine last, and why).
+    fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error>;
 
     /// [`Client::power_on`] with a comment MAAS records in the machine's
     /// event log (who asked, and why).

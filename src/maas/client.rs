@@ -546,27 +546,6 @@ impl Client {
 
     // ---- events ----------------------------------------------------------
 
-    /// `GET events/?op=query`: the machines' event log, **newest first**
-    /// as MAAS answers (also with `after`, where MAAS picks the oldest
-    /// `limit` events after it and then reverses them). Events of machines
-    /// the user may not view are never listed.
-    pub fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
-        #[derive(serde::Deserialize)]
-        struct Answer {
-            // Never more than asked for (at most MAX_EVENT_LIMIT).
-            events: Charged<Event, { MAX_EVENT_LIMIT as usize }>,
-        }
-        let answer: Answer = self.json(Call {
-            op: "events_query",
-            method: Method::Get,
-            path: "events/".into(),
-            query: query.query(),
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
-        Ok(answer.events.0)
-    }
-
     // ---- DNS -------------------------------------------------------------
 
     pub fn dns_resource(&self, id: i64) -> Result<DnsResource, Error> {
@@ -855,6 +834,27 @@ impl Client {
 }
 
 impl MaasApi for Client {
+    /// `GET events/?op=query`: the machines' event log, **newest first**
+    /// as MAAS answers (also with `after`, where MAAS picks the oldest
+    /// `limit` events after it and then reverses them). Events of machines
+    /// the user may not view are never listed.
+    fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            // Never more than asked for (at most MAX_EVENT_LIMIT).
+            events: Charged<Event, { MAX_EVENT_LIMIT as usize }>,
+        }
+        let answer: Answer = self.json(Call {
+            op: "events_query",
+            method: Method::Get,
+            path: "events/".into(),
+            query: query.query(),
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        Ok(answer.events.0)
+    }
+
     fn version(&self) -> Result<VersionInfo, Error> {
         self.json(Call {
             op: "version",

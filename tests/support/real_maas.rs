@@ -93,7 +93,7 @@ pub const ADOPT_POOL: &str = "adopt-pool";
 pub const ADOPT_MACHINES: &[Seeded] = &[("adopt-1", ADOPT_POOL, "zone-a", 4, 8192, &[])];
 
 /// The machines of tests/real_maas.rs: each test works on its own.
-pub const TEST_MACHINES: &[&[Seeded]] = &[MACHINES, CRASH_MACHINES, ADOPT_MACHINES];
+pub const TEST_MACHINES: &[&[Seeded]] = &[MACHINES, CRASH_MACHINES, ADOPT_MACHINES, REUSE_MACHINES];
 
 /// The README story's machines for tests/real_maas_story.rs (a binary of
 /// its own: it runs the Cluster API core manager, which would reconcile
@@ -106,6 +106,11 @@ pub const STORY_MACHINES: &[&[Seeded]] = &[&[
     ("worker-1", "worker-pool", "zone-a", 16, 65536, &["worker"]),
     ("worker-2", "worker-pool", "zone-b", 16, 65536, &["worker"]),
 ]];
+
+/// The pool of [`REUSE_MACHINES`] (node reuse, tests/real_maas.rs): no
+/// other test asks for it.
+pub const REUSE_POOL: &str = "reuse-pool";
+pub const REUSE_MACHINES: &[Seeded] = &[("reuse-1", REUSE_POOL, "default", 4, 8192, &[])];
 const DISK_BYTES: u64 = 120 * 1_000_000_000;
 
 pub struct RealMaas {

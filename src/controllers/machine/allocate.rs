@@ -27,7 +27,7 @@ use serde_json::json;
 
 use std::sync::Arc;
 
-use super::{observe, retry, MachineReconciling, Step};
+use super::{observe, retry, reuse, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::api::MaasCluster;
@@ -37,6 +37,10 @@ use crate::controllers::Error;
 use crate::maas::watch::Lookup;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
 use crate::runtime::Action;
+
+/// How long to wait before looking again at a machine for reuse that MAAS
+/// is still releasing or whose MaasMachine is still being deleted.
+const REUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub(super) fn find_or_allocate(
     r: &mut MachineReconciling,
@@ -51,6 +55,7 @@ pub(super) fn find_or_allocate(
         return Ok(Step::Stop(wait));
     }
 
+    let reuse_owner = reuse::owner(&r.object, Some(machine));
     let mut ours = r.maas()?.machines_by_agent_name(identity.as_str())?;
     if !ours.is_empty() {
         let host = ours.remove(0);
@@ -63,6 +68,7 @@ pub(super) fn find_or_allocate(
             host.system_id
         );
         record_allocation(r, &host)?;
+        reuse::settle(r, maas_cluster, reuse_owner.as_deref(), &host.system_id)?;
         let host = mark(r, host, identity)?;
         return Ok(Step::Continue(host));
     }
@@ -81,11 +87,32 @@ pub(super) fn find_or_allocate(
         ));
     }
     let request = allocate_request(r, machine, identity);
-    let allocated = match r.maas()?.allocate(&request) {
-        Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
-            allocate_elsewhere(r, &request, maas_cluster, e)
-        }
-        other => other,
+    let reused = match (maas_cluster, reuse_owner.as_deref()) {
+        (Some(cluster), Some(owner)) => match reuse::allocate(r, cluster, owner, &request)? {
+            reuse::Reuse::Took(host) => Some(*host),
+            reuse::Reuse::Releasing(system_id) => {
+                r.set(crate::api::Desired::false_(
+                    mm_api::MACHINE_DEPLOYED,
+                    mm_api::MACHINE_DEPLOY_STARTED,
+                    format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"),
+                ));
+                return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
+            }
+            reuse::Reuse::Nothing => None,
+        },
+        _ => None,
+    };
+    // Only a machine the reuse path took is a reuse: a normal allocation
+    // may land on a machine whose record was just found stale.
+    let reuse_owner = reuse_owner.filter(|_| reused.is_some());
+    let allocated = match reused {
+        Some(host) => Ok(host),
+        None => match r.maas()?.allocate(&request) {
+            Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
+                allocate_elsewhere(r, &request, maas_cluster, e)
+            }
+            other => other,
+        },
     };
     match allocated {
         Ok(host) => {
@@ -101,6 +128,7 @@ pub(super) fn find_or_allocate(
                 ));
             }
             record_allocation(r, &host)?;
+            reuse::settle(r, maas_cluster, reuse_owner.as_deref(), &host.system_id)?;
             let host = mark(r, host, identity)?;
             Ok(Step::Continue(host))
         }

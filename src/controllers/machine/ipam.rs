@@ -28,7 +28,7 @@ use super::{poll_interval, retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::ipam::{self, IpAddress, IpAddressClaim, IpAddressSpec, PoolRef};
 use crate::api::maas_machine::{self as mm_api, MachineNetwork, StaticIp};
-use crate::api::{Desired, MaasMachine};
+use crate::api::{maas_cluster, Desired, MaasCluster, MaasMachine};
 use crate::controllers::identity::{self, Identity, Ownership};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -62,7 +62,21 @@ fn network(mm: &MaasMachine) -> Option<&MachineNetwork> {
 /// `capmaas/<namespace>/<name>/<uid>` in at most 255 characters, so its
 /// name is far shorter than the 253 a claim's may have.
 pub fn claim_name(mm: &MaasMachine, index: usize) -> String {
-    format!("{}-{index}", mm.metadata.name)
+    match reused_claims(mm) {
+        Some(prefix) => format!("{prefix}-{index}"),
+        None => format!("{}-{index}", mm.metadata.name),
+    }
+}
+
+/// With `spec.nodeReuse` the claims go with the MAAS machine instead:
+/// named `<cluster>-<systemID>-<n>` and owned by the MaasCluster, they
+/// outlive a release for reuse, so the MaasMachine that takes the machine
+/// back finds the same claim, the same address, and MAAS's STATIC link of
+/// it still on the interface (MAAS keeps STATIC links on release).
+fn reused_claims(mm: &MaasMachine) -> Option<String> {
+    let cluster = mm.metadata.labels.get(capi::CLUSTER_NAME_LABEL)?;
+    let system_id = mm.system_id()?;
+    mm.spec.node_reuse.then(|| format!("{cluster}-{system_id}"))
 }
 
 /// Before deploying an allocated machine: its addresses claimed, answered
@@ -74,6 +88,7 @@ pub(super) fn ensure_static_addresses(
     r: &mut MachineReconciling,
     host: maas::Machine,
     cluster: &str,
+    maas_cluster: Option<&MaasCluster>,
 ) -> Result<Step<maas::Machine>, Error> {
     let pools = network(&r.object).cloned();
     let static_ip = r.object.spec.static_ip.clone();
@@ -84,7 +99,7 @@ pub(super) fn ensure_static_addresses(
         return Ok(Step::Continue(host));
     }
     let claimed = match &pools {
-        Some(network) => claimed_addresses(r, network, cluster)?,
+        Some(network) => claimed_addresses(r, network, cluster, maas_cluster)?,
         None => Done(Vec::new()),
     };
     let given = match static_ip.as_ref().map(static_address) {
@@ -281,6 +296,7 @@ fn claimed_addresses(
     r: &mut MachineReconciling,
     network: &MachineNetwork,
     cluster: &str,
+    maas_cluster: Option<&MaasCluster>,
 ) -> Result<Outcome<Vec<IpAddress>>, Error> {
     let namespace = r.object.metadata.namespace.clone();
     let mut addresses = Vec::new();
@@ -289,7 +305,7 @@ fn claimed_addresses(
         let name = claim_name(&r.object, index);
         let pool_text = format!("{}/{}", pool.kind, pool.name);
         let Some(claim) = r.ctx.kube.ip_address_claim(&namespace, &name)? else {
-            create_claim(r, &name, pool, cluster)?;
+            create_claim(r, &name, pool, cluster, maas_cluster)?;
             waiting.push(format!("IPAddressClaim {name} (pool {pool_text})"));
             continue;
         };
@@ -334,8 +350,15 @@ fn claimed_addresses(
 }
 
 /// A claim of our name is ours if a MaasMachine of our name owns it (the
-/// UID is not compared: `clusterctl move` gives both new UIDs).
+/// UID is not compared: `clusterctl move` gives both new UIDs); with node
+/// reuse, if a MaasCluster does.
 fn is_ours(mm: &MaasMachine, claim: &IpAddressClaim) -> bool {
+    if reused_claims(mm).is_some() {
+        return claim
+            .metadata
+            .owner(crate::api::GROUP, maas_cluster::KIND)
+            .is_some();
+    }
     claim
         .metadata
         .owner(crate::api::GROUP, mm_api::KIND)
@@ -347,8 +370,13 @@ fn create_claim(
     name: &str,
     pool: &PoolRef,
     cluster: &str,
+    maas_cluster: Option<&MaasCluster>,
 ) -> Result<(), Error> {
     let meta = &r.object.metadata;
+    let owner = match maas_cluster.filter(|_| reused_claims(&r.object).is_some()) {
+        Some(c) => (maas_cluster::KIND, &c.metadata.name, &c.metadata.uid),
+        None => (mm_api::KIND, &meta.name, &meta.uid),
+    };
     let claim: Value = json!({
         "apiVersion": ipam::API_VERSION,
         "kind": ipam::CLAIM_KIND,
@@ -358,9 +386,9 @@ fn create_claim(
             "labels": {capi::CLUSTER_NAME_LABEL: cluster},
             "ownerReferences": [{
                 "apiVersion": crate::api::API_VERSION,
-                "kind": mm_api::KIND,
-                "name": meta.name,
-                "uid": meta.uid,
+                "kind": owner.0,
+                "name": owner.1,
+                "uid": owner.2,
                 "controller": true,
             }],
         },
@@ -529,10 +557,16 @@ fn masked(ip: IpAddr, bits: u8) -> Option<u128> {
 /// a machine, so our addresses are unlinked once MAAS is done releasing
 /// (interface edits are refused before), then the claims are deleted and
 /// the IPAM provider frees the addresses. `Some`: wait for MAAS.
+/// Released for node reuse: nothing unlinked, no claim deleted (they
+/// belong to the machine, see [`claim_name`]).
 pub(super) fn release_static_addresses(
     r: &mut MachineReconciling,
     identity: Option<&Identity>,
+    kept_for_reuse: bool,
 ) -> Result<Option<Action>, Error> {
+    if kept_for_reuse && reused_claims(&r.object).is_some() {
+        return Ok(None);
+    }
     let pools = network(&r.object).map_or(0, |n| n.addresses_from_pools.len());
     let mut ips: Vec<String> = r
         .object

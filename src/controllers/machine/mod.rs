@@ -34,6 +34,9 @@ pub(crate) use node::node_names;
 mod observe;
 mod release;
 mod retry;
+mod reuse;
+#[cfg(test)]
+mod reuse_tests;
 #[cfg(test)]
 mod tests;
 
@@ -248,7 +251,12 @@ impl MachineReconciling<'_> {
             Step::Continue(host) => host,
             Step::Stop(action) => return Ok(action),
         };
-        let host = match ipam::ensure_static_addresses(self, host, &cluster.metadata.name)? {
+        let host = match ipam::ensure_static_addresses(
+            self,
+            host,
+            &cluster.metadata.name,
+            owners.maas_cluster.as_deref(),
+        )? {
             Step::Continue(host) => host,
             Step::Stop(action) => return Ok(action),
         };

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{dns, drain, MachineReconciling, Owners};
+use super::{dns, drain, reuse, MachineReconciling, Owners};
 use crate::api::maas_machine::{self as mm_api, DiskErase};
 use crate::api::{conditions, Desired};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
@@ -77,10 +77,31 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
             return Ok(Action::RequeueAfter(ADOPTION_WAIT));
         }
     };
+    // Node reuse: the recorded machine goes back to MAAS for the next
+    // Machine of its MachineDeployment or control plane, unless the
+    // cluster itself is going.
+    let reuse = match (&owners.maas_cluster, &owners.cluster) {
+        (Some(maas_cluster), Some(cluster))
+            if record_stays && !cluster.metadata.is_being_deleted() =>
+        {
+            reuse::owner(&r.object, owners.machine.as_deref()).map(|o| (maas_cluster.clone(), o))
+        }
+        _ => None,
+    };
+    let recorded = r.object.system_id().map(str::to_string);
     for system_id in &to_release {
-        release(r, system_id)?;
+        let mark = match &reuse {
+            Some((cluster, owner)) if recorded.as_ref() == Some(system_id) => {
+                reuse::record(r, cluster, system_id, owner)?;
+                Some(reuse::mark(cluster, owner))
+            }
+            _ => None,
+        };
+        release(r, system_id, mark.as_deref())?;
     }
-    if let Some(wait) = super::ipam::release_static_addresses(r, identity.as_ref())? {
+    if let Some(wait) =
+        super::ipam::release_static_addresses(r, identity.as_ref(), reuse.is_some())?
+    {
         return Ok(wait);
     }
 
@@ -197,27 +218,39 @@ fn being_released(host: &maas::Machine) -> bool {
     )
 }
 
-fn release(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
+/// Releases a machine; with a node reuse `mark` without erasing its disks,
+/// and the mark at the end of the comment MAAS logs with the request.
+fn release(r: &mut MachineReconciling, system_id: &str, mark: Option<&str>) -> Result<(), Error> {
     let erase = match r.object.spec.disk_erase.as_deref().map(DiskErase::parse) {
+        _ if mark.is_some() => DiskErase::None,
         Some(Some(erase)) => erase,
         Some(None) | None if r.ctx.options.release_erase => DiskErase::Full,
         _ => DiskErase::None,
+    };
+    let comment = match mark {
+        Some(mark) => format!("capmaas: {} deleted; {mark}", r.key()),
+        None => format!("capmaas: {} deleted", r.key()),
     };
     let request = ReleaseRequest {
         erase: erase != DiskErase::None,
         quick_erase: erase == DiskErase::Quick,
         secure_erase: erase == DiskErase::Secure,
-        comment: Some(format!("capmaas: {} deleted", r.key())),
+        comment: Some(comment),
         ..ReleaseRequest::default()
     };
     match r.maas()?.write(system_id, |client| {
         client.release(system_id, &request).map(drop)
     }) {
         Ok(()) => {
+            let how = if mark.is_some() {
+                " without disk erase, for node reuse"
+            } else {
+                ""
+            };
             r.event(
                 EventType::Normal,
                 "SuccessfulRelease",
-                &format!("Released instance {system_id:?}"),
+                &format!("Released instance {system_id:?}{how}"),
             );
             Ok(())
         }

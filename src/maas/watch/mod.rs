@@ -262,7 +262,7 @@ impl Reader for Client {
     }
 
     fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
-        Client::events(self, query)
+        super::MaasApi::events(self, query)
     }
 }
 
