@@ -1001,7 +1001,7 @@ fn a_custom_dns_cluster_uses_the_users_endpoint_and_no_record() {
         .cloned()
         .unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::True, mc_api::CUSTOM_ENDPOINT)
     );
     assert!(mc.status().ready);
@@ -1041,7 +1041,7 @@ fn lxd_hosts_are_refused_before_any_maas_call() {
         .cloned()
         .unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::False, mc_api::UNSUPPORTED_FIELD)
     );
     assert!(
