@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::{self, Name};
+
 pub const READY: &str = "Ready";
 pub const PAUSED: &str = "Paused";
 
@@ -33,15 +35,15 @@ pub enum Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
+    #[serde(rename = "type", deserialize_with = "names::decode")]
+    pub type_: Name,
     pub status: Status,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default)]
     pub last_transition_time: String,
-    #[serde(default)]
-    pub reason: String,
+    #[serde(default, deserialize_with = "names::decode")]
+    pub reason: Name,
     #[serde(default)]
     pub message: String,
 }
@@ -115,16 +117,16 @@ pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, generation: i6
                 existing.last_transition_time = now.to_string();
             }
             existing.status = desired.status;
-            existing.reason = reason.to_string();
+            existing.reason = names::name(reason);
             existing.message = desired.message;
             existing.observed_generation = observed_generation;
         }
         None => conditions.push(Condition {
-            type_: desired.type_.to_string(),
+            type_: names::name(desired.type_),
             status: desired.status,
             observed_generation,
             last_transition_time: now.to_string(),
-            reason: reason.to_string(),
+            reason: names::name(reason),
             message: desired.message,
         }),
     }
@@ -221,7 +223,7 @@ mod tests {
         set_ready_summary(&mut cs, &["A", "B"], 1, "t");
         let ready = get(&cs, READY).unwrap();
         assert_eq!(
-            (ready.status, ready.reason.as_str()),
+            (ready.status, ready.reason.as_ref()),
             (Status::False, ISSUES_REPORTED)
         );
         assert_eq!(ready.message, "* B: disk on fire");

@@ -383,8 +383,8 @@ pub struct MaasMachineStatus {
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MachineAddress {
-    #[serde(rename = "type")]
-    pub type_: String,
+    #[serde(rename = "type", deserialize_with = "super::names::decode")]
+    pub type_: super::names::Name,
     pub address: String,
 }
 

@@ -13,6 +13,7 @@ use std::fmt;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::names::{self, Name};
 use crate::runtime::ObjectKey;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -46,12 +47,15 @@ pub struct ObjectMeta {
 /// first entry; objects carry two to five labels and annotations, so a
 /// sorted `Vec` costs a tenth of that, and the informer caches hold one per
 /// object (BENCHMARKS.md "Architecture redesign").
+///
+/// Keys are [`Name`]s: the label and annotation keys capmaas knows take no
+/// allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StringMap(Vec<(String, String)>);
+pub struct StringMap(Vec<(Name, String)>);
 
 impl StringMap {
     pub fn get(&self, key: &str) -> Option<&String> {
-        let at = self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
+        let at = self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key)).ok()?;
         self.0.get(at).map(|(_, v)| v)
     }
 
@@ -61,16 +65,28 @@ impl StringMap {
 
     /// Sets `key`; returns the value it replaced.
     pub fn insert(&mut self, key: String, value: String) -> Option<String> {
-        match self.0.binary_search_by(|(k, _)| k.as_str().cmp(&key)) {
+        match self
+            .0
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key.as_str()))
+        {
             Ok(at) => self
                 .0
                 .get_mut(at)
                 .map(|(_, old)| std::mem::replace(old, value)),
             Err(at) => {
-                self.0.insert(at, (key, value));
+                self.0.insert(at, (names::name_from(key), value));
                 None
             }
         }
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        let at = self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key)).ok()?;
+        Some(self.0.remove(at).1)
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,7 +99,7 @@ impl StringMap {
 
     /// In key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.0.iter().map(|(k, v)| (k.as_ref(), v.as_str()))
     }
 }
 
@@ -93,7 +109,18 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for StringMap {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        StringMap(sorted.into_iter().collect())
+        StringMap(
+            sorted
+                .into_iter()
+                .map(|(k, v)| (names::name_from(k), v))
+                .collect(),
+        )
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for StringMap {
+    fn from(pairs: [(String, String); N]) -> Self {
+        pairs.into_iter().collect()
     }
 }
 
@@ -113,8 +140,8 @@ impl<'de> Deserialize<'de> for StringMap {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMap, A::Error> {
                 let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some(pair) = map.next_entry::<String, String>()? {
-                    pairs.push(pair);
+                while let Some((Key(key), value)) = map.next_entry::<Key, String>()? {
+                    pairs.push((key, value));
                 }
                 pairs.sort_by(|a, b| a.0.cmp(&b.0));
                 // JSON allows a key twice; the last one wins, as in a map.
@@ -126,6 +153,15 @@ impl<'de> Deserialize<'de> for StringMap {
             }
         }
         deserializer.deserialize_map(Pairs)
+    }
+}
+
+/// A map key decoded as a [`Name`].
+struct Key(Name);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        names::decode(deserializer).map(Key)
     }
 }
 
@@ -171,10 +207,10 @@ impl ObjectMeta {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerReference {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
+    #[serde(default, deserialize_with = "names::decode")]
+    pub api_version: Name,
+    #[serde(default, deserialize_with = "names::decode")]
+    pub kind: Name,
     #[serde(default)]
     pub name: String,
     #[serde(default)]
@@ -193,8 +229,14 @@ impl OwnerReference {
 
 /// Makes each listed `api` kind (a struct with `metadata: ObjectMeta`) a
 /// [`runtime::Object`](crate::runtime::Object), so informers can cache it.
+///
+/// `trim` gives back the spare capacity of the object's lists: serde grows
+/// a `Vec` by doubling from 4 (a list of one owner reference keeps room for
+/// four, five conditions room for eight), and a cached object keeps that
+/// slack for as long as it lives. The optional block trims the kind's own
+/// lists.
 macro_rules! cached_kinds {
-    ($($kind:ty),* $(,)?) => {$(
+    ($($kind:ty $(=> |$obj:ident| $trim:block)?),* $(,)?) => {$(
         impl crate::runtime::Object for $kind {
             fn key(&self) -> Option<ObjectKey> {
                 self.metadata.key()
@@ -202,14 +244,32 @@ macro_rules! cached_kinds {
             fn resource_version(&self) -> &str {
                 &self.metadata.resource_version
             }
+            fn trim(&mut self) {
+                self.metadata.finalizers.shrink_to_fit();
+                self.metadata.owner_references.shrink_to_fit();
+                $(let $obj = self; $trim)?
+            }
         }
     )*};
 }
 
 cached_kinds!(
-    super::MaasCluster,
-    super::MaasMachine,
-    super::MaasRemediation,
+    super::MaasCluster => |cluster| {
+        if let Some(status) = &mut cluster.status {
+            status.conditions.shrink_to_fit();
+        }
+    },
+    super::MaasMachine => |machine| {
+        if let Some(status) = &mut machine.status {
+            status.addresses.shrink_to_fit();
+            status.conditions.shrink_to_fit();
+        }
+    },
+    super::MaasRemediation => |remediation| {
+        if let Some(status) = &mut remediation.status {
+            status.conditions.shrink_to_fit();
+        }
+    },
     super::MaasMachineTemplate,
     super::capi::Cluster,
     super::capi::Machine,
@@ -239,6 +299,31 @@ mod tests {
     }
 
     #[test]
+    fn trim_leaves_no_spare_room_in_cached_lists() {
+        use crate::runtime::Object;
+        let mut machine: super::super::MaasMachine = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m", "namespace": "ns", "finalizers": ["f"],
+                         "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2",
+                                              "kind": "Machine", "name": "m", "uid": "u"}]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                       "conditions": [{"type": "Ready", "status": "True"},
+                                      {"type": "Paused", "status": "False"},
+                                      {"type": "MachineDeployed", "status": "True"},
+                                      {"type": "DNSAttached", "status": "True"},
+                                      {"type": "SwapDisabled", "status": "True"}]}
+        }))
+        .unwrap();
+        let before = machine.clone();
+        machine.trim();
+        assert_eq!(machine, before, "trimming changes no value");
+        let status = machine.status.as_ref().unwrap();
+        assert_eq!(machine.metadata.owner_references.capacity(), 1);
+        assert_eq!(machine.metadata.finalizers.capacity(), 1);
+        assert_eq!(status.addresses.capacity(), 1);
+        assert_eq!(status.conditions.capacity(), 5);
+    }
+
+    #[test]
     fn string_maps_read_and_write_as_json_objects() {
         let labels: StringMap =
             serde_json::from_value(serde_json::json!({"b": "2", "a": "1", "c": ""})).unwrap();
@@ -254,7 +339,14 @@ mod tests {
         let twice: StringMap = serde_json::from_str(r#"{"k": "old", "k": "new"}"#).unwrap();
         assert_eq!((twice.len(), twice.get("k").unwrap().as_str()), (1, "new"));
         assert!(serde_json::from_str::<StringMap>(r#"{"n": 1}"#).is_err());
-        let built: StringMap = [("z", "1"), ("y", "2")].into_iter().collect();
+        let mut built: StringMap = [("z", "1"), ("y", "2")].into_iter().collect();
+        assert_eq!(built.remove("z").as_deref(), Some("1"));
+        assert_eq!(built.remove("z"), None);
+        built.insert("z".into(), "1".into());
+        assert_eq!(
+            built,
+            StringMap::from([("z".into(), "1".into()), ("y".into(), "2".into())])
+        );
         assert_eq!(built.iter().collect::<Vec<_>>(), [("y", "2"), ("z", "1")]);
     }
 

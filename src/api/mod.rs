@@ -23,6 +23,7 @@ pub mod maas_cluster;
 pub mod maas_machine;
 pub mod maas_remediation;
 pub mod meta;
+pub mod names;
 
 pub use conditions::{Condition, Desired, Status};
 pub use maas_cluster::{

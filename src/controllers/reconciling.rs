@@ -106,7 +106,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
 
     /// The reason a condition has now, if it is set.
     pub fn condition_reason(&self, type_: &str) -> Option<&str> {
-        self.condition(type_).map(|c| c.reason.as_str())
+        self.condition(type_).map(|c| c.reason.as_ref())
     }
 
     /// Seconds since the condition last changed status (0 if unknown).

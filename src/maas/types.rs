@@ -12,6 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer};
 
 use super::decode::{charged_list, charged_text_map, Loose};
+use crate::api::StringMap;
 
 /// A machine's lifecycle state (MAAS `status`, see maas-api.md §5).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -322,8 +323,9 @@ pub struct Machine {
     pub owner: Option<String>,
     /// The owner's key=value data: the JSON's `workload_annotations` (MAAS
     /// 3.0+) and `owner_data` (every MAAS; deprecated from 3.0 on), one
-    /// store under two names.
-    pub owner_data: BTreeMap<String, String>,
+    /// store under two names. A sorted list: the MAAS watch keeps one for
+    /// every machine, and a `BTreeMap` node takes 544 bytes for two entries.
+    pub owner_data: StringMap,
     pub tag_names: Vec<String>,
     pub boot_interface: Option<Interface>,
     /// Every address MAAS links to one of the machine's interfaces, with
@@ -450,7 +452,14 @@ impl<'de> Deserialize<'de> for Machine {
         // a later MAAS may drop it. Either one naming the identity counts.
         let mut owner_data = raw.workload_annotations;
         owner_data.extend(raw.owner_data);
+        let owner_data: StringMap = owner_data.into_iter().collect();
         let (addresses, interfaces) = interfaces_and_addresses(raw.interface_set);
+        // The MAAS watch keeps every listed machine: no list keeps the
+        // room serde's doubling left (4 slots for one address).
+        let mut ip_addresses = raw.ip_addresses;
+        ip_addresses.shrink_to_fit();
+        let mut tag_names = raw.tag_names;
+        tag_names.shrink_to_fit();
         let parent = match raw.parent {
             Loose::Str(s) => Some(s),
             Loose::Object { system_id, .. } => system_id,
@@ -468,7 +477,7 @@ impl<'de> Deserialize<'de> for Machine {
             zone: raw.zone,
             pool: raw.pool,
             domain: raw.domain,
-            ip_addresses: raw.ip_addresses,
+            ip_addresses,
             cpu_count: u32::try_from(raw.cpu_count).unwrap_or(u32::MAX),
             memory: raw.memory,
             storage: raw.storage,
@@ -480,7 +489,7 @@ impl<'de> Deserialize<'de> for Machine {
             ephemeral_deploy: raw.ephemeral_deploy,
             owner: raw.owner.filter(|o| !o.is_empty()),
             owner_data,
-            tag_names: raw.tag_names,
+            tag_names,
             boot_interface: raw.boot_interface,
             addresses,
             interfaces,
@@ -527,6 +536,7 @@ fn interfaces_and_addresses(
             links,
         });
     }
+    addresses.shrink_to_fit();
     (addresses, interfaces)
 }
 
@@ -1181,7 +1191,7 @@ mod tests {
         assert_eq!(m.zone, "z");
         assert_eq!(m.pool, "");
         assert_eq!(m.power_state, PowerState::On);
-        assert_eq!(m.owner_data["a"], "b");
+        assert_eq!(m.owner_data.get("a").map(String::as_str), Some("b"));
         assert_eq!(m.memory, 4096);
     }
 

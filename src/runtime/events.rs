@@ -24,8 +24,9 @@
 //!   next write that gets through carries the full `count`.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -251,26 +252,22 @@ impl Occurrence {
     }
 }
 
-/// Aggregation key: object, type, reason and message in one string (a
-/// writer keeps up to `MAX_TRACKED / WRITERS` of them, so one allocation
-/// each). Each part but the message is preceded by its length, so two
-/// different keys never read the same.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct SeriesKey(Box<str>);
+/// Aggregation key: a 128-bit digest of object, type, reason and message
+/// (a writer keeps up to `MAX_TRACKED / WRITERS` of them: 16 bytes each
+/// instead of a copy of the message). The hash keys are random per process,
+/// so no one can craft two series that merge; by chance, two of the 4,096
+/// series collide with a probability of about 2^-105.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct SeriesKey(u64, u64);
 
 impl SeriesKey {
     fn of(object_id: &str, occ: &Occurrence) -> SeriesKey {
-        let (event_type, reason) = (occ.event_type, &occ.reason);
-        SeriesKey(
-            format!(
-                "{}:{object_id}{}:{event_type}{}:{reason}{}",
-                object_id.len(),
-                event_type.len(),
-                reason.len(),
-                occ.message
-            )
-            .into(),
-        )
+        static HASH_KEYS: OnceLock<RandomState> = OnceLock::new();
+        let keys = HASH_KEYS.get_or_init(RandomState::new);
+        // A tuple of strings hashes each with its end marked, so different
+        // parts never read the same.
+        let parts = (object_id, occ.event_type, &occ.reason, &occ.message);
+        SeriesKey(keys.hash_one((0u8, parts)), keys.hash_one((1u8, parts)))
     }
 }
 
@@ -333,7 +330,7 @@ impl Writer {
             _ => {
                 self.make_room(now);
                 self.series.insert(
-                    key.clone(),
+                    key,
                     Series {
                         first_at: occ.at,
                         count: 1,
@@ -446,7 +443,7 @@ impl Writer {
                 .series
                 .iter()
                 .min_by_key(|(_, s)| s.last_seen)
-                .map(|(k, _)| k.clone());
+                .map(|(k, _)| *k);
             match oldest {
                 Some(key) => self.series.remove(&key),
                 None => break,

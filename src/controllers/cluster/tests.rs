@@ -1006,7 +1006,7 @@ fn a_custom_dns_cluster_uses_the_users_endpoint_and_no_record() {
         .cloned()
         .unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::True, mc_api::CUSTOM_ENDPOINT)
     );
     assert!(mc.status().ready);
@@ -1046,7 +1046,7 @@ fn lxd_hosts_are_refused_before_any_maas_call() {
         .cloned()
         .unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::False, mc_api::UNSUPPORTED_FIELD)
     );
     assert!(

@@ -32,7 +32,7 @@ fn has_hook(w: &World, machine: &str) -> bool {
 fn reason(w: &World, name: &str) -> String {
     let mm = w.maas_machine(NS, name);
     conditions::get(mm.conditions(), mm_api::DNS_ATTACHED)
-        .map(|c| c.reason.clone())
+        .map(|c| c.reason.to_string())
         .unwrap_or_default()
 }
 

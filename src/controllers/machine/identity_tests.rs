@@ -22,7 +22,7 @@ fn reconcile(w: &World, ns: &str, name: &str) -> Result<Action, Error> {
 fn reason(w: &World, ns: &str, name: &str, type_: &str) -> String {
     let mm = w.maas_machine(ns, name);
     conditions::get(mm.conditions(), type_)
-        .map(|c| c.reason.clone())
+        .map(|c| c.reason.to_string())
         .unwrap_or_default()
 }
 

@@ -24,7 +24,7 @@ fn reconcile(w: &World, name: &str) -> Result<Action, Error> {
 fn reason(w: &World, name: &str, type_: &str) -> String {
     let mm = w.maas_machine(NS, name);
     conditions::get(mm.conditions(), type_)
-        .map(|c| c.reason.clone())
+        .map(|c| c.reason.to_string())
         .unwrap_or_default()
 }
 

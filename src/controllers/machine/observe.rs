@@ -212,7 +212,7 @@ pub(super) fn own_ips(selector: Option<&AddressSelector>, host: &maas::Machine) 
 fn addresses(host: &maas::Machine, ips: &[String]) -> Vec<MachineAddress> {
     let mut out = Vec::new();
     let entry = |type_: &str, address: &str| MachineAddress {
-        type_: type_.into(),
+        type_: crate::api::names::name(type_),
         address: address.into(),
     };
     if !host.fqdn.is_empty() {

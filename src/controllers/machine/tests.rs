@@ -27,7 +27,7 @@ fn condition(w: &World, name: &str, type_: &str) -> Option<conditions::Condition
 
 fn reason(w: &World, name: &str, type_: &str) -> String {
     condition(w, name, type_)
-        .map(|c| c.reason)
+        .map(|c| c.reason.into_owned())
         .unwrap_or_default()
 }
 
@@ -78,7 +78,7 @@ fn with_fallback_another_zone_of_the_cluster_is_used_and_said() {
     assert!(mm.spec.provider_id.unwrap().starts_with("maas:///az1/"));
     let c = condition(&w, "m1", mm_api::FAILURE_DOMAIN_MATCHED).unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::False, mm_api::FAILURE_DOMAIN_FALLBACK)
     );
     assert!(
@@ -290,7 +290,7 @@ fn missing_image_is_reported_with_the_closest_names_before_allocating() {
     assert!(matches!(err, Error::Retry(_)), "{err}");
     let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::False, mm_api::MACHINE_DEPLOY_FAILED)
     );
     assert!(c.message.contains("\"u-2204-0-k-1265-0\""), "{}", c.message);
@@ -949,7 +949,7 @@ fn paused_by_cluster_or_annotation_does_nothing_but_say_so() {
     assert!(w.maas.calls().is_empty());
     let paused = condition(&w, "m1", conditions::PAUSED).unwrap();
     assert_eq!(
-        (paused.status, paused.reason.as_str()),
+        (paused.status, paused.reason.as_ref()),
         (Status::True, conditions::PAUSED_REASON)
     );
     assert!(w.maas_machine(NS, "m1").metadata.finalizers.is_empty());
@@ -1624,7 +1624,7 @@ fn a_go_provider_vm_field_is_refused_before_any_maas_call() {
         }
         let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
         assert_eq!(
-            (c.status, c.reason.as_str()),
+            (c.status, c.reason.as_ref()),
             (Status::False, mm_api::UNSUPPORTED_FIELD),
             "{field}"
         );
@@ -1720,7 +1720,7 @@ fn ignition_bootstrap_data_is_refused_before_allocation() {
     }
     let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::False, mm_api::UNSUPPORTED_BOOTSTRAP_FORMAT)
     );
     assert!(c.message.contains("\"ignition\""), "{}", c.message);
@@ -1873,7 +1873,7 @@ fn a_deploy_option_this_maas_lacks_is_refused_before_allocating() {
     }
     let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
     assert_eq!(
-        (c.status, c.reason.as_str()),
+        (c.status, c.reason.as_ref()),
         (Status::False, mm_api::UNSUPPORTED_BY_MAAS)
     );
     for part in ["spec.enableKernelCrashDump", "MAAS 3.6", "3.4.8"] {

@@ -106,7 +106,7 @@ fn status(w: &World) -> MaasRemediationStatus {
 
 fn reason(w: &World, type_: &str) -> String {
     conditions::get(&status(w).conditions, type_)
-        .map(|c| c.reason.clone())
+        .map(|c| c.reason.to_string())
         .unwrap_or_default()
 }
 
@@ -152,7 +152,7 @@ fn run_power_cycle(w: &World, system_id: &str, n: u32) {
     let s = status(w);
     let cycled = conditions::get(&s.conditions, api::POWER_CYCLED).unwrap();
     assert_eq!(
-        (cycled.status, cycled.reason.as_str()),
+        (cycled.status, cycled.reason.as_ref()),
         (Status::True, api::POWER_CYCLED)
     );
     assert!(
