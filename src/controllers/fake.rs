@@ -1146,7 +1146,7 @@ impl MaasApi for FakeMaas {
         for (key, value) in data {
             match value {
                 Some(value) => host.owner_data.insert(key.to_string(), value.to_string()),
-                None => host.owner_data.remove(*key),
+                None => host.owner_data.remove(key),
             };
         }
         Ok(host.clone())
