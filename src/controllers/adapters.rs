@@ -282,6 +282,22 @@ impl MaasApi for Maas {
         Ok(zones.into_iter().map(|z| z.name).collect())
     }
 
+    fn machines_by_hostname(&self, hostname: &str) -> Result<Vec<maas::Machine>, maas::Error> {
+        self.client.machines(&MachineFilter::by_hostname(hostname))
+    }
+
+    fn vm_hosts(&self) -> Result<Vec<maas::VmHost>, maas::Error> {
+        self.client.vm_hosts()
+    }
+
+    fn compose_vm(&self, host_id: i64, req: &maas::ComposeRequest) -> Result<String, maas::Error> {
+        self.client.compose(host_id, req)
+    }
+
+    fn delete_machine(&self, system_id: &str) -> Result<(), maas::Error> {
+        self.client.delete_machine(system_id)
+    }
+
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
         self.client.dns_resources(fqdn)
     }

@@ -284,6 +284,23 @@ impl MaasApi for MaasView {
         self.api.zones()
     }
 
+    fn machines_by_hostname(&self, hostname: &str) -> Result<Vec<maas::Machine>, maas::Error> {
+        self.api.machines_by_hostname(hostname)
+    }
+
+    fn vm_hosts(&self) -> Result<Vec<maas::VmHost>, maas::Error> {
+        self.api.vm_hosts()
+    }
+
+    fn compose_vm(&self, host_id: i64, req: &maas::ComposeRequest) -> Result<String, maas::Error> {
+        self.api.compose_vm(host_id, req)
+    }
+
+    fn delete_machine(&self, system_id: &str) -> Result<(), maas::Error> {
+        self.mark_write(system_id);
+        self.api.delete_machine(system_id)
+    }
+
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {
         let records = self.api.dns_resources(fqdn)?;
         self.remember_dns(fqdn, records.clone());

@@ -100,6 +100,16 @@ pub trait MaasApi: Send + Sync {
         value: &str,
     ) -> Result<maas::Machine, maas::Error>;
 
+    // VM hosts (MAAS ≤ 3.8), for a MaasMachine asking for a VM
+    // (`controllers::machine::vm`).
+    /// Machines with this hostname (a composed VM is found again by it).
+    fn machines_by_hostname(&self, hostname: &str) -> Result<Vec<maas::Machine>, maas::Error>;
+    fn vm_hosts(&self) -> Result<Vec<maas::VmHost>, maas::Error>;
+    /// `op=compose` on a VM host; the new machine's system_id.
+    fn compose_vm(&self, host_id: i64, req: &maas::ComposeRequest) -> Result<String, maas::Error>;
+    /// `DELETE machines/<id>/` (decomposes a VM).
+    fn delete_machine(&self, system_id: &str) -> Result<(), maas::Error>;
+
     /// What the MAAS watch's view says about a machine: `Owned` stands in
     /// for [`MaasApi::machine`]; `NotOwned` and `Unknown` mean "read MAAS
     /// before acting". Without a watch: `Unknown`.

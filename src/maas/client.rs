@@ -55,6 +55,7 @@ fn body_limit(op: &str) -> u64 {
         | "domains_list"
         | "zones_list"
         | "resourcepools_list"
+        | "vmhosts_list"
         | "boot_resources_list" => MIB,
         // One object (machine, DNS resource, user, power state).
         _ => 4 * MIB,
@@ -947,6 +948,40 @@ impl Client {
     /// Lists boot resources and checks `image` against them.
     pub fn check_image(&self, image: &str) -> Result<super::ImageCheck, Error> {
         Ok(super::check_image(image, &self.boot_resources()?))
+    }
+
+    // ---- VM hosts (MAAS ≤ 3.8; later ones answer 410 Gone) -------------
+
+    pub fn vm_hosts(&self) -> Result<Vec<VmHost>, Error> {
+        self.list("vmhosts_list", "vm-hosts/")
+    }
+
+    /// Composes a VM on VM host `host_id`; returns its system_id (MAAS
+    /// answers `{system_id, resource_uri}`). Sent at most once: on a
+    /// transient error look for the VM by its hostname first.
+    pub fn compose(&self, host_id: i64, req: &ComposeRequest) -> Result<String, Error> {
+        let composed: Machine = self.json(Call {
+            op: "vmhost_compose",
+            method: Method::Post,
+            path: format!("vm-hosts/{host_id}/"),
+            query: vec![("op", "compose".into())],
+            form: req.form(),
+            repeat: Repeat::AtMostOnce,
+        })?;
+        Ok(composed.system_id)
+    }
+
+    /// `DELETE machines/<id>/`: a composed VM is decomposed on its host.
+    pub fn delete_machine(&self, system_id: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "machine_delete",
+            method: Method::Delete,
+            path: machine_path(system_id),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+        .map(|_| ())
     }
 
     // ---- plumbing --------------------------------------------------------

@@ -334,6 +334,8 @@ pub struct Machine {
     pub interfaces: Vec<MachineInterface>,
     /// The VM host's system_id for LXD/virsh guests.
     pub parent: Option<String>,
+    /// The VM host (`pod`, MAAS ≤ 3.8) a composed VM runs on, by name.
+    pub pod: Option<String>,
     pub locked: bool,
     pub description: String,
 }
@@ -427,6 +429,7 @@ struct RawMachine {
     #[serde(deserialize_with = "charged_list")]
     interface_set: Vec<RawInterface>,
     parent: Loose,
+    pod: Loose,
     #[serde(deserialize_with = "null_as_default")]
     locked: bool,
     #[serde(deserialize_with = "null_as_default")]
@@ -485,6 +488,10 @@ impl<'de> Deserialize<'de> for Machine {
             addresses,
             interfaces,
             parent,
+            pod: match raw.pod {
+                Loose::Object { name, .. } => name,
+                _ => None,
+            },
             locked: raw.locked,
             description: raw.description,
         })
@@ -1004,6 +1011,75 @@ impl AllocateRequest {
         if self.dry_run {
             f.push(("dry_run", "true".into()));
         }
+        f
+    }
+}
+
+/// A VM host (`GET vm-hosts/`, MAAS ≤ 3.8; `pods/` before 2.9): where
+/// MAAS composes VMs. Only what choosing one needs.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct VmHost {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+    /// `lxd` or `virsh`.
+    #[serde(rename = "type", deserialize_with = "null_as_default")]
+    pub kind: String,
+    #[serde(deserialize_with = "charged_list")]
+    pub tags: Vec<String>,
+    pub zone: Option<IdName>,
+    pub pool: Option<IdName>,
+    /// The machine it runs on (`system_id` null for a host MAAS does not manage).
+    pub host: Option<VmHostMachine>,
+    /// What is free: cores, memory (MiB), local_storage (bytes).
+    pub available: VmResources,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct IdName {
+    pub id: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct VmHostMachine {
+    pub system_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct VmResources {
+    pub cores: f64,
+    pub memory: f64,
+    pub local_storage: f64,
+}
+
+/// `POST vm-hosts/<id>/?op=compose` (`ComposeMachineForm`): `zone` and
+/// `pool` are ids, `memory` MiB, the one disk GB.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComposeRequest {
+    pub hostname: String,
+    pub cores: u32,
+    pub memory_mib: u64,
+    pub disk_gb: u64,
+    pub zone_id: Option<i64>,
+    pub pool_id: Option<i64>,
+}
+
+impl ComposeRequest {
+    pub(crate) fn form(&self) -> Vec<(&'static str, String)> {
+        let mut f = vec![
+            ("hostname", self.hostname.clone()),
+            ("cores", self.cores.to_string()),
+            ("memory", self.memory_mib.to_string()),
+            ("storage", format!("root:{}", self.disk_gb)),
+        ];
+        f.extend(self.zone_id.map(|id| ("zone", id.to_string())));
+        f.extend(self.pool_id.map(|id| ("pool", id.to_string())));
         f
     }
 }

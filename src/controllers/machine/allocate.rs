@@ -73,6 +73,20 @@ pub(super) fn find_or_allocate(
         return Ok(Step::Stop(wait));
     }
     require_image(r)?;
+    let mut request = allocate_request(r, machine, identity);
+    // A VM: composed first, then allocated by its system ID alone (the
+    // constraints were the host's to meet).
+    if let Some(kind) = r.object.vm_kind() {
+        request = match super::vm::ready_vm(r, machine, kind, identity)? {
+            Step::Continue(system_id) => AllocateRequest {
+                system_id: Some(system_id),
+                agent_name: request.agent_name,
+                comment: request.comment,
+                ..AllocateRequest::default()
+            },
+            Step::Stop(action) => return Ok(Step::Stop(action)),
+        };
+    }
     if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
         r.set(crate::api::Desired::false_(
             mm_api::MACHINE_DEPLOYED,
@@ -80,9 +94,12 @@ pub(super) fn find_or_allocate(
             "allocating a machine",
         ));
     }
-    let request = allocate_request(r, machine, identity);
     let allocated = match r.maas()?.allocate(&request) {
-        Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
+        Err(e)
+            if e.is_conflict()
+                && r.object.spec.failure_domain_fallback
+                && r.object.vm_kind().is_none() =>
+        {
             allocate_elsewhere(r, &request, maas_cluster, e)
         }
         other => other,

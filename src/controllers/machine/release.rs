@@ -77,8 +77,23 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
             return Ok(Action::RequeueAfter(ADOPTION_WAIT));
         }
     };
+    // A VM this object composed is decomposed (deleted), not released;
+    // so is one composed but never allocated.
+    let vm_identity = identity
+        .as_ref()
+        .filter(|_| r.object.vm_kind().is_some() || r.object.spec.parent.is_some());
     for system_id in &to_release {
-        release(r, system_id)?;
+        match vm_identity {
+            Some(id) if super::vm::is_composed_for(&r.maas()?.machine(system_id)?, id) => {
+                super::vm::decompose(r, system_id)?;
+            }
+            _ => release(r, system_id)?,
+        }
+    }
+    if let Some(id) = vm_identity {
+        for system_id in super::vm::unallocated(r, id)? {
+            super::vm::decompose(r, &system_id)?;
+        }
     }
     if let Some(wait) = super::ipam::release_static_addresses(r, identity.as_ref())? {
         return Ok(wait);
