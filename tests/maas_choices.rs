@@ -840,8 +840,8 @@ fn an_lxd_vm_is_composed_on_the_roomiest_host_deployed_and_decomposed() {
     );
     let hosts = lab.sim.client().vm_hosts().unwrap();
     let big = hosts.iter().find(|h| h.name == "lxd-big").unwrap();
-    assert_eq!(big.available.cores, 30.0);
-    assert_eq!(big.available.local_storage, 1960e9);
+    assert_eq!(big.free_cores, 30.0);
+    assert_eq!(big.free_storage, 1960e9);
 
     lab.remove_worker("vm");
     support::eventually(60, "vm decomposed and gone", || {
@@ -854,9 +854,6 @@ fn an_lxd_vm_is_composed_on_the_roomiest_host_deployed_and_decomposed() {
     });
     let hosts = lab.sim.client().vm_hosts().unwrap();
     let big = hosts.iter().find(|h| h.name == "lxd-big").unwrap();
-    assert_eq!(
-        big.available.cores, 32.0,
-        "decomposed: its host has it back"
-    );
+    assert_eq!(big.free_cores, 32.0, "decomposed: its host has it back");
     assert_eq!(lab.sim.call_count("POST machines/{id}/ op=release"), 0);
 }

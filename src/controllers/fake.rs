@@ -832,9 +832,9 @@ impl MaasApi for FakeMaas {
                 None,
             ));
         };
-        host.available.cores -= f64::from(req.cores);
-        host.available.memory -= req.memory_mib as f64;
-        host.available.local_storage -= req.disk_gb as f64 * 1e9;
+        host.free_cores -= f64::from(req.cores);
+        host.free_memory -= req.memory_mib as f64;
+        host.free_storage -= req.disk_gb as f64 * 1e9;
         let system_id = format!("vm{:03}", lock(&self.composed).len());
         let vm = maas::Machine {
             system_id: system_id.clone(),
@@ -843,11 +843,7 @@ impl MaasApi for FakeMaas {
             status: MachineStatus::Commissioning,
             status_name: "Commissioning".into(),
             power_type: host.kind.clone(),
-            zone: host
-                .zone
-                .as_ref()
-                .map(|z| z.name.clone())
-                .unwrap_or_default(),
+            zone: host.zone.clone(),
             pool: "default".into(),
             cpu_count: req.cores,
             memory: req.memory_mib,

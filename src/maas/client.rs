@@ -953,7 +953,8 @@ impl Client {
     // ---- VM hosts (MAAS ≤ 3.8; later ones answer 410 Gone) -------------
 
     pub fn vm_hosts(&self) -> Result<Vec<VmHost>, Error> {
-        self.list("vmhosts_list", "vm-hosts/")
+        let hosts: Vec<serde_json::Value> = self.list("vmhosts_list", "vm-hosts/")?;
+        Ok(hosts.iter().map(VmHost::from_json).collect())
     }
 
     /// Composes a VM on VM host `host_id`; returns its system_id (MAAS

@@ -1017,45 +1017,52 @@ impl AllocateRequest {
 
 /// A VM host (`GET vm-hosts/`, MAAS ≤ 3.8; `pods/` before 2.9): where
 /// MAAS composes VMs. Only what choosing one needs.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct VmHost {
     pub id: i64,
-    #[serde(deserialize_with = "null_as_default")]
     pub name: String,
     /// `lxd` or `virsh`.
-    #[serde(rename = "type", deserialize_with = "null_as_default")]
     pub kind: String,
-    #[serde(deserialize_with = "charged_list")]
     pub tags: Vec<String>,
-    pub zone: Option<IdName>,
-    pub pool: Option<IdName>,
-    /// The machine it runs on (`system_id` null for a host MAAS does not manage).
-    pub host: Option<VmHostMachine>,
-    /// What is free: cores, memory (MiB), local_storage (bytes).
-    pub available: VmResources,
+    pub zone: String,
+    pub zone_id: Option<i64>,
+    pub pool: String,
+    pub pool_id: Option<i64>,
+    /// The system_id of the machine it runs on (None: a host MAAS does
+    /// not manage).
+    pub host: Option<String>,
+    /// What is free (`available`): cores, memory (MiB), local storage (bytes).
+    pub free_cores: f64,
+    pub free_memory: f64,
+    pub free_storage: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct IdName {
-    pub id: i64,
-    #[serde(deserialize_with = "null_as_default")]
-    pub name: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct VmHostMachine {
-    pub system_id: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct VmResources {
-    pub cores: f64,
-    pub memory: f64,
-    pub local_storage: f64,
+impl VmHost {
+    /// Read field by field from the JSON of one VM host (a derive would
+    /// cost more binary than the few fields read).
+    pub(crate) fn from_json(v: &serde_json::Value) -> VmHost {
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let free = |k: &str| v["available"][k].as_f64().unwrap_or(0.0);
+        VmHost {
+            id: v["id"].as_i64().unwrap_or(0),
+            name: text(&v["name"]),
+            kind: text(&v["type"]),
+            tags: v["tags"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect(),
+            zone: text(&v["zone"]["name"]),
+            zone_id: v["zone"]["id"].as_i64(),
+            pool: text(&v["pool"]["name"]),
+            pool_id: v["pool"]["id"].as_i64(),
+            host: v["host"]["system_id"].as_str().map(str::to_string),
+            free_cores: free("cores"),
+            free_memory: free("memory"),
+            free_storage: free("local_storage"),
+        }
+    }
 }
 
 /// `POST vm-hosts/<id>/?op=compose` (`ComposeMachineForm`): `zone` and

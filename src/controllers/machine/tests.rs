@@ -1934,22 +1934,14 @@ fn lxd_worker(w: &World) {
             id,
             name: name.into(),
             kind: kind.into(),
-            zone: Some(crate::maas::IdName {
-                id: 1,
-                name: "az1".into(),
-            }),
-            pool: Some(crate::maas::IdName {
-                id: 0,
-                name: "default".into(),
-            }),
-            host: Some(crate::maas::VmHostMachine {
-                system_id: Some(format!("host{id}")),
-            }),
-            available: crate::maas::VmResources {
-                cores,
-                memory,
-                local_storage: storage_gb * 1e9,
-            },
+            zone: "az1".into(),
+            zone_id: Some(1),
+            pool: "default".into(),
+            pool_id: Some(0),
+            host: Some(format!("host{id}")),
+            free_cores: cores,
+            free_memory: memory,
+            free_storage: storage_gb * 1e9,
             ..Default::default()
         }
     };

@@ -208,8 +208,8 @@ fn compose(
         return Ok(Step::Stop(retry::refused(r, "VMHostUnavailable", &message)));
     };
     let request = ComposeRequest {
-        zone_id: host.zone.as_ref().map(|z| z.id),
-        pool_id: host.pool.as_ref().map(|p| p.id),
+        zone_id: host.zone_id,
+        pool_id: host.pool_id,
         ..request
     };
     match r.maas()?.compose_vm(host.id, &request) {
@@ -250,15 +250,12 @@ fn choose_host<'h>(
     wanted: &Wanted,
     vm: &ComposeRequest,
 ) -> Option<&'h VmHost> {
-    let named = |field: &Option<maas::IdName>, want: Option<&str>| {
-        want.is_none_or(|w| field.as_ref().is_some_and(|f| f.name == w))
-    };
+    let named = |field: &str, want: Option<&str>| want.is_none_or(|w| field == w);
     let headroom = |h: &VmHost| {
-        let free = &h.available;
         [
-            free.cores / f64::from(vm.cores),
-            free.memory / vm.memory_mib as f64,
-            free.local_storage / (vm.disk_gb.max(1) as f64 * 1e9),
+            h.free_cores / f64::from(vm.cores),
+            h.free_memory / vm.memory_mib as f64,
+            h.free_storage / (vm.disk_gb.max(1) as f64 * 1e9),
         ]
     };
     hosts
@@ -286,10 +283,7 @@ fn choose_host<'h>(
 /// The Go provider's `parent`: the system ID of the VM host's machine (its
 /// name for a host MAAS does not manage).
 fn parent_of(host: &VmHost) -> String {
-    host.host
-        .as_ref()
-        .and_then(|h| h.system_id.clone())
-        .unwrap_or_else(|| host.name.clone())
+    host.host.clone().unwrap_or_else(|| host.name.clone())
 }
 
 fn record_parent(r: &mut MachineReconciling, host: &VmHost) -> Result<(), Error> {
@@ -347,19 +341,11 @@ mod tests {
             id,
             name: name.into(),
             kind: "lxd".into(),
-            zone: Some(maas::IdName {
-                id: 1,
-                name: "az1".into(),
-            }),
-            pool: Some(maas::IdName {
-                id: 2,
-                name: "vms".into(),
-            }),
-            available: maas::VmResources {
-                cores,
-                memory,
-                local_storage: storage_gb * 1e9,
-            },
+            zone: "az1".into(),
+            pool: "vms".into(),
+            free_cores: cores,
+            free_memory: memory,
+            free_storage: storage_gb * 1e9,
             ..VmHost::default()
         }
     }
