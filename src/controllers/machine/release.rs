@@ -79,21 +79,14 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
     };
     // A VM this object composed is decomposed (deleted), not released;
     // so is one composed but never allocated.
-    let vm_identity = identity
-        .as_ref()
-        .filter(|_| r.object.vm_kind().is_some() || r.object.spec.parent.is_some());
-    for system_id in &to_release {
-        match vm_identity {
-            Some(id) if super::vm::is_composed_for(&r.maas()?.machine(system_id)?, id) => {
-                super::vm::decompose(r, system_id)?;
-            }
-            _ => release(r, system_id)?,
+    let mut to_release = to_release;
+    if r.object.vm_kind().is_some() || r.object.spec.parent.is_some() {
+        if let Some(id) = &identity {
+            super::vm::decompose_ours(r, id, &mut to_release)?;
         }
     }
-    if let Some(id) = vm_identity {
-        for system_id in super::vm::unallocated(r, id)? {
-            super::vm::decompose(r, &system_id)?;
-        }
+    for system_id in &to_release {
+        release(r, system_id)?;
     }
     if let Some(wait) = super::ipam::release_static_addresses(r, identity.as_ref())? {
         return Ok(wait);

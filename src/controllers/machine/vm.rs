@@ -30,7 +30,7 @@ use crate::api::Desired;
 use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
-use crate::maas::{self, ComposeRequest, MachineStatus, VmHost};
+use crate::maas::{ComposeRequest, MachineStatus, VmHost};
 use crate::runtime::Action;
 
 /// How often to look at a VM MAAS is commissioning (unowned, so the MAAS
@@ -195,15 +195,18 @@ fn compose(
     };
     let Some(host) = choose_host(&hosts, &wanted, &request).cloned() else {
         let message = format!(
-            "no {kind} VM host has room for a VM of {} cores, {} MiB, {} GB (pool {:?}, \
-             zone {:?}, tags {:?}, parent {:?})",
+            "no {kind} VM host has room for a VM of {} cores, {} MiB, {} GB in pool {}, zone \
+             {}, with tags [{}]{}",
             request.cores,
             request.memory_mib,
             request.disk_gb,
-            wanted.pool,
-            wanted.zone,
-            wanted.tags,
-            wanted.parent
+            wanted.pool.unwrap_or("(any)"),
+            wanted.zone.unwrap_or("(any)"),
+            wanted.tags.join(", "),
+            wanted
+                .parent
+                .map(|p| format!(", parent {p}"))
+                .unwrap_or_default(),
         );
         return Ok(Step::Stop(retry::refused(r, "VMHostUnavailable", &message)));
     };
@@ -296,40 +299,32 @@ fn record_parent(r: &mut MachineReconciling, host: &VmHost) -> Result<(), Error>
     Ok(())
 }
 
-/// Whether MAAS's machine is the VM this object composed (a VM, with the
-/// hostname of our identity): deleted, not released, on delete.
-pub(super) fn is_composed_for(host: &maas::Machine, identity: &Identity) -> bool {
-    host.pod.is_some() && host.hostname == hostname(identity)
-}
-
-/// Our VM that was composed but never allocated (deleted while MAAS
-/// commissioned it): nobody's, found by its hostname only.
-pub(super) fn unallocated(
-    r: &MachineReconciling,
+/// On delete, the VM this object composed (a VM with our hostname) is
+/// decomposed (`DELETE machines/<id>/`), not released: when `to_release`
+/// holds it (ours by identity), or nobody holds it (composed, never
+/// allocated). It leaves `to_release`.
+pub(super) fn decompose_ours(
+    r: &mut MachineReconciling,
     identity: &Identity,
-) -> Result<Vec<String>, Error> {
-    Ok(r.maas()?
-        .machines_by_hostname(&hostname(identity))?
-        .into_iter()
-        .filter(|vm| vm.pod.is_some() && vm.owner.is_none())
-        .map(|vm| vm.system_id)
-        .collect())
-}
-
-/// `DELETE machines/<id>/`: MAAS decomposes the VM on its host.
-pub(super) fn decompose(r: &mut MachineReconciling, system_id: &str) -> Result<(), Error> {
-    match r.maas()?.delete_machine(system_id) {
-        Ok(()) => {
-            r.event(
+    to_release: &mut Vec<String>,
+) -> Result<(), Error> {
+    for vm in r.maas()?.machines_by_hostname(&hostname(identity))? {
+        let id = vm.system_id;
+        if vm.pod.is_none() || !(vm.owner.is_none() || to_release.contains(&id)) {
+            continue;
+        }
+        match r.maas()?.delete_machine(&id) {
+            Ok(()) => r.event(
                 EventType::Normal,
                 "VMDecomposed",
-                &format!("Deleted VM {system_id:?} (decomposed on its VM host)"),
-            );
-            Ok(())
+                &format!("Deleted VM {id:?}"),
+            ),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
         }
-        Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(e.into()),
+        to_release.retain(|s| *s != id);
     }
+    Ok(())
 }
 
 #[cfg(test)]
