@@ -953,7 +953,16 @@ impl Client {
     // ---- VM hosts (MAAS ≤ 3.8; later ones answer 410 Gone) -------------
 
     pub fn vm_hosts(&self) -> Result<Vec<VmHost>, Error> {
-        let hosts: Vec<serde_json::Value> = self.list("vmhosts_list", "vm-hosts/")?;
+        // One JSON value, read field by field: no decoder of its own.
+        let hosts: serde_json::Value = self.json(Call {
+            op: "vmhosts_list",
+            method: Method::Get,
+            path: "vm-hosts/".into(),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        let hosts = hosts.as_array().map(Vec::as_slice).unwrap_or_default();
         Ok(hosts.iter().map(VmHost::from_json).collect())
     }
 

@@ -90,53 +90,40 @@ pub(super) fn ready_vm(
             Step::Stop(action) => Step::Stop(action),
         });
     };
-    // Ours would have been listed under our agent_name already.
-    if vm.pod.is_none() || vm.owner.is_some() {
-        let what = if vm.pod.is_none() {
-            "is not a composed VM"
-        } else {
-            "is allocated"
-        };
-        let message = format!(
-            "MAAS machine {} has this VM's hostname {hostname:?} but {what}: left alone",
-            vm.system_id
-        );
-        r.not_deployed(
-            mm_api::MACHINE_NOT_OWNED,
-            mm_api::MACHINE_NOT_OWNED,
-            message,
-        );
-        return Ok(Step::Stop(Action::Done));
-    }
-    if r.object.spec.parent.is_none() {
+    // Ours would have been listed under our agent_name already: one that
+    // is not a VM, or that someone holds, is not ours.
+    let ours = vm.pod.is_some() && vm.owner.is_none();
+    if ours && r.object.spec.parent.is_none() {
         // Composed before a crash that lost the spec write.
         let hosts = r.maas()?.vm_hosts().unwrap_or_default();
         if let Some(host) = hosts.iter().find(|h| vm.pod.as_ref() == Some(&h.name)) {
             record_parent(r, host)?;
         }
     }
-    match vm.status {
-        MachineStatus::Ready => Ok(Step::Continue(vm.system_id)),
-        MachineStatus::New | MachineStatus::Commissioning | MachineStatus::Testing => {
-            Ok(commissioning(r, &vm.system_id, &hostname))
+    let reason = match vm.status {
+        MachineStatus::Ready if ours => return Ok(Step::Continue(vm.system_id)),
+        MachineStatus::New | MachineStatus::Commissioning | MachineStatus::Testing if ours => {
+            return Ok(commissioning(r, &vm.system_id, &hostname));
         }
-        _ => {
-            let message = format!(
-                "VM {} ({hostname}) is {:?} in MAAS, not Ready to deploy; delete the \
-                 MaasMachine to decompose it",
-                vm.system_id, vm.status_name
-            );
-            r.not_deployed(mm_api::MACHINE_DEPLOY_FAILED, "VMNotReady", message);
-            Ok(Step::Stop(Action::Done))
-        }
-    }
+        _ if ours => mm_api::MACHINE_DEPLOY_FAILED,
+        _ => mm_api::MACHINE_NOT_OWNED,
+    };
+    let message = format!(
+        "MAAS machine {} ({hostname}) is {} and {}: not deployed (deleting the MaasMachine \
+         decomposes a VM of ours)",
+        vm.system_id,
+        vm.status_name,
+        if ours { "ours" } else { "not our VM" }
+    );
+    r.not_deployed(reason, reason, message);
+    Ok(Step::Stop(Action::Done))
 }
 
 fn commissioning(r: &mut MachineReconciling, system_id: &str, hostname: &str) -> Step<String> {
     r.set(Desired::false_(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_DEPLOY_STARTED,
-        format!("VM {system_id} ({hostname}) composed; MAAS is commissioning it"),
+        format!("VM {system_id} ({hostname}) commissioning"),
     ));
     Step::Stop(Action::RequeueAfter(COMMISSIONING_POLL))
 }
@@ -153,8 +140,7 @@ fn compose(
         // MAAS after 3.8 removed VM hosts: nothing to wait for.
         Err(e) if e.is_gone() => {
             let message = format!(
-                "spec.{kind}.enabled asks for a VM, but this MAAS has no VM hosts (removed \
-                 after MAAS 3.8: {}); nothing was composed",
+                "spec.{kind}.enabled: this MAAS has no VM hosts (removed after 3.8: {})",
                 e.message()
             );
             r.not_deployed(
