@@ -1041,26 +1041,26 @@ impl VmHost {
     /// Read field by field from the JSON of one VM host (a derive would
     /// cost more binary than the few fields read).
     pub(crate) fn from_json(v: &serde_json::Value) -> VmHost {
-        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        let free = |k: &str| v["available"][k].as_f64().unwrap_or(0.0);
+        let at = |path: &str| v.pointer(path).unwrap_or(&serde_json::Value::Null);
+        let text = |path: &str| at(path).as_str().unwrap_or_default().to_string();
         VmHost {
-            id: v["id"].as_i64().unwrap_or(0),
-            name: text(&v["name"]),
-            kind: text(&v["type"]),
-            tags: v["tags"]
+            id: at("/id").as_i64().unwrap_or(0),
+            name: text("/name"),
+            kind: text("/type"),
+            tags: at("/tags")
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(|t| t.as_str().map(str::to_string))
                 .collect(),
-            zone: text(&v["zone"]["name"]),
-            zone_id: v["zone"]["id"].as_i64(),
-            pool: text(&v["pool"]["name"]),
-            pool_id: v["pool"]["id"].as_i64(),
-            host: v["host"]["system_id"].as_str().map(str::to_string),
-            free_cores: free("cores"),
-            free_memory: free("memory"),
-            free_storage: free("local_storage"),
+            zone: text("/zone/name"),
+            zone_id: at("/zone/id").as_i64(),
+            pool: text("/pool/name"),
+            pool_id: at("/pool/id").as_i64(),
+            host: at("/host/system_id").as_str().map(str::to_string),
+            free_cores: at("/available/cores").as_f64().unwrap_or(0.0),
+            free_memory: at("/available/memory").as_f64().unwrap_or(0.0),
+            free_storage: at("/available/local_storage").as_f64().unwrap_or(0.0),
         }
     }
 }
@@ -1234,6 +1234,32 @@ fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vm_host_is_read_from_maas_json() {
+        let v = serde_json::json!({"id": 3, "name": "lxd-1", "type": "lxd", "tags": ["fast", 7],
+            "zone": {"id": 2, "name": "zone-a"}, "pool": {"id": 1, "name": "vms"},
+            "host": {"system_id": "abc123", "__incomplete__": true},
+            "available": {"cores": 6, "memory": 12288, "local_storage": 4.6e11}});
+        let h = VmHost::from_json(&v);
+        assert_eq!(
+            (h.id, h.name.as_str(), h.kind.as_str()),
+            (3, "lxd-1", "lxd")
+        );
+        assert_eq!(h.tags, vec!["fast".to_string()]);
+        assert_eq!(
+            (h.zone.as_str(), h.zone_id, h.pool_id),
+            ("zone-a", Some(2), Some(1))
+        );
+        assert_eq!(h.host.as_deref(), Some("abc123"));
+        assert_eq!(
+            (h.free_cores, h.free_memory, h.free_storage),
+            (6.0, 12288.0, 4.6e11)
+        );
+        let unmanaged =
+            VmHost::from_json(&serde_json::json!({"id": 4, "host": {"system_id": null}}));
+        assert_eq!((unmanaged.host, unmanaged.zone_id), (None, None));
+    }
 
     #[test]
     fn status_codes_and_names_round_trip() {
