@@ -11,8 +11,9 @@
 use std::path::{Path, PathBuf};
 
 /// `MaasApi` operations that change a machine.
-const MACHINE_WRITES: [&str; 9] = [
+const MACHINE_WRITES: [&str; 10] = [
     "deploy",
+    "delete_machine",
     "release",
     "power_on_with_comment",
     "power_off_with_comment",
@@ -24,8 +25,12 @@ const MACHINE_WRITES: [&str; 9] = [
 ];
 
 /// What `MaasView::client()` may be asked.
-const THROUGH_CLIENT: [&str; 6] = [
+/// (`compose` makes a new machine: no view can hold it yet.)
+const THROUGH_CLIENT: [&str; 9] = [
+    "compose",
     "events",
+    "machines",
+    "vm_hosts",
     "zones",
     "subnets",
     "ip_reservations",

@@ -15,11 +15,11 @@
 //!
 //! A second story applies, unchanged, Go-provider objects carrying each
 //! field the Go provider (and its fork) has beyond capmaas's own (issue
-//! 22): the VM fields are refused before anything is allocated, with a
-//! condition and a Warning naming the field; `staticIP`,
-//! `apiServerInterfaceName`, `deployInMemory`, `minDiskSize`,
-//! `lxd.enabled: false` and `spectrocloud.com/custom-dns-provided` are
-//! honoured.
+//! 22): the VM fields capmaas does not act on are refused before anything
+//! is allocated, with a condition and a Warning naming the field;
+//! `staticIP`, `apiServerInterfaceName`, `deployInMemory`, `minDiskSize`,
+//! `lxd.enabled` (a VM composed on a VM host: this MAAS has none, so it
+//! waits for one) and `spectrocloud.com/custom-dns-provided` are honoured.
 //!
 //!     cargo test --test go_migration -- --nocapture
 
@@ -361,13 +361,7 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
     // The VM fields and a staticIP MAAS cannot set: refused, nothing
     // allocated. The rest: honoured.
     const STATIC_IP: &str = "127.11.130.200";
-    let refused_fields: [(&str, Value, Value, &str); 5] = [
-        (
-            "vm-lxd",
-            json!({"lxd": {"enabled": true, "vmConfig": {"diskSize": 60, "autoStart": true}}}),
-            json!({}),
-            "spec.lxd.enabled",
-        ),
+    let refused_fields: [(&str, Value, Value, &str); 4] = [
         (
             "vm-parent",
             json!({"parent": "vmhost1"}),
@@ -408,6 +402,14 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
     for (name, spec, annotations, _) in &refused_fields {
         objects.extend(go_machine(&ns, name, spec.clone(), annotations.clone()));
     }
+    // A VM (the Go provider's LXD VM): composed on a VM host; the story's
+    // MAAS has none, so it waits for one, allocating nothing.
+    objects.extend(go_machine(
+        &ns,
+        "vm-lxd",
+        json!({"lxd": {"enabled": true, "vmConfig": {"diskSize": 60, "autoStart": true}}}),
+        json!({}),
+    ));
     objects.extend(go_machine(
         &ns,
         "bare-static",
@@ -488,6 +490,14 @@ fn go_provider_fields_are_honoured_or_refused_before_allocation() {
         assert!(message.contains(field), "{name}: {message}");
         assert!(mm["spec"]["systemID"].is_null(), "{mm:#}");
     }
+    let waiting = support::wait_explained(60, "vm-lxd waiting for a VM host", diagnostics, || {
+        let mm = get(&kube, &resources::MAAS_MACHINES, &ns, "vm-lxd")?;
+        let c = condition(&mm, "MachineDeployed")?;
+        string(&c["message"])
+            .contains("no lxd VM host has room for a VM of 1 cores")
+            .then_some(mm)
+    });
+    assert!(waiting["spec"]["systemID"].is_null(), "{waiting:#}");
     let (message, _) = support::wait_explained(
         60,
         "a machine of the LXD-host cluster refused",

@@ -21,6 +21,8 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+
 use capmaas::maas::MaasApi;
 use serde_json::{json, Value};
 use support::maas_sim::MaasSim;
@@ -765,4 +767,94 @@ fn an_endpoint_naming_someone_elses_dns_record_does_not_take_it_over() {
         before,
         "never emptied, repointed or deleted"
     );
+}
+
+/// Issue 22 item 3: `spec.lxd.enabled` (the Go provider's field) composes
+/// a VM on the LXD VM host of the machine's pool, zone and tags with the
+/// most headroom, sized from the spec, deploys it like any machine
+/// (providerID set, identity marks) and decomposes it on delete, freeing
+/// its host. Prints the MAAS calls from create to Ready (BENCHMARKS.md).
+#[test]
+fn an_lxd_vm_is_composed_on_the_roomiest_host_deployed_and_decomposed() {
+    let mut inventory = support::maas_sim::story_inventory();
+    inventory["vm_hosts"] = json!([
+        {"name": "lxd-small", "zone": "zone-a", "pool": "worker-pool", "tags": ["vmhost"],
+         "cores": 8, "memory": 16384, "storage_gb": 200, "host": "worker-1",
+         "vm_addresses": ["127.11.130.201"]},
+        {"name": "lxd-big", "zone": "zone-a", "pool": "worker-pool", "tags": ["vmhost"],
+         "cores": 32, "memory": 131072, "storage_gb": 2000, "host": "worker-2",
+         "vm_addresses": ["127.11.130.202"]},
+        {"name": "lxd-untagged", "zone": "zone-a", "pool": "worker-pool",
+         "cores": 64, "memory": 262144, "storage_gb": 4000, "vm_addresses": ["127.11.130.203"]},
+    ]);
+    inventory["settings"]["commission_seconds"] = json!(1.0);
+    let mut lab = start(&inventory, None);
+    let calls_start = lab.sim.calls();
+    let started = std::time::Instant::now();
+    lab.add_worker(
+        "vm",
+        json!({"image": IMAGE, "minCPU": 2, "minMemory": 4096, "resourcePool": "worker-pool",
+               "failureDomain": "zone-a", "tags": ["vmhost"],
+               "lxd": {"enabled": true, "vmConfig": {"diskSize": 40}}}),
+    );
+    let (_, vm) = lab.deployed("vm");
+    let mm = support::eventually(60, "vm Ready", || {
+        let mm = lab.get("maasmachines", "vm")?;
+        (mm["status"]["ready"] == true).then_some(mm)
+    });
+    let calls = lab.sim.calls();
+    let per_vm: BTreeMap<&String, u64> = calls
+        .iter()
+        .map(|(k, v)| (k, v - calls_start.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    eprintln!(
+        "MAAS calls for one LXD VM, create → Ready in {:.1}s: {} {per_vm:?}",
+        started.elapsed().as_secs_f64(),
+        per_vm.values().sum::<u64>()
+    );
+    assert_eq!(
+        per_vm.get(&"POST vm-hosts/{id}/ op=compose".to_string()),
+        Some(&1)
+    );
+
+    let system_id = objects::string(&vm["system_id"]);
+    let vm = lab.sim.machine_state(&system_id);
+    assert_eq!(
+        vm["hostname"].as_str().unwrap().split('-').next(),
+        Some("vm"),
+        "{vm}"
+    );
+    assert_eq!(
+        vm["agent_name"],
+        mm["metadata"]["annotations"]["capmaas.infrastructure.cluster.x-k8s.io/agent-name"],
+        "{vm}"
+    );
+    assert_eq!(
+        mm["spec"]["providerID"],
+        json!(format!("maas:///zone-a/{system_id}"))
+    );
+    assert_eq!(
+        mm["spec"]["parent"],
+        json!(lab.sim.system_id("worker-2")),
+        "lxd-big has the most headroom among the tagged hosts"
+    );
+    let hosts = lab.sim.client().vm_hosts().unwrap();
+    let big = hosts.iter().find(|h| h.name == "lxd-big").unwrap();
+    assert_eq!(big.free_cores, 30.0);
+    assert_eq!(big.free_storage, 1960e9);
+
+    lab.remove_worker("vm");
+    support::eventually(60, "vm decomposed and gone", || {
+        lab.capmaas.assert_running();
+        let gone = !lab.sim.state()["machines"]
+            .as_array()?
+            .iter()
+            .any(|m| m["system_id"] == json!(system_id));
+        (gone && lab.get("maasmachines", "vm").is_none()).then_some(())
+    });
+    let hosts = lab.sim.client().vm_hosts().unwrap();
+    let big = hosts.iter().find(|h| h.name == "lxd-big").unwrap();
+    assert_eq!(big.free_cores, 32.0, "decomposed: its host has it back");
+    assert_eq!(lab.sim.call_count("POST machines/{id}/ op=release"), 0);
 }

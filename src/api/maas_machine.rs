@@ -223,13 +223,16 @@ pub struct MaasMachineSpec {
     // The Go provider's (and its forks') fields that capmaas either maps
     // onto its own or refuses (`unsupported_field`): decoded so that a VM
     // asked for is never silently a bare-metal machine.
-    /// Go: the LXD VM switch; `enabled: true` is refused.
+    /// Go: `enabled: true` composes an LXD VM on a MAAS VM host
+    /// (`controllers::machine::vm`) instead of allocating a machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lxd: Option<GoLxd>,
-    /// Go: the VM host's system ID of an LXD VM; refused when set.
+    /// Go: the VM host's machine (system ID) of a VM: written once the VM
+    /// is composed; set before, it pins the host. Refused without a VM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// A virsh VM; refused in any form.
+    /// `enabled: true`: a VM on a virsh VM host (as `lxd`); another
+    /// shape is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virsh: Option<serde_json::Value>,
     /// Go fork: the interface whose address is the machine's own; read as
@@ -246,12 +249,17 @@ pub struct MaasMachineSpec {
     pub static_ip: Option<StaticIp>,
 }
 
-/// The Go provider's `spec.lxd` (`vmConfig` is not read).
+/// The Go provider's `spec.lxd`; of `vmConfig` only `diskSize` is read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GoLxd {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    #[serde(rename = "vmConfig", default, skip_serializing_if = "Option::is_none")]
+    pub vm_config: Option<serde_json::Value>,
 }
+
+/// The Go provider's VM disk when `vmConfig.diskSize` is unset (GB).
+pub const DEFAULT_VM_DISK_GB: u64 = 60;
 
 /// The Go fork's `spec.staticIP`. An empty `ip` means an external IPAM
 /// controller has yet to fill it in: the machine waits before deploying.
@@ -269,6 +277,9 @@ pub struct StaticIp {
 
 /// Go fork annotation: the VM's stable hostname (an LXD VM); refused.
 pub const VM_NAME_ANNOTATION: &str = "maas.spectrocloud.com/vm-name";
+/// `MachineDeployed` reason: a VM was asked for (`spec.lxd.enabled`,
+/// `spec.virsh.enabled`) of a MAAS without VM hosts (removed after 3.8).
+pub const VM_HOSTS_UNSUPPORTED: &str = "VMHostsUnsupported";
 /// `MachineDeployed` reason: a field asks for something capmaas does not
 /// do (a VM); nothing is allocated.
 pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
@@ -422,11 +433,13 @@ impl MaasMachine {
     /// `cluster_lxd` is the MaasCluster's `spec.lxdConfig.enabled`.
     pub fn unsupported_field(&self, cluster_lxd: bool) -> Option<&'static str> {
         let spec = &self.spec;
-        if spec.lxd.as_ref().and_then(|l| l.enabled) == Some(true) {
-            Some("spec.lxd.enabled")
-        } else if spec.parent.as_deref().is_some_and(|p| !p.is_empty()) {
+        // A virsh value other than `{enabled: <bool>}` says nothing we can read.
+        let virsh_unreadable = spec.virsh.as_ref().is_some_and(|v| {
+            !v.is_null() && !v.get("enabled").is_some_and(serde_json::Value::is_boolean)
+        });
+        if spec.parent.as_deref().is_some_and(|p| !p.is_empty()) && self.vm_kind().is_none() {
             Some("spec.parent")
-        } else if spec.virsh.as_ref().is_some_and(|v| !v.is_null()) {
+        } else if virsh_unreadable {
             Some("spec.virsh")
         } else if self.metadata.has_annotation(VM_NAME_ANNOTATION) {
             Some("metadata.annotations[maas.spectrocloud.com/vm-name]")
@@ -435,6 +448,40 @@ impl MaasMachine {
         } else {
             None
         }
+    }
+
+    /// The VM host type (`lxd`, `virsh`) of the VM this object asks for
+    /// instead of a bare-metal machine; None for a bare-metal machine.
+    pub fn vm_kind(&self) -> Option<&'static str> {
+        let spec = &self.spec;
+        if spec.lxd.as_ref().and_then(|l| l.enabled) == Some(true) {
+            Some("lxd")
+        } else if spec.virsh.as_ref().and_then(|v| v.get("enabled"))
+            == Some(&serde_json::Value::Bool(true))
+        {
+            Some("virsh")
+        } else {
+            None
+        }
+    }
+
+    /// The VM's disk in GB, as the Go provider sizes it: the larger of
+    /// `minDiskSize` and `lxd.vmConfig.diskSize` (default 60).
+    pub fn vm_disk_gb(&self) -> u64 {
+        let disk_size = self
+            .spec
+            .lxd
+            .as_ref()
+            .and_then(|l| l.vm_config.as_ref())
+            .and_then(|c| c.get("diskSize"))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(DEFAULT_VM_DISK_GB);
+        let min = self
+            .spec
+            .min_disk_size
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
+        disk_size.max(min)
     }
 
     /// Which addresses are the machine's own: `spec.addressSelector`, else
@@ -560,7 +607,8 @@ mod tests {
                          "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": "m-",
                          "managedFields": [{"manager": "capmaas"}]},
             "spec": {"image": "ubuntu/jammy", "systemID": "abc",
-                     "lxd": {"enabled": false, "vmConfig": {"diskSize": 60}}},
+                     "lxd": {"enabled": false, "vmConfig": {"diskSize": 60}},
+                     "somethingNewInSpec": true},
             "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "reason": "R",
                                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
                        "somethingNew": 1}
@@ -576,7 +624,8 @@ mod tests {
                              "finalizers": [FINALIZER],
                              "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
                                                   "name": "m", "uid": "mu"}]},
-                "spec": {"image": "ubuntu/jammy", "systemID": "abc", "lxd": {"enabled": false}},
+                "spec": {"image": "ubuntu/jammy", "systemID": "abc",
+                         "lxd": {"enabled": false, "vmConfig": {"diskSize": 60}}},
                 "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "reason": "R",
                                                           "lastTransitionTime": "2026-01-01T00:00:00Z",
                                                           "message": ""}]}
@@ -630,7 +679,28 @@ mod tests {
             "metadata": {"name": "m"}, "spec": {"image": "u", "lxd": {"enabled": true}}
         }))
         .unwrap();
-        assert_eq!(vm.unsupported_field(false), Some("spec.lxd.enabled"));
+        assert_eq!(vm.unsupported_field(false), None);
+        assert_eq!(vm.vm_kind(), Some("lxd"));
+        assert_eq!(vm.vm_disk_gb(), DEFAULT_VM_DISK_GB);
+        let virsh: MaasMachine = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m"},
+            "spec": {"image": "u", "virsh": {"enabled": true}, "parent": "h1", "minDiskSize": 80}
+        }))
+        .unwrap();
+        assert_eq!(
+            (virsh.unsupported_field(false), virsh.vm_kind()),
+            (None, Some("virsh"))
+        );
+        assert_eq!(
+            virsh.vm_disk_gb(),
+            80,
+            "the larger of minDiskSize and diskSize"
+        );
+        let parent_alone: MaasMachine = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m"}, "spec": {"image": "u", "parent": "h1", "virsh": {"enabled": false}}
+        }))
+        .unwrap();
+        assert_eq!(parent_alone.unsupported_field(false), Some("spec.parent"));
     }
 
     #[test]

@@ -384,6 +384,10 @@ pub struct FakeMaas {
     pub user: String,
     /// What `version/` answers; empty: "3.6.0".
     pub version: Mutex<String>,
+    /// VM hosts (`vm-hosts/`); a version 3.9 or later answers 410.
+    pub vm_hosts: Mutex<Vec<maas::VmHost>>,
+    pub composed: Mutex<Vec<(i64, maas::ComposeRequest)>>,
+    pub deleted: Mutex<Vec<String>>,
 }
 
 impl FakeMaas {
@@ -632,7 +636,10 @@ impl MaasApi for FakeMaas {
 
     /// As MAAS, by agent name and owner (what the controllers ask by).
     fn machines(&self, filter: &MachineFilter) -> Result<Vec<maas::Machine>, maas::Error> {
-        self.call("machines_by_agent_name", "")?;
+        match filter.hostnames.first() {
+            Some(hostname) => self.call("machines_by_hostname", hostname)?,
+            None => self.call("machines_by_agent_name", "")?,
+        }
         let agents = lock(&self.agent_names);
         Ok(lock(&self.machines)
             .values()
@@ -645,6 +652,7 @@ impl MaasApi for FakeMaas {
                         .owner
                         .as_ref()
                         .is_none_or(|o| h.owner.as_ref() == Some(o))
+                    && (filter.hostnames.is_empty() || filter.hostnames.contains(&h.hostname))
             })
             .cloned()
             .collect())
@@ -656,6 +664,7 @@ impl MaasApi for FakeMaas {
         let mut machines = lock(&self.machines);
         let candidate = machines.values_mut().find(|h| {
             h.status == MachineStatus::Ready
+                && req.system_id.as_ref().is_none_or(|id| &h.system_id == id)
                 && req.cpu_count.is_none_or(|c| h.cpu_count >= c)
                 && req.mem.is_none_or(|m| h.memory >= m)
                 && req.zone.as_ref().is_none_or(|z| &h.zone == z)
@@ -860,6 +869,67 @@ impl MaasApi for FakeMaas {
                 ..maas::Zone::default()
             })
             .collect())
+    }
+
+    fn vm_hosts(&self) -> Result<Vec<maas::VmHost>, maas::Error> {
+        self.call("vm_hosts", "")?;
+        let gone = maas::MaasVersion::parse(&self.version_info().version)
+            .is_some_and(|v| v >= maas::MaasVersion::new(3, 9, 0));
+        if gone {
+            return Err(maas::Error::from_response(
+                "vmhosts_list",
+                410,
+                "Gone",
+                None,
+            ));
+        }
+        Ok(lock(&self.vm_hosts).clone())
+    }
+
+    /// A VM as MAAS composes one: commissioning, unowned, on its host
+    /// (whose free resources shrink).
+    fn compose(&self, host_id: i64, req: &maas::ComposeRequest) -> Result<String, maas::Error> {
+        self.call("compose_vm", &req.hostname)?;
+        lock(&self.composed).push((host_id, req.clone()));
+        let mut hosts = lock(&self.vm_hosts);
+        let Some(host) = hosts.iter_mut().find(|h| h.id == host_id) else {
+            return Err(maas::Error::from_response(
+                "vmhost_compose",
+                404,
+                "No Pod matches the given query.",
+                None,
+            ));
+        };
+        host.free_cores -= f64::from(req.cores);
+        host.free_memory -= req.memory_mib as f64;
+        host.free_storage -= req.disk_gb as f64 * 1e9;
+        let system_id = format!("vm{:03}", lock(&self.composed).len());
+        let vm = maas::Machine {
+            system_id: system_id.clone(),
+            hostname: req.hostname.clone(),
+            fqdn: format!("{}.maas", req.hostname),
+            status: MachineStatus::Commissioning,
+            status_name: "Commissioning".into(),
+            power_type: host.kind.clone(),
+            zone: host.zone.clone(),
+            pool: "default".into(),
+            cpu_count: req.cores,
+            memory: req.memory_mib,
+            pod: Some(host.name.clone()),
+            ..maas::Machine::default()
+        };
+        lock(&self.machines).insert(system_id.clone(), vm);
+        Ok(system_id)
+    }
+
+    fn delete_machine(&self, system_id: &str) -> Result<(), maas::Error> {
+        self.call("delete_machine", system_id)?;
+        lock(&self.machines)
+            .remove(system_id)
+            .ok_or_else(|| Self::not_found("machine_delete"))?;
+        lock(&self.agent_names).remove(system_id);
+        lock(&self.deleted).push(system_id.into());
+        Ok(())
     }
 
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, maas::Error> {

@@ -13,9 +13,9 @@
 #[cfg(doc)]
 use super::Client;
 use super::{
-    AllocateRequest, AnnotationsOp, BootResource, DeployRequest, DnsResource, Error, Event,
-    EventQuery, IpReservation, Machine, MachineFilter, ReleaseRequest, ReserveFrom, Subnet,
-    VersionInfo, Zone,
+    AllocateRequest, AnnotationsOp, BootResource, ComposeRequest, DeployRequest, DnsResource,
+    Error, Event, EventQuery, IpReservation, Machine, MachineFilter, ReleaseRequest, ReserveFrom,
+    Subnet, VersionInfo, VmHost, Zone,
 };
 
 pub trait MaasApi: Send + Sync {
@@ -143,4 +143,15 @@ pub trait MaasApi: Send + Sync {
     fn zones(&self) -> Result<Vec<Zone>, Error>;
 
     fn boot_resources(&self) -> Result<Vec<BootResource>, Error>;
+
+    // VM hosts (MAAS ≤ 3.8; later ones answer 410 Gone), for a MaasMachine
+    // asking for a VM (`controllers::machine::vm`).
+    fn vm_hosts(&self) -> Result<Vec<VmHost>, Error>;
+
+    /// `op=compose` on VM host `host_id`; the new machine's system_id. Sent
+    /// at most once: on a transient error look for the VM by its hostname.
+    fn compose(&self, host_id: i64, req: &ComposeRequest) -> Result<String, Error>;
+
+    /// `DELETE machines/<id>/`: a composed VM is decomposed on its host.
+    fn delete_machine(&self, system_id: &str) -> Result<(), Error>;
 }

@@ -56,6 +56,7 @@ fn body_limit(op: &str) -> u64 {
         | "domains_list"
         | "zones_list"
         | "resourcepools_list"
+        | "vmhosts_list"
         | "boot_resources_list" => MIB,
         // One object (machine, DNS resource, user, power state).
         _ => 4 * MIB,
@@ -834,6 +835,50 @@ impl Client {
 }
 
 impl MaasApi for Client {
+    // ---- VM hosts (MAAS ≤ 3.8; later ones answer 410 Gone) -------------
+
+    fn vm_hosts(&self) -> Result<Vec<VmHost>, Error> {
+        // One JSON value, read field by field: no decoder of its own.
+        let hosts: serde_json::Value = self.json(Call {
+            op: "vmhosts_list",
+            method: Method::Get,
+            path: "vm-hosts/".into(),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })?;
+        let hosts = hosts.as_array().map(Vec::as_slice).unwrap_or_default();
+        Ok(hosts.iter().map(VmHost::from_json).collect())
+    }
+
+    /// Composes a VM on VM host `host_id`; returns its system_id (MAAS
+    /// answers `{system_id, resource_uri}`). Sent at most once: on a
+    /// transient error look for the VM by its hostname first.
+    fn compose(&self, host_id: i64, req: &ComposeRequest) -> Result<String, Error> {
+        let composed: Machine = self.json(Call {
+            op: "vmhost_compose",
+            method: Method::Post,
+            path: format!("vm-hosts/{host_id}/"),
+            query: vec![("op", "compose".into())],
+            form: req.form(),
+            repeat: Repeat::AtMostOnce,
+        })?;
+        Ok(composed.system_id)
+    }
+
+    /// `DELETE machines/<id>/`: a composed VM is decomposed on its host.
+    fn delete_machine(&self, system_id: &str) -> Result<(), Error> {
+        self.call(Call {
+            op: "machine_delete",
+            method: Method::Delete,
+            path: machine_path(system_id),
+            query: vec![],
+            form: vec![],
+            repeat: Repeat::Safe,
+        })
+        .map(|_| ())
+    }
+
     /// `GET events/?op=query`: the machines' event log, **newest first**
     /// as MAAS answers (also with `after`, where MAAS picks the oldest
     /// `limit` events after it and then reverses them). Events of machines

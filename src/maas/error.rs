@@ -247,6 +247,11 @@ impl Error {
         self.status == Some(409) && self.retry_after.is_none()
     }
 
+    /// 410: MAAS removed the feature (VM hosts after 3.8).
+    pub fn is_gone(&self) -> bool {
+        self.status == Some(410)
+    }
+
     /// 401: the API key is wrong (or MAAS forgot it).
     pub fn is_unauthorized(&self) -> bool {
         self.status == Some(401)

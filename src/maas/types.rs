@@ -336,6 +336,8 @@ pub struct Machine {
     pub interfaces: Vec<MachineInterface>,
     /// The VM host's system_id for LXD/virsh guests.
     pub parent: Option<String>,
+    /// The VM host (`pod`, MAAS ≤ 3.8) a composed VM runs on, by name.
+    pub pod: Option<String>,
     pub locked: bool,
     pub description: String,
 }
@@ -429,6 +431,7 @@ struct RawMachine {
     #[serde(deserialize_with = "charged_list")]
     interface_set: Vec<RawInterface>,
     parent: Loose,
+    pod: Loose,
     #[serde(deserialize_with = "null_as_default")]
     locked: bool,
     #[serde(deserialize_with = "null_as_default")]
@@ -494,6 +497,10 @@ impl<'de> Deserialize<'de> for Machine {
             addresses,
             interfaces,
             parent,
+            pod: match raw.pod {
+                Loose::Object { name, .. } => name,
+                _ => None,
+            },
             locked: raw.locked,
             description: raw.description,
         })
@@ -1018,6 +1025,82 @@ impl AllocateRequest {
     }
 }
 
+/// A VM host (`GET vm-hosts/`, MAAS ≤ 3.8; `pods/` before 2.9): where
+/// MAAS composes VMs. Only what choosing one needs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VmHost {
+    pub id: i64,
+    pub name: String,
+    /// `lxd` or `virsh`.
+    pub kind: String,
+    pub tags: Vec<String>,
+    pub zone: String,
+    pub zone_id: Option<i64>,
+    pub pool: String,
+    pub pool_id: Option<i64>,
+    /// The system_id of the machine it runs on (None: a host MAAS does
+    /// not manage).
+    pub host: Option<String>,
+    /// What is free (`available`): cores, memory (MiB), local storage (bytes).
+    pub free_cores: f64,
+    pub free_memory: f64,
+    pub free_storage: f64,
+}
+
+impl VmHost {
+    /// Read field by field from the JSON of one VM host (a derive would
+    /// cost more binary than the few fields read).
+    pub(crate) fn from_json(v: &serde_json::Value) -> VmHost {
+        let at = |path: &str| v.pointer(path).unwrap_or(&serde_json::Value::Null);
+        let text = |path: &str| at(path).as_str().unwrap_or_default().to_string();
+        VmHost {
+            id: at("/id").as_i64().unwrap_or(0),
+            name: text("/name"),
+            kind: text("/type"),
+            tags: at("/tags")
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect(),
+            zone: text("/zone/name"),
+            zone_id: at("/zone/id").as_i64(),
+            pool: text("/pool/name"),
+            pool_id: at("/pool/id").as_i64(),
+            host: at("/host/system_id").as_str().map(str::to_string),
+            free_cores: at("/available/cores").as_f64().unwrap_or(0.0),
+            free_memory: at("/available/memory").as_f64().unwrap_or(0.0),
+            free_storage: at("/available/local_storage").as_f64().unwrap_or(0.0),
+        }
+    }
+}
+
+/// `POST vm-hosts/<id>/?op=compose` (`ComposeMachineForm`): `zone` and
+/// `pool` are ids, `memory` MiB, the one disk GB.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComposeRequest {
+    pub hostname: String,
+    pub cores: u32,
+    pub memory_mib: u64,
+    pub disk_gb: u64,
+    pub zone_id: Option<i64>,
+    pub pool_id: Option<i64>,
+}
+
+impl ComposeRequest {
+    pub(crate) fn form(&self) -> Vec<(&'static str, String)> {
+        let mut f = vec![
+            ("hostname", self.hostname.clone()),
+            ("cores", self.cores.to_string()),
+            ("memory", self.memory_mib.to_string()),
+            ("storage", format!("root:{}", self.disk_gb)),
+        ];
+        f.extend(self.zone_id.map(|id| ("zone", id.to_string())));
+        f.extend(self.pool_id.map(|id| ("pool", id.to_string())));
+        f
+    }
+}
+
 /// Parameters for `op=deploy`. `Debug` shows the size of `user_data`, never
 /// its content: cloud-init user data carries bootstrap tokens.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -1161,6 +1244,32 @@ fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vm_host_is_read_from_maas_json() {
+        let v = serde_json::json!({"id": 3, "name": "lxd-1", "type": "lxd", "tags": ["fast", 7],
+            "zone": {"id": 2, "name": "zone-a"}, "pool": {"id": 1, "name": "vms"},
+            "host": {"system_id": "abc123", "__incomplete__": true},
+            "available": {"cores": 6, "memory": 12288, "local_storage": 4.6e11}});
+        let h = VmHost::from_json(&v);
+        assert_eq!(
+            (h.id, h.name.as_str(), h.kind.as_str()),
+            (3, "lxd-1", "lxd")
+        );
+        assert_eq!(h.tags, vec!["fast".to_string()]);
+        assert_eq!(
+            (h.zone.as_str(), h.zone_id, h.pool_id),
+            ("zone-a", Some(2), Some(1))
+        );
+        assert_eq!(h.host.as_deref(), Some("abc123"));
+        assert_eq!(
+            (h.free_cores, h.free_memory, h.free_storage),
+            (6.0, 12288.0, 4.6e11)
+        );
+        let unmanaged =
+            VmHost::from_json(&serde_json::json!({"id": 4, "host": {"system_id": null}}));
+        assert_eq!((unmanaged.host, unmanaged.zone_id), (None, None));
+    }
 
     #[test]
     fn status_codes_and_names_round_trip() {

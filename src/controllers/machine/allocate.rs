@@ -79,6 +79,20 @@ pub(super) fn find_or_allocate(
         return Ok(Step::Stop(wait));
     }
     require_image(r)?;
+    let mut request = allocate_request(r, machine, identity);
+    // A VM: composed first, then allocated by its system ID alone (the
+    // constraints were the host's to meet).
+    if let Some(kind) = r.object.vm_kind() {
+        request = match super::vm::ready_vm(r, machine, kind, identity)? {
+            Step::Continue(system_id) => AllocateRequest {
+                system_id: Some(system_id),
+                agent_name: request.agent_name,
+                comment: request.comment,
+                ..AllocateRequest::default()
+            },
+            Step::Stop(action) => return Ok(Step::Stop(action)),
+        };
+    }
     if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
         r.set(crate::api::Desired::false_(
             mm_api::MACHINE_DEPLOYED,
@@ -86,20 +100,22 @@ pub(super) fn find_or_allocate(
             "allocating a machine",
         ));
     }
-    let request = allocate_request(r, machine, identity);
+    // A VM is composed for this object alone: never a reused machine.
     let reused = match (maas_cluster, reuse_owner.as_deref()) {
-        (Some(cluster), Some(owner)) => match reuse::allocate(r, cluster, owner, &request)? {
-            reuse::Reuse::Took(host) => Some(*host),
-            reuse::Reuse::Releasing(system_id) => {
-                r.set(crate::api::Desired::false_(
-                    mm_api::MACHINE_DEPLOYED,
-                    mm_api::MACHINE_DEPLOY_STARTED,
-                    format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"),
-                ));
-                return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
+        (Some(cluster), Some(owner)) if r.object.vm_kind().is_none() => {
+            match reuse::allocate(r, cluster, owner, &request)? {
+                reuse::Reuse::Took(host) => Some(*host),
+                reuse::Reuse::Releasing(system_id) => {
+                    r.set(crate::api::Desired::false_(
+                        mm_api::MACHINE_DEPLOYED,
+                        mm_api::MACHINE_DEPLOY_STARTED,
+                        format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"),
+                    ));
+                    return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
+                }
+                reuse::Reuse::Nothing => None,
             }
-            reuse::Reuse::Nothing => None,
-        },
+        }
         _ => None,
     };
     // Only a machine the reuse path took is a reuse: a normal allocation
@@ -108,7 +124,11 @@ pub(super) fn find_or_allocate(
     let allocated = match reused {
         Some(host) => Ok(host),
         None => match r.maas()?.allocate(&request) {
-            Err(e) if e.is_conflict() && r.object.spec.failure_domain_fallback => {
+            Err(e)
+                if e.is_conflict()
+                    && r.object.spec.failure_domain_fallback
+                    && r.object.vm_kind().is_none() =>
+            {
                 allocate_elsewhere(r, &request, maas_cluster, e)
             }
             other => other,

@@ -39,6 +39,7 @@ mod reuse;
 mod reuse_tests;
 #[cfg(test)]
 mod tests;
+mod vm;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -268,8 +269,9 @@ impl MachineReconciling<'_> {
     }
 
     /// Before anything is allocated, a machine asking for what capmaas
-    /// does not do (a VM: the Go provider's `spec.lxd.enabled`, `parent`,
-    /// ...; a `spec.staticIP` MAAS cannot set) stops here, with no MAAS
+    /// does not do (a VM other than `spec.lxd`/`spec.virsh` ones: a
+    /// `spec.parent` without them, the MaasCluster's LXD hosts ...; a
+    /// `spec.staticIP` MAAS cannot set) stops here, with no MAAS
     /// call: a bare-metal machine in its place would be a silent lie. A machine that has one already (in
     /// `spec.systemID`) is not affected: refusing it now would only take
     /// away what runs.
@@ -280,8 +282,9 @@ impl MachineReconciling<'_> {
         let cluster_lxd = maas_cluster.is_some_and(MaasCluster::lxd_hosts_enabled);
         let message = match self.object.unsupported_field(cluster_lxd) {
             Some(field) => format!(
-                "{field} asks for a virtual machine; capmaas deploys bare-metal MAAS machines \
-                 only: remove the field (nothing was allocated)"
+                "{field} asks for a virtual machine capmaas does not make (it composes VMs \
+                 for spec.lxd.enabled or spec.virsh.enabled only): remove the field (nothing \
+                 was allocated)"
             ),
             None => format!(
                 "{} (nothing was allocated)",

@@ -77,12 +77,21 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
             return Ok(Action::RequeueAfter(ADOPTION_WAIT));
         }
     };
+    // A VM this object composed is decomposed (deleted), not released;
+    // so is one composed but never allocated.
+    let mut to_release = to_release;
+    let composed = r.object.vm_kind().is_some() || r.object.spec.parent.is_some();
+    if composed {
+        if let Some(id) = &identity {
+            super::vm::decompose_ours(r, id, &mut to_release)?;
+        }
+    }
     // Node reuse: the recorded machine goes back to MAAS for the next
     // Machine of its MachineDeployment or control plane, unless the
-    // cluster itself is going.
+    // cluster itself is going (or it was a VM, decomposed above).
     let reuse = match (&owners.maas_cluster, &owners.cluster) {
         (Some(maas_cluster), Some(cluster))
-            if record_stays && !cluster.metadata.is_being_deleted() =>
+            if record_stays && !composed && !cluster.metadata.is_being_deleted() =>
         {
             reuse::owner(&r.object, owners.machine.as_deref()).map(|o| (maas_cluster.clone(), o))
         }

@@ -1592,16 +1592,14 @@ fn lock_allocations(w: &World) -> Vec<crate::maas::AllocateRequest> {
     w.maas.allocations.lock().unwrap().clone()
 }
 
-/// Issue 22: each Go-provider field asking for a VM stops the machine
+/// Issue 22: each Go-provider field asking for a VM capmaas does not make
+/// (a parent without `lxd`/`virsh`, an unreadable `virsh`, ...) stops the machine
 /// before anything is allocated (no MAAS call), with the field's path on
 /// `MachineDeployed` and one Warning event, however often it is reconciled.
 #[test]
 fn a_go_provider_vm_field_is_refused_before_any_maas_call() {
     type Edit = fn(&mut serde_json::Value);
-    let cases: [(&str, Edit); 5] = [
-        ("spec.lxd.enabled", |v| {
-            v["spec"]["lxd"] = json!({"enabled": true, "vmConfig": {"diskSize": 60}})
-        }),
+    let cases: [(&str, Edit); 4] = [
         ("spec.parent", |v| v["spec"]["parent"] = json!("vmhost1")),
         ("spec.virsh", |v| v["spec"]["virsh"] = json!({})),
         ("maas.spectrocloud.com/vm-name", |v| {
@@ -1928,4 +1926,216 @@ fn an_allocated_machine_is_refused_before_deploy_and_keeps_its_allocation() {
     assert!(c.message.contains("spec.enableHwSync"), "{}", c.message);
     assert!(w.maas.deploys.lock().unwrap().is_empty());
     assert_eq!(w.maas.host(&system_id).status, MachineStatus::Allocated);
+}
+
+/// Two LXD VM hosts in az1 (`small`: 4 cores, 8 GiB, 200 GB free; `big`:
+/// 16 cores, 64 GiB, 1 TB) and a virsh one; worker `m1` asks for an LXD VM
+/// (the Go provider's fields: minCPU 2, minMemory 4096, vmConfig.diskSize 40).
+fn lxd_worker(w: &World) {
+    let host = |id: i64, name: &str, kind: &str, cores: f64, memory: f64, storage_gb: f64| {
+        crate::maas::VmHost {
+            id,
+            name: name.into(),
+            kind: kind.into(),
+            zone: "az1".into(),
+            zone_id: Some(1),
+            pool: "default".into(),
+            pool_id: Some(0),
+            host: Some(format!("host{id}")),
+            free_cores: cores,
+            free_memory: memory,
+            free_storage: storage_gb * 1e9,
+            ..Default::default()
+        }
+    };
+    *w.maas.vm_hosts.lock().unwrap() = vec![
+        host(1, "small", "lxd", 4.0, 8192.0, 200.0),
+        host(2, "big", "lxd", 16.0, 65536.0, 1000.0),
+        host(3, "virsh-huge", "virsh", 64.0, 262_144.0, 8000.0),
+    ];
+    w.cluster(NS, "c1");
+    w.machine(NS, "c1", "m1", false);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["lxd"] = json!({"enabled": true, "vmConfig": {"diskSize": 40}})
+    });
+}
+
+fn compose_calls(w: &World) -> usize {
+    w.maas
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("compose_vm"))
+        .count()
+}
+
+/// Issue 22 item 3: `lxd.enabled` composes a VM on the LXD host with the
+/// most headroom, sized from the spec; once MAAS has commissioned it, it
+/// is allocated under the object's identity and deployed like any machine;
+/// on delete it is decomposed, not released.
+#[test]
+fn an_lxd_machine_is_composed_on_the_roomiest_host_deployed_and_decomposed() {
+    let w = World::new(0);
+    lxd_worker(&w);
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(matches!(next, Action::RequeueAfter(_)), "{next:?}");
+    let composed = w.maas.composed.lock().unwrap().clone();
+    assert_eq!(composed.len(), 1);
+    let (host_id, req) = &composed[0];
+    assert_eq!(*host_id, 2, "big has the most headroom");
+    assert_eq!((req.cores, req.memory_mib, req.disk_gb), (2, 4096, 40));
+    assert_eq!((req.zone_id, req.pool_id), (Some(1), Some(0)));
+    assert_eq!(req.hostname, "m1-uidmmm1", "from the identity");
+    let mm = w.maas_machine(NS, "m1");
+    assert_eq!(mm.spec.parent.as_deref(), Some("host2"));
+    assert!(
+        mm.spec.system_id.is_none(),
+        "not allocated while commissioning"
+    );
+    assert!(condition(&w, "m1", mm_api::MACHINE_DEPLOYED)
+        .unwrap()
+        .message
+        .contains("commissioning"));
+
+    // Still commissioning: looked at again, never composed again.
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(compose_calls(&w), 1);
+
+    let vm = w
+        .maas
+        .machines
+        .lock()
+        .unwrap()
+        .values()
+        .find(|m| m.pod.is_some())
+        .unwrap()
+        .system_id
+        .clone();
+    w.maas
+        .set_state(&vm, MachineStatus::Ready, "Ready", PowerState::Off);
+    reconcile(&w, "m1").unwrap();
+    let mm = w.maas_machine(NS, "m1");
+    assert_eq!(mm.spec.system_id.as_deref(), Some(vm.as_str()));
+    assert_eq!(
+        mm.spec.provider_id.as_deref(),
+        Some(format!("maas:///az1/{vm}").as_str())
+    );
+    let allocations = lock_allocations(&w);
+    assert_eq!(allocations.len(), 1);
+    assert_eq!(allocations[0].system_id.as_deref(), Some(vm.as_str()));
+    assert_eq!(
+        allocations[0].agent_name.as_deref(),
+        Some("capmaas/ns/m1/uid-mm-m1")
+    );
+    assert_eq!(
+        allocations[0].cpu_count, None,
+        "the host met the constraints"
+    );
+    assert_eq!(
+        w.maas
+            .host(&vm)
+            .owner_data
+            .get(OWNER_DATA_KEY)
+            .map(String::as_str),
+        Some("capmaas/ns/m1/uid-mm-m1")
+    );
+    w.maas.finish_deployments();
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert!(w.maas_machine(NS, "m1").status().ready);
+
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert_eq!(w.maas.deleted.lock().unwrap().clone(), vec![vm]);
+    assert!(
+        w.maas.releases.lock().unwrap().is_empty(),
+        "decomposed, not released"
+    );
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+    assert_eq!(compose_calls(&w), 1);
+}
+
+/// A crash after the compose call, before anything was written back: the
+/// VM is found again by its hostname (and its host recorded), never
+/// composed twice; deleted while MAAS commissions it, it is decomposed.
+#[test]
+fn a_vm_composed_before_a_crash_is_found_again_by_its_hostname() {
+    let w = World::new(0);
+    lxd_worker(&w);
+    let earlier = crate::maas::ComposeRequest {
+        hostname: "m1-uidmmm1".into(),
+        cores: 2,
+        memory_mib: 4096,
+        disk_gb: 40,
+        ..Default::default()
+    };
+    // The identity is chosen on the first reconcile; the crash came later.
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["metadata"]["annotations"][mm_api::AGENT_NAME_ANNOTATION] =
+            json!("capmaas/ns/m1/uid-mm-m1")
+    });
+    let vm = w.maas.compose(1, &earlier).unwrap();
+    w.maas.calls.lock().unwrap().clear();
+    reconcile(&w, "m1").unwrap();
+    assert_eq!(compose_calls(&w), 0, "{:?}", w.maas.calls());
+    assert_eq!(
+        w.maas_machine(NS, "m1").spec.parent.as_deref(),
+        Some("host1")
+    );
+    assert!(condition(&w, "m1", mm_api::MACHINE_DEPLOYED)
+        .unwrap()
+        .message
+        .contains(&vm));
+
+    w.delete(MAAS_MACHINE, NS, "m1");
+    assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    assert_eq!(w.maas.deleted.lock().unwrap().clone(), vec![vm]);
+    assert!(w.kube.get(MAAS_MACHINE, NS, "m1").is_none());
+}
+
+/// MAAS after 3.8 has no VM hosts (410 Gone): a clear condition and one
+/// Warning, no retry loop, nothing composed.
+#[test]
+fn a_vm_on_a_maas_without_vm_hosts_is_a_clear_condition_not_a_retry_loop() {
+    let w = World::new(0);
+    lxd_worker(&w);
+    *w.maas.version.lock().unwrap() = "3.9.0".into();
+    for _ in 0..2 {
+        assert_eq!(reconcile(&w, "m1").unwrap(), Action::Done);
+    }
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert_eq!(c.reason, mm_api::VM_HOSTS_UNSUPPORTED);
+    assert!(
+        c.message.contains("spec.lxd.enabled") && c.message.contains("3.8"),
+        "{}",
+        c.message
+    );
+    let warnings = w
+        .kube
+        .event_reasons()
+        .into_iter()
+        .filter(|r| r == mm_api::VM_HOSTS_UNSUPPORTED)
+        .count();
+    assert_eq!(warnings, 1);
+    assert_eq!(compose_calls(&w), 0);
+}
+
+/// No host of the asked type has room (virsh: only one host, too small):
+/// refused with the sizes in words, retried with backoff.
+#[test]
+fn no_vm_host_with_room_is_refused_and_retried() {
+    let w = World::new(0);
+    lxd_worker(&w);
+    w.edit(MAAS_MACHINE, NS, "m1", |v| {
+        v["spec"]["lxd"] = json!(null);
+        v["spec"]["virsh"] = json!({"enabled": true});
+        v["spec"]["minDiskSize"] = json!(9000);
+    });
+    let next = reconcile(&w, "m1").unwrap();
+    assert!(matches!(next, Action::RequeueAfter(_)), "{next:?}");
+    let c = condition(&w, "m1", mm_api::MACHINE_DEPLOYED).unwrap();
+    assert!(
+        c.message.contains("no virsh VM host has room") && c.message.contains("9000 GB"),
+        "{}",
+        c.message
+    );
+    assert_eq!(compose_calls(&w), 0);
 }

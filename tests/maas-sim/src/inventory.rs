@@ -17,6 +17,9 @@
 //!                {"hostname": "cp-2", "interfaces": [
 //!                   {"name": "eth0", "links": [{"ip_address": "127.11.130.22"}]},
 //!                   {"name": "eth1", "links": [{"subnet": "storage", "mode": "static", "ip_address": "127.20.0.22"}]}]}],
+//!   "vm_hosts": [{"name": "lxd-1", "type": "lxd", "zone": "zone-a", "pool": "vm-pool",
+//!                 "tags": ["fast"], "cores": 16, "memory": 65536, "storage_gb": 1000,
+//!                 "host": "cp-1", "vm_addresses": ["127.11.130.201"]}],
 //!   "settings": {"deploy_seconds": 10, "release_seconds": 2} }
 //! ```
 //! Every field but `machines[].hostname` is optional.
@@ -41,6 +44,8 @@ pub struct Inventory {
     pub boot_resources: Vec<BootResourceEntry>,
     pub machines: Vec<MachineEntry>,
     pub dns_resources: Vec<DnsEntry>,
+    /// VM hosts (MAAS ≤ 3.8) that compose machines (`op=compose`).
+    pub vm_hosts: Vec<VmHostEntry>,
     pub settings: Settings,
     /// Free text, ignored (lets the JSON file explain itself).
     #[serde(rename = "_comment")]
@@ -169,6 +174,26 @@ pub struct MachineEntry {
     pub description: Option<String>,
 }
 
+/// A VM host: its total resources (memory MiB, storage GB); what its VMs
+/// take is not free. `host` is the hostname of the machine it runs on;
+/// each VM composed gets the next unused of `vm_addresses`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VmHostEntry {
+    pub name: String,
+    /// `lxd` (default) or `virsh`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub zone: Option<String>,
+    pub pool: Option<String>,
+    pub tags: Vec<String>,
+    pub cores: u32,
+    pub memory: u64,
+    pub storage_gb: u64,
+    pub host: Option<String>,
+    pub vm_addresses: Vec<String>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DnsEntry {
@@ -205,6 +230,8 @@ pub struct Settings {
     /// from 3.6 on and, like real MAAS (3.4.8 reads only the deploy
     /// parameters it knows), ignores them before.
     pub maas_version: String,
+    /// A composed VM is commissioned (Commissioning → Ready) after this long.
+    pub commission_seconds: f64,
 }
 
 impl Settings {
@@ -234,6 +261,7 @@ impl Default for Settings {
             machines_in_network_namespace: false,
             no_rack_controller: false,
             maas_version: "3.4.8".into(),
+            commission_seconds: 2.0,
         }
     }
 }

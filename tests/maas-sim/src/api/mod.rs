@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use crate::http::{Request, Response};
 use crate::render;
 use crate::world::network::subnet_json;
+use crate::world::vmhosts;
 
 mod machines;
 mod network;
@@ -276,6 +277,31 @@ fn dispatch(
             Ok(Response::json(200, &world.query_events(user, &req.query)?))
         }
         (["machines", id], _, _) => machines::machine_call(world, user, req, id, op, params),
+        // VM hosts (MAAS ≤ 3.8; `pods/` is their older name), gone after.
+        ([c, ..], _, _) if is_vm_hosts(c) && !world.has_vm_hosts() => {
+            Err(Failure::Text(410, vmhosts::REMOVED.into()))
+        }
+        ([c], "GET", None) if is_vm_hosts(c) => Ok(Response::json(
+            200,
+            &json!((0..world.vm_hosts.len())
+                .map(|i| world.vm_host_json(i))
+                .collect::<Vec<_>>()),
+        )),
+        ([c, id], "GET", None) if is_vm_hosts(c) => Ok(Response::json(
+            200,
+            &world.vm_host_json(world.vm_host_index(id)?),
+        )),
+        ([c, id], "POST", Some("compose")) if is_vm_hosts(c) => {
+            admin_only(user)?;
+            let host = world.vm_host_index(id)?;
+            let vm = world.compose(host, params)?;
+            let system_id = &world.machines[vm].system_id;
+            Ok(Response::json(
+                200,
+                &json!({"system_id": system_id,
+                        "resource_uri": format!("/MAAS/api/2.0/machines/{system_id}/")}),
+            ))
+        }
         (["dnsresources"], "GET", None) => {
             let found = world.list_dns(params)?;
             let list: Vec<Value> = found
@@ -476,6 +502,10 @@ fn dns_json(world: &World, index: usize) -> Outcome<Response> {
     ))
 }
 
+fn is_vm_hosts(name: &str) -> bool {
+    matches!(name, "vm-hosts" | "pods")
+}
+
 fn is_known_collection(name: &str) -> bool {
     matches!(
         name,
@@ -493,6 +523,8 @@ fn is_known_collection(name: &str) -> bool {
             | "resourcepool"
             | "boot-resources"
             | "tags"
+            | "vm-hosts"
+            | "pods"
     )
 }
 

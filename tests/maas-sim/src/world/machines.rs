@@ -482,6 +482,10 @@ impl World {
                 }
             }
             Step::DeployDone => self.finish_deployment(index, at),
+            Step::CommissionDone => {
+                self.machines[index].power_state = "off".into();
+                self.set_status(index, Status::Ready, at);
+            }
             Step::ReleaseDone => {
                 self.machines[index].power_state = "off".into();
                 self.record(index, events::NODE_POWERED_OFF, "", "", "", at);
@@ -1092,7 +1096,7 @@ fn is_data_key(key: &str) -> bool {
 }
 
 /// `label:size(tags),size,...` → sizes in GB (tags are ignored).
-fn parse_storage(v: &str) -> Option<Vec<f64>> {
+pub(super) fn parse_storage(v: &str) -> Option<Vec<f64>> {
     let mut sizes = Vec::new();
     for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let entry = entry.split('(').next()?;

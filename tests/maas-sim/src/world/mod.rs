@@ -16,6 +16,7 @@ mod dns;
 pub mod events;
 mod machines;
 pub mod network;
+pub mod vmhosts;
 
 pub use events::{Event, EventType, StatusEvent};
 use machines::DEFAULT_CURTIN_FAILURE;
@@ -105,6 +106,8 @@ pub enum Step {
     ReleaseDone,
     /// The disk erasure ends: MAAS then releases the machine.
     EraseDone,
+    /// A composed VM's commissioning ends: Ready, powered off.
+    CommissionDone,
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +162,8 @@ pub struct Machine {
     /// The last release asked for (who, erase flags, comment), for tests.
     pub last_release: Option<Value>,
     pub hardware_uuid: String,
+    /// The VM host (id, name) of a composed VM.
+    pub pod: Option<(i64, String)>,
     /// The members of its JSON that never change, rendered once.
     pub static_json: String,
 }
@@ -243,6 +248,7 @@ pub struct World {
     next_link_id: i64,
     pub boot_resources: Vec<BootResourceRec>,
     pub machines: Vec<Machine>,
+    pub vm_hosts: Vec<vmhosts::VmHostRec>,
     pub dns: Vec<DnsRec>,
     next_dns_id: i64,
     next_dns_data_id: i64,
@@ -327,6 +333,7 @@ impl World {
             next_link_id: 0,
             boot_resources: Vec::new(),
             machines: Vec::new(),
+            vm_hosts: Vec::new(),
             dns: Vec::new(),
             next_dns_id: 1,
             next_dns_data_id: 0,
@@ -421,6 +428,9 @@ impl World {
         }
         for m in &inventory.machines {
             world.add_machine(m)?;
+        }
+        for h in &inventory.vm_hosts {
+            world.add_vm_host(h)?;
         }
         for d in &inventory.dns_resources {
             let (name, domain_id) = world
@@ -567,6 +577,7 @@ impl World {
             fail_reason: None,
             last_release: None,
             hardware_uuid: format!("{:08x}-0000-4000-8000-{:012x}", seq, seq * 7919),
+            pod: None,
             static_json: String::new(),
         });
         if let Some(m) = self.machines.last_mut() {

@@ -10,6 +10,29 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Writes `method path` with an OAuth PLAINTEXT header for
 /// `consumer:token:secret` (a fresh nonce each time) and a JSON `body`.
 pub fn send(stream: &mut TcpStream, key: &str, method: &str, path: &str, body: &str) {
+    send_typed(stream, key, method, path, "application/json", body);
+}
+
+/// [`send`] with a form body (`a=1&b=2`), as MAAS clients POST.
+pub fn send_form(stream: &mut TcpStream, key: &str, method: &str, path: &str, body: &str) {
+    send_typed(
+        stream,
+        key,
+        method,
+        path,
+        "application/x-www-form-urlencoded",
+        body,
+    );
+}
+
+fn send_typed(
+    stream: &mut TcpStream,
+    key: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) {
     static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let parts: Vec<&str> = key.split(':').collect();
     let now = SystemTime::now()
@@ -21,7 +44,7 @@ pub fn send(stream: &mut TcpStream, key: &str, method: &str, path: &str, body: &
         "{method} {path} HTTP/1.1\r\nHost: sim\r\nAuthorization: OAuth \
          oauth_consumer_key=\"{}\", oauth_token=\"{}\", oauth_signature=\"%26{}\", \
          oauth_signature_method=\"PLAINTEXT\", oauth_timestamp=\"{now}\", \
-         oauth_nonce=\"{}-{nonce}\"\r\nContent-Type: application/json\r\n\
+         oauth_nonce=\"{}-{nonce}\"\r\nContent-Type: {content_type}\r\n\
          Content-Length: {}\r\n\r\n{body}",
         parts[0],
         parts[1],
