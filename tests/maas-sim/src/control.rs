@@ -48,6 +48,7 @@ fn acting_user(world: &World, name: Option<String>) -> Result<User, Response> {
             username: "admin".into(),
             is_superuser: true,
             pools: None,
+            deploy_pools: None,
         }),
     }
 }

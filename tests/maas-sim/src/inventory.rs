@@ -4,6 +4,7 @@
 //! { "api_keys": [{"key": "ck:tk:secret", "username": "admin", "is_superuser": true},
 //!                {"key": "ck2:tk2:s2", "username": "alice", "is_superuser": false,
 //!                 "pools": ["alice-pool"]}],                // optional RBAC-style pools
+//!                 // MAAS 3.8+: "deploy_pools": ["alice-pool"] (can_deploy_machines per pool)
 //!   "domains": [{"name": "k8s.maas", "ttl": 30}],        // "maas" (id 0) always exists
 //!   "zones": [{"name": "zone-a"}], "pools": [{"name": "cp-pool"}],   // "default" always exists
 //!   "tags": ["gpu"],                                       // plus every machine tag
@@ -65,6 +66,14 @@ pub struct ApiKeyEntry {
     /// pool (MAAS without RBAC). Admins always see every pool.
     #[serde(default)]
     pub pools: Option<Vec<String>>,
+    /// MAAS 3.8+ (ReBAC): the resource pools where this user's groups hold
+    /// `can_deploy_machines`. Absent: every pool, as MAAS's built-in
+    /// `Users` group grants it MAAS-wide. The user still sees the free
+    /// machines of every pool (`can_view_available_machines`), but may
+    /// allocate, deploy or release only in these. Refused before 3.8,
+    /// which has no such rights.
+    #[serde(default)]
+    pub deploy_pools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

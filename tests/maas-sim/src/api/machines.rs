@@ -107,7 +107,7 @@ pub(super) fn bulk_release(
     let denied: Vec<&str> = indexes
         .iter()
         .map(|&i| &world.machines[i])
-        .filter(|m| m.locked || !world.can_view(m, user))
+        .filter(|m| m.locked || !world.can_deploy(m, user))
         .map(|m| m.system_id.as_str())
         .collect();
     if !denied.is_empty() {

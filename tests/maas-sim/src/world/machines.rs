@@ -174,7 +174,7 @@ impl World {
                 let m = &self.machines[i];
                 m.status == Status::Ready
                     && !m.locked
-                    && self.can_view(m, user)
+                    && self.can_deploy(m, user)
                     && cpu.is_none_or(|c| f64::from(m.cpu_count) >= c)
                     && mem.is_none_or(|c| m.memory as f64 >= c)
                     && (zones.is_empty() || zones.contains(&m.zone))

@@ -29,6 +29,8 @@ pub struct User {
     pub is_superuser: bool,
     /// Pools this user may view and deploy from (RBAC); None = all.
     pub pools: Option<Vec<String>>,
+    /// MAAS 3.8+: pools where it holds `can_deploy_machines`; None = all.
+    pub deploy_pools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -362,6 +364,7 @@ impl World {
                     username: entry.username.clone(),
                     is_superuser: entry.is_superuser,
                     pools: entry.pools.clone(),
+                    deploy_pools: entry.deploy_pools.clone(),
                 },
             });
         }
@@ -399,7 +402,14 @@ impl World {
             }
         }
         for c in &world.credentials {
-            for pool in c.user.pools.iter().flatten() {
+            if c.user.deploy_pools.is_some() && !world.settings.release_at_least(3, 8) {
+                return Err(format!(
+                    "inventory api key for {}: deploy_pools are MAAS 3.8 entitlements, but \
+                     maas_version is {:?}",
+                    c.user.username, world.settings.maas_version
+                ));
+            }
+            for pool in c.user.pools.iter().chain(&c.user.deploy_pools).flatten() {
                 if !world.pools.iter().any(|p| &p.name == pool) {
                     return Err(format!(
                         "inventory api key for {}: unknown pool {pool}",
@@ -657,6 +667,25 @@ impl World {
         user.is_superuser
             || (m.owner.as_deref().is_none_or(|o| o == user.username)
                 && self.pool_visible(&m.pool, user))
+    }
+
+    /// `NodePermission.edit` on machines as MAAS lists them (`get_nodes`),
+    /// less the lock test: what allocation
+    /// (`get_available_machines_for_acquisition`) and the collection's
+    /// `op=release` ask. Before MAAS 3.8 the same as [`World::can_view`];
+    /// from 3.8 (`_filter_visible_nodes` with OpenFGA) only unowned or own
+    /// machines in the pools where the user holds `can_deploy_machines`: a
+    /// free machine it sees in another pool is never offered to it. (The
+    /// per-machine check, `_can_edit`, lets an unowned or own machine
+    /// through in any pool, so the machine's own ops keep `can_view`.)
+    pub fn can_deploy(&self, m: &Machine, user: &User) -> bool {
+        self.can_view(m, user)
+            && (user.is_superuser
+                || !self.settings.release_at_least(3, 8)
+                || user
+                    .deploy_pools
+                    .as_ref()
+                    .is_none_or(|pools| pools.contains(&m.pool)))
     }
 
     /// Whether `user` may see the pool (RBAC `view`); always without RBAC.
