@@ -3,10 +3,12 @@
 //! the controller uses, one line per check.
 //!
 //! ```text
-//! whoami ─► reachable (TLS) ─► API key ─► rights, MAAS version (3.8+: pool rights), transport
+//! whoami ─► reachable (TLS) ─► API key ─► rights, MAAS version, transport
 //!   ─► objects (MaasClusters, MaasMachines, templates, MachineDeployments, KCPs)
 //!   ─► credentials of clusters with spec.identityRef
-//!   ─► images, pools, tags, zones, DNS domains referenced ─► capacity per template
+//!   ─► images, pools, deploy options for this MAAS release,
+//!      3.8+ and not an admin: allocation rights per pool (dry-run allocations)
+//!   ─► tags, zones, DNS domains referenced ─► capacity per template
 //!   ─► orphans: machines under a capmaas identity no MaasMachine claims
 //!        (--release-orphans: the plan; with --apply: released, each re-read first)
 //! ```
@@ -25,13 +27,17 @@ use serde_json::Value;
 
 use super::credentials::Credentials;
 use super::identity::{Identity, Recorded};
+use super::machine::{asks_versioned_options, options_missing_from};
 use super::matching;
 use super::ports::MaasClients;
 use crate::api::capi::CLUSTER_NAME_LABEL;
 use crate::api::{MaasCluster, MaasMachine, MaasMachineSpec, MaasMachineTemplate, ObjectMeta};
 use crate::kube::{self, resources, ListParams};
 use crate::maas::watch::find_orphans;
-use crate::maas::{self, MaasApi, MachineFilter, ReleaseRequest};
+use crate::maas::{
+    self, AllocateRequest, MaasApi, MaasVersion, MachineFilter, MachineStatus, ReleaseRequest,
+    VersionInfo,
+};
 
 /// Cluster API's annotation on objects cloned from a template.
 const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
@@ -157,9 +163,10 @@ pub fn run(
     release: Release,
 ) -> Report {
     let mut report = Report::default();
-    let Some(user) = connect(&mut report, maas) else {
+    let Some(connection) = connect(&mut report, maas) else {
         return report;
     };
+    let user = connection.username.clone();
     let objects = match Objects::list(kube) {
         Ok(objects) => {
             report.push(
@@ -216,6 +223,15 @@ pub fn run(
         &specs,
         |s| s.resource_pool.iter().cloned().collect(),
     );
+    deploy_options(&mut report, connection.version.as_ref(), &specs);
+    if !connection.is_superuser
+        && connection
+            .version
+            .as_ref()
+            .is_some_and(VersionInfo::has_pool_entitlements)
+    {
+        pool_rights(&mut report, maas, &user, &inventory, &specs);
+    }
     named(&mut report, "tag", &inventory.tags, &specs, |s| {
         s.tags.clone()
     });
@@ -252,8 +268,16 @@ pub fn run(
     report
 }
 
+/// What [`connect`] learnt of the controller-wide MAAS user.
+struct Connection {
+    username: String,
+    is_superuser: bool,
+    /// None when MAAS did not answer `version/`.
+    version: Option<VersionInfo>,
+}
+
 /// whoami: reachability (and TLS), the key, the rights, the transport.
-fn connect(report: &mut Report, maas: &maas::Client) -> Option<String> {
+fn connect(report: &mut Report, maas: &maas::Client) -> Option<Connection> {
     let root = maas.api_root().to_string();
     let tls = if root.starts_with("https://") {
         "TLS, certificate verified"
@@ -281,7 +305,7 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<String> {
                     ),
                 );
             }
-            version(report, maas, user.is_superuser);
+            let version = version(report, maas);
             let warnings = maas.security_warnings();
             if warnings.is_empty() {
                 report.push(Outcome::Ok, "transport", "the API key travels over TLS");
@@ -289,7 +313,11 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<String> {
             for w in warnings {
                 report.push(Outcome::Warn, "transport", w);
             }
-            Some(user.username)
+            Some(Connection {
+                username: user.username,
+                is_superuser: user.is_superuser,
+                version,
+            })
         }
         Err(e) if e.is_unauthorized() || e.is_forbidden() => {
             report.push(Outcome::Ok, "MAAS reachable", format!("{root} ({tls})"));
@@ -320,35 +348,18 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<String> {
     }
 }
 
-/// MAAS's version; from 3.8 on, a note on the rights MAAS grants per pool.
-///
-/// MAAS 3.8 grants a user's rights through its groups' entitlements
-/// (`can_deploy_machines` on a pool or on all of MAAS). A user reads its
-/// own only from the v3 API (`GET /MAAS/a/v3/users/me:get_entitlements`),
-/// which accepts a login session or token, not the API key capmaas holds;
-/// API 2.0 shows none (a resource pool is `id`, `name`, `description`).
-/// So doctor says what to check rather than guessing from allocations.
-fn version(report: &mut Report, maas: &maas::Client, is_superuser: bool) {
-    let version = match maas.version() {
-        Ok(version) => version,
+/// MAAS's version, which says which deploy options it has and whether it
+/// grants rights per pool (3.8+).
+fn version(report: &mut Report, maas: &maas::Client) -> Option<VersionInfo> {
+    match maas.version() {
+        Ok(version) => {
+            report.push(Outcome::Ok, "MAAS version", version.version.clone());
+            Some(version)
+        }
         Err(e) => {
             report.push(Outcome::Warn, "MAAS version", format!("not read: {e}"));
-            return;
+            None
         }
-    };
-    report.push(Outcome::Ok, "MAAS version", version.version.clone());
-    if version.has_pool_entitlements() && !is_superuser {
-        report.push(
-            Outcome::Warn,
-            "pool rights",
-            format!(
-                "MAAS {} grants deploy rights per resource pool (user groups and their \
-                 entitlements), which an API key cannot read: a MAAS administrator must \
-                 check that this user's groups hold can_deploy_machines on every pool \
-                 the templates name, else allocation finds no machine there",
-                version.version
-            ),
-        );
     }
 }
 
@@ -530,6 +541,176 @@ fn named(
                     some_of(&users)
                 ),
             );
+        }
+    }
+}
+
+/// Deploy options only newer MAAS releases have (the controller's table):
+/// one line per option this MAAS lacks, naming the objects that ask for
+/// it. MAAS would ignore such an option, so the controller deploys none of
+/// their machines (`UnsupportedByMAAS`).
+fn deploy_options(
+    report: &mut Report,
+    version: Option<&VersionInfo>,
+    specs: &[(String, &MaasMachineSpec)],
+) {
+    let mut asking: Vec<&(String, &MaasMachineSpec)> = specs
+        .iter()
+        .filter(|(_, spec)| asks_versioned_options(spec))
+        .collect();
+    if asking.is_empty() {
+        return;
+    }
+    // Templates first: the objects a user writes.
+    asking.sort_by_key(|(name, _)| !name.starts_with("MaasMachineTemplate"));
+    let names = |objects: &[&(String, &MaasMachineSpec)]| {
+        some_of(&objects.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
+    };
+    let Some(version) = version else {
+        report.push(
+            Outcome::Warn,
+            "deploy options",
+            format!(
+                "not checked: MAAS's version was not read (asked by {})",
+                names(&asking)
+            ),
+        );
+        return;
+    };
+    let Some(running) = MaasVersion::parse(&version.version) else {
+        report.push(
+            Outcome::Warn,
+            "deploy options",
+            format!(
+                "not checked: MAAS reports version {:?}, not a release number (asked by {})",
+                version.version,
+                names(&asking)
+            ),
+        );
+        return;
+    };
+    let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, spec) in &asking {
+        for option in options_missing_from(spec, running) {
+            missing.entry(option).or_default().push(name.clone());
+        }
+    }
+    if missing.is_empty() {
+        report.push(
+            Outcome::Ok,
+            "deploy options",
+            format!(
+                "MAAS {} has every option asked (by {})",
+                version.version,
+                names(&asking)
+            ),
+        );
+    }
+    for (option, objects) in missing {
+        report.push(
+            Outcome::Fail,
+            "deploy options",
+            format!(
+                "{option}; this MAAS is {}, which would ignore it: their machines are not \
+                 deployed (asked by {})",
+                version.version,
+                some_of(&objects)
+            ),
+        );
+    }
+}
+
+/// MAAS 3.8+, a user not an administrator: may it allocate from each pool
+/// the objects allocate from? Its rights come from its groups'
+/// entitlements, which API 2.0 does not show, so doctor asks MAAS for a
+/// dry-run allocation pinned to the pool (`dry_run=true`: MAAS picks a
+/// machine and acquires none). MAAS offers a user only the Ready machines
+/// of pools where it holds `can_deploy_machines`, yet lists the free
+/// machines of every pool it may view: Ready machines listed in the pool
+/// but none offered is a missing right. With no Ready machine visible
+/// there, a missing right and an empty pool answer alike, and doctor says
+/// it cannot tell. An object without `resourcePool` allocates from any
+/// pool the user may deploy in.
+fn pool_rights(
+    report: &mut Report,
+    maas: &maas::Client,
+    username: &str,
+    inventory: &Inventory,
+    specs: &[(String, &MaasMachineSpec)],
+) {
+    let mut wanted: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
+    for (object, spec) in specs {
+        let pool = spec.resource_pool.clone().filter(|p| !p.is_empty());
+        // A pool MAAS does not list has failed its check already.
+        if let (Some(p), Ok(existing)) = (&pool, &inventory.pools) {
+            if !existing.contains(p) {
+                continue;
+            }
+        }
+        wanted.entry(pool).or_default().push(object.clone());
+    }
+    for (pool, users) in wanted {
+        let (name, place, grant) = match &pool {
+            Some(p) => (
+                format!("pool rights {p}"),
+                format!("pool {p}"),
+                format!("pool {p}"),
+            ),
+            None => (
+                "pool rights (no resourcePool)".to_string(),
+                "any pool".to_string(),
+                "the pools it should allocate from".to_string(),
+            ),
+        };
+        let ready = inventory.machines.as_ref().ok().map(|machines| {
+            machines
+                .iter()
+                .filter(|m| {
+                    m.status == MachineStatus::Ready
+                        && !m.locked
+                        && m.owner.as_deref().is_none_or(|o| o == username)
+                        && pool.as_ref().is_none_or(|p| &m.pool == p)
+                })
+                .count()
+        });
+        let request = AllocateRequest {
+            pool: pool.clone(),
+            dry_run: true,
+            ..AllocateRequest::default()
+        };
+        let users = some_of(&users);
+        match (maas.allocate(&request), ready) {
+            (Ok(picked), _) => report.push(
+                Outcome::Ok,
+                name,
+                format!(
+                    "may allocate from {place}: a dry run picked {} and allocated nothing \
+                     (used by {users})",
+                    picked.hostname
+                ),
+            ),
+            (Err(e), Some(ready)) if e.is_conflict() && ready > 0 => report.push(
+                Outcome::Fail,
+                name,
+                format!(
+                    "cannot allocate from {place}: {ready} Ready machines are visible there, \
+                     but MAAS offers this user none; a MAAS administrator must give one of \
+                     its groups can_deploy_machines on {grant} (used by {users})"
+                ),
+            ),
+            (Err(e), _) if e.is_conflict() => report.push(
+                Outcome::Warn,
+                name,
+                format!(
+                    "cannot tell: no Ready machine is visible in {place}, and MAAS answers a \
+                     missing can_deploy_machines right and an empty pool alike (used by {users})"
+                ),
+            ),
+            (Err(e), _) => report.push(
+                Outcome::Warn,
+                name,
+                format!("not checked: dry-run allocation: {e} (used by {users})"),
+            ),
         }
     }
 }
@@ -926,6 +1107,73 @@ mod tests {
         );
         assert_eq!(report.checks.len(), 1);
         assert_eq!(report.checks[0].outcome, Outcome::Fail);
+    }
+
+    #[test]
+    fn deploy_options_a_maas_release_lacks_name_the_option_and_the_objects() {
+        let spec = |hw_sync: bool, crash_dump: bool| MaasMachineSpec {
+            enable_hw_sync: Some(hw_sync),
+            enable_kernel_crash_dump: Some(crash_dump),
+            ..MaasMachineSpec::default()
+        };
+        let (both, dump, none) = (spec(true, true), spec(false, true), spec(false, false));
+        let specs = [
+            ("MaasMachine ns/m-1".to_string(), &both),
+            ("MaasMachineTemplate ns/both".to_string(), &both),
+            ("MaasMachineTemplate ns/dump".to_string(), &dump),
+            ("MaasMachineTemplate ns/plain".to_string(), &none),
+        ];
+        let at = |v: &str| VersionInfo {
+            version: v.into(),
+            subversion: String::new(),
+            capabilities: Vec::new(),
+        };
+        let run = |version: Option<&VersionInfo>, specs: &[(String, &MaasMachineSpec)]| {
+            let mut report = Report::default();
+            deploy_options(&mut report, version, specs);
+            report.checks
+        };
+
+        let checks = run(Some(&at("3.4.8")), &specs);
+        assert_eq!(checks.len(), 1, "{checks:?}");
+        assert_eq!(checks[0].outcome, Outcome::Fail);
+        let detail = &checks[0].detail;
+        assert!(
+            detail.starts_with("spec.enableKernelCrashDump: true needs MAAS 3.6 or newer"),
+            "{detail}"
+        );
+        assert!(detail.contains("this MAAS is 3.4.8"), "{detail}");
+        assert!(
+            detail.contains(
+                "asked by MaasMachineTemplate ns/both, MaasMachineTemplate ns/dump and 1 more"
+            ),
+            "templates first: {detail}"
+        );
+
+        let checks = run(Some(&at("3.1.0")), &specs);
+        let failed: Vec<&str> = checks.iter().map(|c| c.detail.as_str()).collect();
+        assert_eq!(checks.len(), 2, "{failed:?}");
+        assert!(
+            failed[0].starts_with("spec.enableHwSync: true needs MAAS 3.2"),
+            "{failed:?}"
+        );
+        assert!(
+            failed[0].ends_with("(asked by MaasMachineTemplate ns/both, MaasMachine ns/m-1)"),
+            "{failed:?}"
+        );
+
+        let checks = run(Some(&at("3.6.0")), &specs);
+        assert_eq!(checks.len(), 1);
+        assert_eq!(checks[0].outcome, Outcome::Ok, "{checks:?}");
+
+        for version in [None, Some(&at("unknown"))] {
+            let checks = run(version, &specs);
+            assert_eq!(checks.len(), 1);
+            assert_eq!(checks[0].outcome, Outcome::Warn, "{checks:?}");
+            assert!(checks[0].detail.starts_with("not checked"), "{checks:?}");
+        }
+        // Nothing asked, nothing said.
+        assert!(run(Some(&at("3.4.8")), &specs[3..]).is_empty());
     }
 
     #[test]

@@ -51,6 +51,32 @@ struct VersionedOption {
     value: fn(&mm_api::MaasMachineSpec) -> Option<bool>,
 }
 
+/// Whether `spec` asks for a deploy option only newer MAAS releases have.
+pub(crate) fn asks_versioned_options(spec: &mm_api::MaasMachineSpec) -> bool {
+    VERSIONED_OPTIONS
+        .iter()
+        .any(|option| (option.value)(spec) == Some(true))
+}
+
+/// The deploy options `spec` asks for that MAAS release `running` lacks,
+/// each said as `spec.<field>: true needs MAAS <major.minor> or newer
+/// (<parameter>)`; empty when it has them all. Shared with `capmaas doctor`.
+pub(crate) fn options_missing_from(
+    spec: &mm_api::MaasMachineSpec,
+    running: MaasVersion,
+) -> Vec<String> {
+    VERSIONED_OPTIONS
+        .iter()
+        .filter(|option| (option.value)(spec) == Some(true) && running < option.since)
+        .map(|option| {
+            format!(
+                "spec.{}: true needs MAAS {}.{} or newer ({})",
+                option.field, option.since.major, option.since.minor, option.param
+            )
+        })
+        .collect()
+}
+
 /// Before allocating and before deploying: a deploy option this MAAS
 /// release lacks stops the machine with `MachineDeployed` False,
 /// `UnsupportedByMAAS` (and one Warning event), looked at again every
@@ -62,11 +88,7 @@ pub(super) fn refuse_unsupported_options(
     if r.facts.options_supported {
         return Ok(None);
     }
-    let wanted: Vec<VersionedOption> = VERSIONED_OPTIONS
-        .into_iter()
-        .filter(|option| (option.value)(&r.object.spec) == Some(true))
-        .collect();
-    if wanted.is_empty() {
+    if !asks_versioned_options(&r.object.spec) {
         r.facts.options_supported = true;
         return Ok(None);
     }
@@ -82,16 +104,7 @@ pub(super) fn refuse_unsupported_options(
         r.facts.options_supported = true;
         return Ok(None);
     };
-    let missing: Vec<String> = wanted
-        .iter()
-        .filter(|option| running < option.since)
-        .map(|option| {
-            format!(
-                "spec.{}: true needs MAAS {}.{} or newer ({})",
-                option.field, option.since.major, option.since.minor, option.param
-            )
-        })
-        .collect();
+    let missing = options_missing_from(&r.object.spec, running);
     if missing.is_empty() {
         r.facts.options_supported = true;
         return Ok(None);

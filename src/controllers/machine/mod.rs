@@ -30,6 +30,7 @@ pub mod ipam;
 #[cfg(test)]
 mod ipam_tests;
 mod node;
+pub(crate) use deploy::{asks_versioned_options, options_missing_from};
 pub(crate) use node::node_names;
 mod observe;
 mod release;
