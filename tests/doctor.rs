@@ -1,8 +1,10 @@
 //! `capmaas doctor` on the real API server and the MAAS simulator: a sound
 //! setup passes, then each check is made to fail in turn (a missing image,
 //! pool, tag, zone, DNS domain, too little capacity, a bad API key, an
-//! unreachable MAAS, TLS against a plain-http MAAS, a non-admin user), and
-//! orphans are reported, planned and released only with `--apply`.
+//! unreachable MAAS, TLS against a plain-http MAAS, a non-admin user, a
+//! deploy option the MAAS release lacks, a pool a MAAS 3.8 user may not
+//! allocate from), and orphans are reported, planned and released only with
+//! `--apply`.
 //!
 //! One test function: doctor reads every namespace, so the phases must not
 //! run in parallel against the same control plane.
@@ -287,19 +289,66 @@ fn doctor_passes_a_sound_setup_and_fails_each_broken_check() {
             && out.contains("contains whitespace or control characters"),
         "{out}"
     );
-    // From MAAS 3.8 on, a non-admin user is told what an API key cannot
-    // check: its groups' deploy rights per resource pool.
+    // A deploy option this MAAS release lacks (issue 22): the option and
+    // the template asking for it are named.
+    let mut spare = story::maas_machine_template(&ns);
+    spare["metadata"]["name"] = json!("spare");
+    spare["spec"]["template"]["spec"]["resourcePool"] = json!("spare-pool");
+    spare["spec"]["template"]["spec"]["enableKernelCrashDump"] = json!(true);
+    apply(cp, &[spare]);
+    let (code, out) = doctor(cp, &sim, &[]);
+    assert_eq!(code, 1, "{out}");
+    let options = line(&out, "[FAIL] deploy options:");
+    assert!(
+        options.contains("spec.enableKernelCrashDump: true needs MAAS 3.6 or newer")
+            && options.contains("this MAAS is 3.4.8")
+            && options.contains(&format!("MaasMachineTemplate {ns}/spare")),
+        "{out}"
+    );
+
+    // From MAAS 3.8 on, a non-admin user's rights per resource pool (its
+    // groups' can_deploy_machines) are probed with dry-run allocations:
+    // worker-pool shows Ready machines but offers none, spare-pool has no
+    // machine to tell by.
     let mut inventory = support::maas_sim::story_inventory();
     inventory["settings"]["maas_version"] = json!("3.8.0");
+    inventory["pools"]
+        .as_array_mut()
+        .expect("story pools")
+        .push(json!({"name": "spare-pool"}));
+    for key in inventory["api_keys"].as_array_mut().expect("story keys") {
+        if key["is_superuser"] == json!(false) {
+            key["deploy_pools"] = json!(["cp-pool", "spare-pool"]);
+        }
+    }
     let sim38 = MaasSim::start(Some(&inventory));
     let key = sim38
         .non_admin_key()
         .expect("story.json has a non-admin user");
-    let (_, out) = doctor_with(cp, &sim38.url, &key, &[]);
+    let before = sim38.state()["machines"].clone();
+    let (code, out) = doctor_with(cp, &sim38.url, &key, &[]);
+    assert_eq!(code, 1, "{out}");
     line(&out, "[ OK ] MAAS version: 3.8.0");
+    line(&out, "[ OK ] deploy options:");
     assert!(
-        line(&out, "[WARN] pool rights:").contains("can_deploy_machines"),
+        line(&out, "[ OK ] pool rights cp-pool:").contains("a dry run picked cp-"),
         "{out}"
+    );
+    let denied = line(&out, "[FAIL] pool rights worker-pool:");
+    assert!(
+        denied.contains("cannot allocate from pool worker-pool")
+            && denied.contains("can_deploy_machines on pool worker-pool")
+            && denied.contains(&format!("MaasMachineTemplate {ns}/")),
+        "{out}"
+    );
+    assert!(
+        line(&out, "[WARN] pool rights spare-pool:").contains("cannot tell"),
+        "{out}"
+    );
+    assert_eq!(
+        sim38.state()["machines"],
+        before,
+        "dry runs allocate nothing"
     );
     let (_, out) = doctor(cp, &sim38, &[]);
     line(&out, "[ OK ] MAAS version: 3.8.0");
@@ -307,6 +356,13 @@ fn doctor_passes_a_sound_setup_and_fails_each_broken_check() {
         !out.contains("pool rights"),
         "admins hold every right: {out}"
     );
+    cp.kubectl(&[
+        "delete",
+        "maasmachinetemplate/spare",
+        "-n",
+        &ns,
+        "--wait=false",
+    ]);
 
     // Usage errors are exit code 2.
     let (code, out) = doctor(cp, &sim, &["--apply"]);

@@ -1935,3 +1935,57 @@ fn a_release_for_reuse_keeps_the_static_link_and_is_found_again() {
         .release(id, &ReleaseRequest::default())
         .expect("release at the end");
 }
+
+/// `dry_run=true` on `op=allocate`, which `capmaas doctor` sends to probe a
+/// non-admin user's rights per pool on MAAS 3.8: real MAAS 3.4.8 picks the
+/// machine it would allocate and acquires nothing (no owner, still Ready,
+/// no acquire event). Machine: spare-1, the only one in the default pool,
+/// never allocated.
+#[test]
+fn a_dry_run_allocation_picks_a_machine_and_acquires_nothing() {
+    let Some(maas) = real_maas::world("a_dry_run_allocation_picks_a_machine_and_acquires_nothing")
+    else {
+        return;
+    };
+    let spare = maas.system_id("spare-1");
+    let admin = maas.admin_client();
+    let acquisitions = || {
+        admin
+            .events(&EventQuery {
+                system_ids: vec![spare.to_string()],
+                level: Some(capmaas::maas::EventLevel::Debug),
+                limit: Some(100),
+                after: None,
+            })
+            .expect("events of spare-1")
+            .iter()
+            .filter(|e| e.kind == "User acquiring node")
+            .count()
+    };
+    let before = acquisitions();
+    for (who, client) in [(OPERATOR, maas.operator_client()), ("admin", admin.clone())] {
+        let picked = client
+            .allocate(&AllocateRequest {
+                pool: Some("default".into()),
+                dry_run: true,
+                ..AllocateRequest::default()
+            })
+            .unwrap_or_else(|e| panic!("dry run as {who}: {e}"));
+        assert_eq!(picked.system_id, spare, "{who}");
+        let host = admin.machine(spare).expect("spare-1");
+        assert_eq!(host.status, MachineStatus::Ready, "{who}");
+        assert_eq!(host.owner, None, "{who}");
+    }
+    assert_eq!(acquisitions(), before, "a dry run acquires nothing");
+    // Nothing to pick is the allocation's own 409.
+    let refused = maas
+        .operator_client()
+        .allocate(&AllocateRequest {
+            pool: Some("default".into()),
+            tags: vec!["gpu".into()],
+            dry_run: true,
+            ..AllocateRequest::default()
+        })
+        .expect_err("no gpu machine in the default pool");
+    assert!(refused.is_conflict(), "{refused}");
+}
