@@ -61,10 +61,15 @@ fn deployed_user_data(lab: &KcpLab) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Renders the seed's template (3 + 5), applies it as is, and waits until
-/// KCP is ready, the 8 Machines run and DNS names the control planes.
-fn provision(lab: &mut KcpLab, started: Instant) -> Snapshot {
-    let yaml = lab.render_template(CONTROL_PLANES as usize, WORKERS as usize);
+/// Renders the seed's template (3 + 5), applies it as is (with
+/// `control_plane_node_reuse`, after the one line a user adds to the
+/// control-plane MaasMachineTemplate), and waits until KCP is ready, the 8
+/// Machines run and DNS names the control planes.
+fn provision(lab: &mut KcpLab, started: Instant, control_plane_node_reuse: bool) -> Snapshot {
+    let mut yaml = lab.render_template(CONTROL_PLANES as usize, WORKERS as usize);
+    if control_plane_node_reuse {
+        yaml = with_control_plane_node_reuse(&yaml);
+    }
     std::fs::write(lab.dir.join("cluster.yaml"), &yaml).unwrap();
     lab.apply(&yaml);
     let provisioning = Instant::now();
@@ -100,7 +105,8 @@ fn seed_template_verbatim_with_kcp_and_kubeadm_bootstrap() {
         lab.dir.display()
     );
 
-    let ready = provision(&mut lab, started);
+    // Node reuse on the control planes, for the scale-down and up below.
+    let ready = provision(&mut lab, started, true);
 
     // KCP is initialized and Available; every Machine runs the template's
     // version on a MAAS machine.
@@ -227,7 +233,9 @@ fn rolling_upgrade_replaces_every_machine() {
     };
     let started = Instant::now();
     let mut lab = KcpLab::start(LabOptions::new(lab_dir("kcp-upgrade")));
-    let ready = provision(&mut lab, started);
+    // Without node reuse: this rollout proves the handover to fresh
+    // machines (see scale_control_plane_and_workers).
+    let ready = provision(&mut lab, started, false);
     let old_control_planes = names(ready.control_plane_machines().cloned());
     let old_workers = names(ready.machines.iter().filter(|m| !m.control_plane).cloned());
     let host = lab.endpoint_host().expect("controlPlaneEndpoint.host");
@@ -442,53 +450,253 @@ fn failures_by_machine(report: &Report, events: &[Event]) -> Vec<(String, usize)
     counts.into_iter().collect()
 }
 
-/// Issue 14 (3): KCP 3 → 5 → 3 and the MachineDeployment 5 → 8 → 2. At
-/// each step every Machine runs, the DNS record holds exactly the
-/// control-plane machines, and MAAS has exactly as many machines deployed.
-/// KCP scaled up to 5 and back to 3, the MachineDeployment up to 8 and
-/// down to 2: each step ends with every Machine Running on a Deployed MAAS
-/// machine and the API server name resolving to exactly the control
-/// planes.
+/// Issue 14 (3) with node reuse (issue 23 item 2): KCP 3 → 1 → 3 and the
+/// MachineDeployment 5 → 8 → 2. Each step ends with every Machine Running
+/// on a Deployed MAAS machine, the DNS record holding exactly the
+/// control-plane machines, and MAAS with exactly as many machines
+/// deployed.
+///
+/// The control planes have `nodeReuse` (the seed test's template): the two
+/// machines KCP releases going to 1 are released without erase and
+/// recorded for it, and going back to 3 the two new control planes take
+/// them back, each in its own failure domain. Reuse is proven here and not
+/// in the rolling upgrade: that test proves the DNS handover to fresh
+/// machines under KCP's default surge of 1 (a new machine before an old
+/// one goes, so the first could not reuse anyway), and a scale-in-first
+/// rollout (`maxSurge: 0`, what node reuse asks for) would no longer prove
+/// it. KCP scales by odd numbers only (stacked etcd), and 3 → 1 → 3 costs
+/// what 3 → 5 → 3 did: two machines down, two up.
 fn scale_control_plane_and_workers(lab: &mut KcpLab) {
-    for (kind, name, control_planes, workers) in [
-        ("kubeadmcontrolplane", KCP, 5, WORKERS),
-        ("kubeadmcontrolplane", KCP, 3, WORKERS),
-        ("machinedeployment", MD, CONTROL_PLANES, 8),
-        ("machinedeployment", MD, CONTROL_PLANES, 2),
-    ] {
-        let replicas = if kind == "machinedeployment" {
-            workers
-        } else {
-            control_planes
-        };
-        let step = Instant::now();
-        lab.cp.kubectl(&[
-            "scale",
-            kind,
-            name,
-            "-n",
-            &lab.ns,
-            &format!("--replicas={replicas}"),
-        ]);
-        let s = lab.wait_until(
-            PROVISION_SECONDS,
-            &format!("{kind} scaled to {replicas}: {control_planes} + {workers} Running"),
-            |s| {
-                s.all_ready(control_planes, workers)
-                    && s.maas.get("Deployed").map_or(0, Vec::len) as u64 == control_planes + workers
-            },
-            print_change,
-        );
-        println!(
-            "{kind} -> {replicas} in {:.1}s; DNS {:?}",
-            step.elapsed().as_secs_f64(),
-            s.dns
-        );
-        assert_eq!(
-            kcp_lab::resolve(&lab.endpoint_host().unwrap()).unwrap(),
-            s.control_plane_ips()
+    let before = control_plane_system_ids(lab);
+    scale_step(lab, "kubeadmcontrolplane", KCP, 1, WORKERS);
+    let kept = control_plane_system_ids(lab);
+    let released: BTreeSet<String> = before
+        .values()
+        .filter(|id| !kept.values().any(|k| k == *id))
+        .cloned()
+        .collect();
+    assert_eq!(released.len(), 2, "{before:?} -> {kept:?}");
+    assert_released_for_reuse(lab, &released);
+
+    let scaling_up = Instant::now();
+    scale_step(lab, "kubeadmcontrolplane", KCP, CONTROL_PLANES, WORKERS);
+    let taken_back = assert_taken_back(lab, &kept, &released);
+    println!(
+        "BENCHMARK node reuse, KCP 1 -> 3: {}/{} new control planes on a released machine \
+         ({taken_back:?}), released with erase 0/{}, scale-up {:.1}s",
+        taken_back.len(),
+        released.len(),
+        released.len(),
+        scaling_up.elapsed().as_secs_f64()
+    );
+
+    scale_step(lab, "machinedeployment", MD, CONTROL_PLANES, 8);
+    scale_step(lab, "machinedeployment", MD, CONTROL_PLANES, 2);
+}
+
+/// Scales `kind` to its count of (`control_planes`, `workers`) and waits
+/// until all of them run and MAAS has as many deployed.
+fn scale_step(lab: &mut KcpLab, kind: &str, name: &str, control_planes: u64, workers: u64) {
+    let replicas = if kind == "machinedeployment" {
+        workers
+    } else {
+        control_planes
+    };
+    let step = Instant::now();
+    lab.cp.kubectl(&[
+        "scale",
+        kind,
+        name,
+        "-n",
+        &lab.ns,
+        &format!("--replicas={replicas}"),
+    ]);
+    let s = lab.wait_until(
+        PROVISION_SECONDS,
+        &format!("{kind} scaled to {replicas}: {control_planes} + {workers} Running"),
+        |s| {
+            s.all_ready(control_planes, workers)
+                && s.maas.get("Deployed").map_or(0, Vec::len) as u64 == control_planes + workers
+        },
+        print_change,
+    );
+    println!(
+        "{kind} -> {replicas} in {:.1}s; DNS {:?}",
+        step.elapsed().as_secs_f64(),
+        s.dns
+    );
+    assert_eq!(
+        kcp_lab::resolve(&lab.endpoint_host().unwrap()).unwrap(),
+        s.control_plane_ips()
+    );
+}
+
+/// The seed's template with `nodeReuse: true` in the control-plane
+/// MaasMachineTemplate (`spec.template.spec`), as a user would add it.
+fn with_control_plane_node_reuse(yaml: &str) -> String {
+    let template = format!("kind: MaasMachineTemplate\nmetadata:\n  name: {KCP}\n");
+    let docs: Vec<String> = yaml
+        .split("\n---\n")
+        .map(|doc| {
+            if !doc.contains(&template) {
+                return doc.to_string();
+            }
+            let spec = "\n  template:\n    spec:\n";
+            assert_eq!(doc.matches(spec).count(), 1, "{doc}");
+            doc.replacen(spec, &format!("{spec}      nodeReuse: true\n"), 1)
+        })
+        .collect();
+    let out = docs.join("\n---\n");
+    assert_eq!(out.matches("nodeReuse: true").count(), 1, "{out}");
+    out
+}
+
+/// The control planes' MaasMachines: name → MAAS system ID.
+fn control_plane_system_ids(lab: &KcpLab) -> BTreeMap<String, String> {
+    control_plane_maas_machines(lab)
+        .iter()
+        .map(|mm| {
+            (
+                mm["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                mm["spec"]["systemID"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+fn control_plane_maas_machines(lab: &KcpLab) -> Vec<serde_json::Value> {
+    lab.kube
+        .list(
+            &resources::MAAS_MACHINES,
+            Some(&lab.ns),
+            &ListParams::labels("cluster.x-k8s.io/control-plane"),
+        )
+        .expect("listing the control planes' MaasMachines")
+        .items
+}
+
+fn reuse_mark(lab: &KcpLab) -> String {
+    format!("node reuse by ControlPlane/{KCP} of {}/{CLUSTER}", lab.ns)
+}
+
+/// MAAS released each machine without erase, with our mark, and the
+/// MaasCluster records it for the control plane.
+fn assert_released_for_reuse(lab: &KcpLab, released: &BTreeSet<String>) {
+    let state = lab.sim.state();
+    for id in released {
+        let host = state["machines"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["system_id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} not in MAAS: {state}"));
+        let release = &host["last_release"];
+        for flag in ["erase", "quick_erase", "secure_erase"] {
+            assert_eq!(
+                release[flag], false,
+                "{id} released without {flag}: {release}"
+            );
+        }
+        assert!(
+            release["comment"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(&reuse_mark(lab))),
+            "{id}: {release}"
         );
     }
+    let recorded = reusable_machines(lab);
+    let owner = format!("ControlPlane/{KCP}");
+    assert_eq!(
+        recorded,
+        released
+            .iter()
+            .map(|id| (id.clone(), owner.clone()))
+            .collect::<BTreeMap<_, _>>()
+    );
+}
+
+/// The MaasCluster's `status.reusableMachines`: system ID → owner.
+fn reusable_machines(lab: &KcpLab) -> BTreeMap<String, String> {
+    let mc = lab
+        .kube
+        .get(&resources::MAAS_CLUSTERS, Some(&lab.ns), CLUSTER)
+        .expect("reading the MaasCluster");
+    mc["status"]["reusableMachines"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(id, owner)| (id.clone(), owner.as_str().unwrap_or_default().to_string()))
+        .collect()
+}
+
+/// Every control plane added since `kept` runs on one of the `released`
+/// machines (each taken once), says so in `status.reusedMachine`, and has
+/// a `MachineReused` Event; the records are used up. The new MaasMachines'
+/// names → the machines they took.
+fn assert_taken_back(
+    lab: &KcpLab,
+    kept: &BTreeMap<String, String>,
+    released: &BTreeSet<String>,
+) -> BTreeMap<String, String> {
+    let events = lab.cp.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &lab.ns,
+        "--field-selector",
+        "reason=MachineReused",
+        "-o",
+        "json",
+    ]);
+    let events: serde_json::Value = serde_json::from_str(&events).expect("kubectl's JSON");
+    let reused_events: BTreeSet<String> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["kind"] == "MaasMachine")
+        .filter_map(|e| e["involvedObject"]["name"].as_str().map(str::to_string))
+        .collect();
+    let mut taken = BTreeMap::new();
+    for mm in control_plane_maas_machines(lab) {
+        let name = mm["metadata"]["name"].as_str().unwrap_or_default();
+        if kept.contains_key(name) {
+            continue;
+        }
+        let system_id = mm["spec"]["systemID"].as_str().unwrap_or_default();
+        assert_eq!(
+            mm["status"]["reusedMachine"], system_id,
+            "{name} runs on a machine released for reuse: {mm:#}"
+        );
+        assert!(
+            mm["spec"]["providerID"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(&format!("/{system_id}"))),
+            "{mm:#}"
+        );
+        assert!(
+            reused_events.contains(name),
+            "a MachineReused Event for {name}: {events:#}"
+        );
+        taken.insert(name.to_string(), system_id.to_string());
+    }
+    let took: BTreeSet<String> = taken.values().cloned().collect();
+    assert_eq!(
+        &took, released,
+        "both released machines taken back: {taken:?}"
+    );
+    assert_eq!(taken.len(), released.len(), "{taken:?}");
+    assert!(
+        reusable_machines(lab).is_empty(),
+        "the records are used up: {:?}",
+        reusable_machines(lab)
+    );
+    taken
 }
 
 /// The local lab (`tests/lab.sh up`): the seed's cluster, then it keeps

@@ -7,8 +7,9 @@
 //! ```text
 //! delete: record {systemID: owner} in MaasCluster status.reusableMachines
 //!   ─► release, erase=false, comment ending in the mark
-//! allocate: each record of our owner ─► MAAS: Ready, no owner, and the
-//!   newest user request in its event log is that release with our mark
+//! allocate: each record of our owner in our failure domain's zone ─► MAAS:
+//!   Ready, no owner, and the newest user request in its event log is
+//!   that release with our mark
 //!   ─► allocate system_id=<it> (+ the usual constraints and our identity)
 //!   ─► status.reusedMachine; the record goes (taken, or no longer valid)
 //! ```
@@ -150,12 +151,14 @@ pub(super) fn allocate(
     let mark = mark(cluster, owner);
     let mut releasing = None;
     for system_id in candidates {
-        match check(r, &system_id, &mark)? {
+        match check(r, &system_id, &mark, request.zone.as_deref())? {
             Check::Reusable => {}
             Check::Releasing => {
                 releasing.get_or_insert(system_id);
                 continue;
             }
+            // Kept for a sibling placed in its zone.
+            Check::OtherZone => continue,
             Check::Gone => {
                 log::info!(
                     "{}: MAAS machine {system_id} is no longer reusable (taken or changed since its release)",
@@ -226,18 +229,30 @@ fn leaving_sibling(r: &MachineReconciling, owner: &str) -> Option<String> {
 enum Check {
     Reusable,
     Releasing,
+    /// In another zone than this Machine's failure domain: MAAS would
+    /// refuse it, yet it is no less reusable by a sibling placed there (a
+    /// control plane spreads its machines over the zones).
+    OtherZone,
     Gone,
 }
 
 /// Reusable: MAAS shows the machine free, and the newest user request in
 /// its log is the release that carried `mark`. Releasing: that release is
 /// still under way.
-fn check(r: &MachineReconciling, system_id: &str, mark: &str) -> Result<Check, Error> {
+fn check(
+    r: &MachineReconciling,
+    system_id: &str,
+    mark: &str,
+    zone: Option<&str>,
+) -> Result<Check, Error> {
     let host = match r.maas()?.machine(system_id) {
         Ok(host) => host,
         Err(e) if e.is_not_found() || e.is_forbidden() => return Ok(Check::Gone),
         Err(e) => return Err(e.into()),
     };
+    if zone.is_some_and(|zone| zone != host.zone) {
+        return Ok(Check::OtherZone);
+    }
     let expected = match host.status {
         MachineStatus::Ready if host.owner.is_none() => Check::Reusable,
         MachineStatus::Releasing => Check::Releasing,

@@ -301,3 +301,67 @@ fn a_reused_machine_comes_back_with_its_static_address() {
     );
     assert_eq!(w.maas.host(&id).ip_addresses, vec!["10.0.0.77".to_string()]);
 }
+
+/// A control plane of KCP `kcp` in cluster `c1` with `nodeReuse`, placed by
+/// KCP in failure domain `zone`, reconciled until its machine deploys; its
+/// system ID.
+fn control_plane(w: &World, name: &str, zone: &str) -> String {
+    w.machine(NS, "c1", name, true);
+    w.edit(CAPI_MACHINE, NS, name, |v| {
+        v["metadata"]["labels"]["cluster.x-k8s.io/control-plane-name"] = json!("kcp");
+        v["spec"]["failureDomain"] = json!(zone);
+    });
+    w.edit(MAAS_MACHINE, NS, name, |v| {
+        v["metadata"]["labels"]["cluster.x-k8s.io/control-plane-name"] = json!("kcp");
+        v["spec"]["nodeReuse"] = json!(true);
+    });
+    reconcile(w, name).unwrap();
+    w.maas_machine(NS, name).spec.system_id.expect("allocated")
+}
+
+/// KCP 3 → 1 → 3 spreads its machines over the failure domains: each new
+/// control plane takes back the released machine of its own zone, and a
+/// machine of another zone is kept for the sibling placed there (MAAS
+/// would refuse it to this one, which is no reason to forget it).
+#[test]
+fn each_control_plane_takes_back_the_machine_of_its_failure_domain() {
+    let w = World::new(3);
+    w.cluster(NS, "c1");
+    w.edit(MAAS_CLUSTER, NS, "c1", |v| {
+        v["spec"]["failureDomains"] = json!(["az1", "az2"])
+    });
+    // sys000 and sys002 stay in az1, sys001 is in az2.
+    w.maas.edit_host("sys001", |h| h.zone = "az2".into());
+    let in_az1 = control_plane(&w, "cp1", "az1");
+    let in_az2 = control_plane(&w, "cp2", "az2");
+    assert_eq!((in_az1.as_str(), in_az2.as_str()), ("sys000", "sys001"));
+    delete(&w, "cp1");
+    delete(&w, "cp2");
+    assert_eq!(
+        reusable(&w),
+        json!({"sys000": "ControlPlane/kcp", "sys001": "ControlPlane/kcp"})
+    );
+
+    // KCP places the first new one in az2: the az1 machine, tried first,
+    // is not its to take.
+    assert_eq!(control_plane(&w, "cp3", "az2"), in_az2);
+    assert_eq!(reusable(&w), json!({"sys000": "ControlPlane/kcp"}));
+    assert_eq!(control_plane(&w, "cp4", "az1"), in_az1);
+    for (name, id) in [("cp3", &in_az2), ("cp4", &in_az1)] {
+        let status = w.maas_machine(NS, name).status.unwrap_or_default();
+        assert_eq!(status.reused_machine.as_ref(), Some(id), "{name}");
+    }
+    assert_eq!(reusable(&w), json!({}));
+    let asked: Vec<_> = w.maas.allocations.lock().unwrap().clone();
+    assert!(
+        asked
+            .iter()
+            .all(|a| a.system_id.is_none() || a.zone.is_some()),
+        "{asked:?}"
+    );
+    assert_eq!(
+        asked.iter().filter(|a| a.system_id.is_some()).count(),
+        2,
+        "no allocation MAAS had to refuse: {asked:?}"
+    );
+}
