@@ -33,6 +33,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod cli;
 pub mod clock;
 pub mod controllers;
 pub mod kube;

@@ -15,19 +15,15 @@
     )
 )]
 
-mod cli;
-
 use std::process::ExitCode;
 
-use capmaas::controllers::adopt;
+use capmaas::cli::operator::Config;
+use capmaas::cli::{self, adopt, doctor, Command};
 use capmaas::controllers::credentials::Credentials;
-use capmaas::controllers::doctor;
 use capmaas::controllers::manager::{self, Stopped};
 use capmaas::kube;
 use capmaas::maas;
 use capmaas::runtime::{self, LeaderConfig};
-use cli::operator::Config;
-use cli::Command;
 
 /// The PEM of `--maas-ca-file`, if given.
 fn maas_ca_pem(config: &Config) -> Result<Option<Vec<u8>>, String> {

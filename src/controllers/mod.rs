@@ -45,12 +45,10 @@
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
-pub mod adopt;
 pub mod api_poller;
 pub mod caches;
 pub mod cluster;
 pub mod credentials;
-pub mod doctor;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;

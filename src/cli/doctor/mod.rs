@@ -16,6 +16,9 @@
 //! clusters with their own credentials are checked for those credentials
 //! only. Nothing is written anywhere unless `--release-orphans --apply`.
 
+mod flags;
+pub use flags::{Config, COMMAND, FLAGS, USAGE};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -23,12 +26,12 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::credentials::Credentials;
-use super::identity::{Identity, Recorded};
-use super::matching;
-use super::ports::MaasClients;
 use crate::api::capi::CLUSTER_NAME_LABEL;
 use crate::api::{MaasCluster, MaasMachine, MaasMachineSpec, MaasMachineTemplate, ObjectMeta};
+use crate::controllers::credentials::Credentials;
+use crate::controllers::identity::{Identity, Recorded};
+use crate::controllers::matching;
+use crate::controllers::ports::MaasClients;
 use crate::kube::{self, resources, ListParams};
 use crate::maas::watch::find_orphans;
 use crate::maas::{self, MaasApi, MachineFilter, ReleaseRequest};
