@@ -39,5 +39,6 @@ pub mod controllers;
 pub mod kube;
 pub mod maas;
 pub mod metrics;
+pub mod operator;
 pub mod runtime;
 pub mod serve;

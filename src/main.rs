@@ -20,9 +20,9 @@ use std::process::ExitCode;
 use capmaas::cli::operator::Config;
 use capmaas::cli::{self, adopt, doctor, Command};
 use capmaas::controllers::credentials::Credentials;
-use capmaas::controllers::manager::{self, Stopped};
 use capmaas::kube;
 use capmaas::maas;
+use capmaas::operator::{self as manager, Stopped};
 use capmaas::runtime::{self, LeaderConfig};
 
 /// The PEM of `--maas-ca-file`, if given.

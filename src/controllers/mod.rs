@@ -45,7 +45,6 @@
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
-pub mod api_poller;
 pub mod caches;
 pub mod cluster;
 pub mod credentials;
@@ -54,15 +53,11 @@ mod error;
 pub(crate) mod fake;
 pub mod identity;
 pub mod maas_view;
-pub mod maas_watch;
 pub mod machine;
-pub mod manager;
-pub mod mappers;
 pub mod matching;
 pub mod ports;
 mod reconciling;
 pub mod remediation;
-pub mod template_capacity;
 
 use std::sync::Arc;
 

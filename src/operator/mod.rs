@@ -38,20 +38,22 @@
 //! The probe and metrics server is the exception: it answers until the
 //! process exits (its accept thread holds no state).
 
+pub mod api_poller;
+pub mod maas_watch;
+pub mod mappers;
+pub mod template_capacity;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::adapters::{self, Workload};
-use super::api_poller::{ApiPoller, PROBES_STOP};
-use super::caches::Caches;
-use super::credentials::{Credentials, SourceTenants};
-use super::maas_watch::{self, Router};
-use super::mappers::{self, Keys};
-use super::ports::{KubeApi, SystemClock};
-use super::{cluster, machine, remediation, template_capacity, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
+use crate::controllers::adapters::{self, Workload};
+use crate::controllers::caches::Caches;
+use crate::controllers::credentials::{Credentials, SourceTenants};
+use crate::controllers::ports::{KubeApi, SystemClock};
+use crate::controllers::{cluster, machine, remediation, Context, Options};
 use crate::kube::{self, resources};
 use crate::maas::watch::{MaasWatch, WatchConfig};
 use crate::maas::{self, StartCheck};
@@ -60,6 +62,9 @@ use crate::runtime::{
     Object, ObjectKey, Shutdown, Store, WorkQueue,
 };
 use crate::serve::{self, Health, Routes};
+use api_poller::{ApiPoller, PROBES_STOP};
+use maas_watch::Router;
+use mappers::Keys;
 
 /// Objects per informer list page (client-go: 500). A page is held whole,
 /// as JSON text, while its objects are decoded: smaller pages, lower peak
