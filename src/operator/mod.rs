@@ -498,7 +498,7 @@ fn check_maas_at_start(
     user: &Arc<OnceLock<String>>,
     report: StartReport,
 ) -> Result<Option<JoinHandle<()>>, StartError> {
-    let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
+    let unreachable = |e: &maas::Error| format!("not reachable: {e}");
     let api_root = maas.api_root().to_string();
     match maas.start_check() {
         StartCheck::Ready(whoami) => {
@@ -520,7 +520,7 @@ fn check_maas_at_start(
                 "MAASUnreachable",
                 &format!("MAAS {api_root} not reachable; not ready until it answers: {e}"),
             );
-            health.set_available("MAAS", unreachable(&e));
+            health.set_unavailable("MAAS", unreachable(&e));
             let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
             let user = user.clone();
             std::thread::Builder::new()
@@ -528,7 +528,7 @@ fn check_maas_at_start(
                 .spawn(move || {
                     let still_unreachable = |check: &StartCheck| {
                         if let StartCheck::Unreachable(e) = check {
-                            health.set_available("MAAS", unreachable(e));
+                            health.set_unavailable("MAAS", unreachable(e));
                         }
                     };
                     match maas.recheck_until_ready(still_unreachable, &stop) {
@@ -539,14 +539,14 @@ fn check_maas_at_start(
                                 whoami.username
                             ));
                             let _ = user.set(whoami.username);
-                            health.set_available("MAAS", Ok(()));
+                            health.set_available("MAAS");
                         }
                         // Stays unready with the reason: fix the key, then
                         // restart the pod.
                         Some(StartCheck::Refused(why)) => {
                             log::error!("{why}");
                             report.warning("MAASRefused", &why);
-                            health.set_available("MAAS", Err(why));
+                            health.set_unavailable("MAAS", why);
                         }
                         _ => {}
                     }
