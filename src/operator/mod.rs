@@ -82,7 +82,7 @@ const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(5);
 const REMEDIATION_WORKERS: usize = 2;
 
 /// What the operator was told to do (from flags and the environment; see
-/// `main.rs` for the defaults).
+/// `cli::operator` for the defaults).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Watch only this namespace (`None`: all).
