@@ -1,10 +1,14 @@
 //! capmaas: a Cluster API infrastructure provider for Canonical MAAS.
 //!
-//! The layers, each knowing only the ones below it:
+//! The rooms, each knowing only the ones below it:
 //!
-//! - [`controllers`]: the story. MaasCluster and MaasMachine reconcilers, the
-//!   workload API readiness poller, and the manager that wires and stops
-//!   them. The only layer that joins MAAS and Kubernetes.
+//! - [`cli`]: the only code that starts from a person: flags, usage,
+//!   logging, the `adopt` and `doctor` commands; its errors are messages.
+//! - [`operator`]: the wiring: starts and stops the threads, queues,
+//!   informers, workers, the api poller and the MAAS watch.
+//! - [`controllers`]: the story. The reconcilers, holding no client: they
+//!   read and write through ports that `adapters`/`credentials` bind to
+//!   the clients. The only layer that joins MAAS and Kubernetes.
 //! - [`api`]: the CRD types (serde) and the few Cluster API fields we read;
 //!   the one shape of a watched object, from the informer to the reconcile.
 //! - [`runtime`]: generic controller machinery: typed stores and the
@@ -33,10 +37,12 @@
 
 pub mod api;
 pub mod backoff;
+pub mod cli;
 pub mod clock;
 pub mod controllers;
 pub mod kube;
 pub mod maas;
 pub mod metrics;
+pub mod operator;
 pub mod runtime;
 pub mod serve;

@@ -20,7 +20,9 @@
 
 pub mod adopt;
 pub mod doctor;
+pub mod logging;
 pub mod operator;
+pub mod run;
 pub mod values;
 
 use std::ffi::OsString;

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use capmaas::controllers::Options;
+use crate::controllers::Options;
 
 use super::values::{
     human, parse_address, parse_count, parse_duration, parse_endpoints, parse_name, parse_path,

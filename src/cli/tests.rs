@@ -453,7 +453,7 @@ fn subcommands_check_their_flags_together() {
     .unwrap();
     assert_eq!(
         a.created_before,
-        capmaas::kube::time::unix_seconds("2026-12-01T00:00:00Z")
+        crate::kube::time::unix_seconds("2026-12-01T00:00:00Z")
     );
     let a = adopt(&["--all-namespaces"]).unwrap();
     assert!(

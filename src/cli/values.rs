@@ -159,7 +159,7 @@ pub fn parse_endpoints(name: &str, value: &str) -> Result<Vec<String>, String> {
         .split(',')
         .map(str::trim)
         .filter(|url| !url.is_empty())
-        .map(|url| capmaas::maas::client::api_root(url).map_err(|e| format!("--{name}: {e}")))
+        .map(|url| crate::maas::client::api_root(url).map_err(|e| format!("--{name}: {e}")))
         .collect()
 }
 
@@ -235,7 +235,7 @@ pub fn shown(value: &str) -> String {
 /// An RFC 3339 time (`2026-12-01T00:00:00Z`, an offset allowed), as Unix
 /// seconds.
 pub fn parse_time(name: &str, value: &str) -> Result<u64, String> {
-    capmaas::kube::time::unix_seconds(value).ok_or_else(|| {
+    crate::kube::time::unix_seconds(value).ok_or_else(|| {
         format!(
             "--{name}: expected an RFC 3339 time such as 2026-12-01T00:00:00Z, got {}",
             shown(value)

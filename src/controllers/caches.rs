@@ -1,6 +1,6 @@
 //! The informer caches the controllers read: one typed store per watched
 //! kind, created before the informers that fill them (see
-//! [`manager`](super::manager)) and shared by the informers, the event
+//! [`operator`](crate::operator)) and shared by the informers, the event
 //! mappers and the Kubernetes adapter.
 
 use std::sync::Arc;

@@ -1,19 +1,21 @@
-//! The story: the MaasCluster and MaasMachine reconcilers, the workload API
-//! poller, and the wiring that runs them. The only layer that joins MAAS and
-//! Kubernetes.
+//! The story: the MaasCluster, MaasMachine and MaasRemediation reconcilers.
+//! They hold no client: they read through the [`ports`] and return or call
+//! what to write; [`crate::operator`] runs them. With the wiring, the only
+//! layer that joins MAAS and Kubernetes.
 //!
 //! Following one watch event to a MAAS call:
 //!
 //! ```text
 //! informer decodes a MaasMachine (api type) ─► caches.maas_machines: Arc<MaasMachine>
-//!   ─► mappers::on_maas_machine(&Event<MaasMachine>, &caches) ─► keys ─► work queue
+//!   ─► operator::mappers::on_maas_machine(&Event<MaasMachine>, &caches) ─► keys ─► work queue
 //!   ─► worker ─► machine::reconcile(ctx, ns, name): ctx.kube.maas_machine(..) (the same Arc)
 //!   ─► Reconciling<MaasMachine>: steps call r.maas() (MaasView ─dyn MaasApi─► maas::Client),
 //!      set conditions ─► finish(): one status diff patch
 //! ```
 //!
-//! - [`manager`]: starts and stops everything (informers into [`caches`],
-//!   [`mappers`] onto three queues, workers, leader election, api poller).
+//! - [`crate::operator`]: starts and stops everything (informers into
+//!   [`caches`], mappers onto three queues, workers, leader election, api
+//!   poller).
 //! - `reconciling`: the scaffold the reconcilers share (conditions, events,
 //!   finalizer, guarded patches, the one status write at the end).
 //!
@@ -23,7 +25,7 @@
 //! - MaasCluster ([`cluster`]): owner Cluster → pause → finalizer → API DNS
 //!   name (persisted before the record exists) → DNS record → endpoint →
 //!   failure domains → DNS attachments (never emptied while control-plane
-//!   machines exist) → API server availability (via [`api_poller`]) →
+//!   machines exist) → API server availability (via `operator::api_poller`) →
 //!   conditions. Delete: wait for MaasMachines, delete the DNS record, drop
 //!   the finalizer.
 //! - MaasMachine ([`machine`]): owners → pause → finalizer → wait for
@@ -36,35 +38,30 @@
 //!   Machine back to its owner (`OwnerRemediated=False`) for replacement.
 //!
 //! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
-//! them to the real `kube` client and the caches, and `maas::Client`
+//! them to the real `kube` client and the caches ([`credentials`] to each
+//! identity's MAAS client: with `adapters`, the only modules here that hold
+//! a client), and `maas::Client`
 //! implements [`ports::MaasApi`] itself; [`maas_view`] is each cluster's
 //! MAAS as a reconcile gets it: that client, plus machine reads from the
 //! MAAS watch's view (and boot resources, DNS records from short-lived
-//! caches), and [`maas_watch`] turns what the
+//! caches), and `operator::maas_watch` turns what the
 //! watch sees in MAAS into reconciles, Events and the orphan report. Errors are the
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
 pub mod adapters;
-pub mod adopt;
-pub mod api_poller;
 pub mod caches;
 pub mod cluster;
 pub mod credentials;
-pub mod doctor;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod identity;
 pub mod maas_view;
-pub mod maas_watch;
 pub mod machine;
-pub mod manager;
-pub mod mappers;
 pub mod matching;
 pub mod ports;
 mod reconciling;
 pub mod remediation;
-pub mod template_capacity;
 
 use std::sync::Arc;
 

@@ -48,7 +48,7 @@
 //! - [`Shutdown`], [`listen_for_signals`], [`join_within`] (in `shutdown`):
 //!   SIGTERM/SIGINT → stop.
 //!
-//! # Lifecycle (as `controllers::manager` runs it)
+//! # Lifecycle (as `operator` runs it)
 //!
 //! ```text
 //! shutdown = Shutdown::new(); listen_for_signals(&shutdown)   // 2nd signal: exit 1 at once

@@ -2,7 +2,7 @@
 //! wired to it, and a bounded join.
 //!
 //! The intended sequence (what Kubernetes expects of a pod that gets
-//! SIGTERM, within `terminationGracePeriodSeconds`; `controllers::manager`
+//! SIGTERM, within `terminationGracePeriodSeconds`; `operator`
 //! runs it):
 //!
 //! ```text

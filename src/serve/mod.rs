@@ -129,17 +129,22 @@ impl Health {
         self.synced.store(synced, Ordering::SeqCst);
     }
 
-    /// Whether `service` (e.g. "MAAS") can be used; while it cannot,
-    /// /readyz fails with `service: reason`. Set by the start-up checks.
-    pub fn set_available(&self, service: &'static str, available: Result<(), String>) {
-        let mut unavailable = self
-            .unavailable
+    /// `service` (e.g. "MAAS") cannot be used: /readyz fails with
+    /// `service: reason` until [`Health::set_available`]. Set by the
+    /// start-up checks.
+    pub fn set_unavailable(&self, service: &'static str, reason: String) {
+        self.unavailable
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match available {
-            Ok(()) => unavailable.remove(service),
-            Err(reason) => unavailable.insert(service, reason),
-        };
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(service, reason);
+    }
+
+    /// `service` can be used again.
+    pub fn set_available(&self, service: &'static str) {
+        self.unavailable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(service);
     }
 
     /// Shutdown began: /readyz fails from now on.
@@ -147,21 +152,21 @@ impl Health {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
-    /// `Err(reason)` when the liveness probe should fail.
-    pub fn liveness(&self) -> Result<(), String> {
+    /// `Err(why)` when the liveness probe should fail.
+    pub fn liveness(&self) -> Result<(), NotReady> {
         if self.live.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err("not live".into())
+            Err(NotReady::NotLive)
         }
     }
 
     /// `Err(reason)` when the readiness probe should fail. A service we
     /// cannot reach is named before the caches: it is the cause to fix.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub fn readiness(&self) -> Result<(), NotReady> {
         self.liveness()?;
         if self.stopping.load(Ordering::SeqCst) {
-            return Err("shutting down".into());
+            return Err(NotReady::ShuttingDown);
         }
         if let Some((service, reason)) = self
             .unavailable
@@ -170,15 +175,45 @@ impl Health {
             .iter()
             .next()
         {
-            return Err(format!("{service}: {reason}"));
+            return Err(NotReady::Unavailable {
+                service,
+                reason: reason.clone(),
+            });
         }
         if !self.synced.load(Ordering::SeqCst) {
-            return Err("caches not synced".into());
+            return Err(NotReady::CachesNotSynced);
         }
         // A synced standby is ready: it can take over at once.
         match self.leader.leadership() {
             Leadership::Leader | Leadership::Standby => Ok(()),
-            Leadership::Lost => Err("leader election lost".into()),
+            Leadership::Lost => Err(NotReady::LeadershipLost),
+        }
+    }
+}
+
+/// Why a probe fails. Its text is the probe's 503 body, which `kubectl
+/// describe pod` shows: the cause to fix, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    NotLive,
+    ShuttingDown,
+    /// A service the operator needs (MAAS) cannot be used, and why.
+    Unavailable {
+        service: &'static str,
+        reason: String,
+    },
+    CachesNotSynced,
+    LeadershipLost,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotReady::NotLive => f.write_str("not live"),
+            NotReady::ShuttingDown => f.write_str("shutting down"),
+            NotReady::Unavailable { service, reason } => write!(f, "{service}: {reason}"),
+            NotReady::CachesNotSynced => f.write_str("caches not synced"),
+            NotReady::LeadershipLost => f.write_str("leader election lost"),
         }
     }
 }
@@ -494,7 +529,7 @@ fn route(method: &str, path: &str, routes: &Routes) -> Response {
     response
 }
 
-fn probe(result: Result<(), String>) -> Response {
+fn probe(result: Result<(), NotReady>) -> Response {
     match result {
         Ok(()) => Response::text(200, "ok\n"),
         Err(reason) => Response::text(503, &format!("{reason}\n")),
@@ -613,23 +648,24 @@ mod tests {
         let gate = LeaderGate::standby();
         let h = Health::new(gate.clone());
         let err = |s: &str| Err(s.to_string());
+        let text = |r: Result<(), NotReady>| r.map_err(|e| e.to_string());
         assert_eq!(h.liveness(), Ok(()));
-        assert_eq!(h.readiness(), err("caches not synced"));
+        assert_eq!(text(h.readiness()), err("caches not synced"));
         h.set_synced(true);
         assert_eq!(h.readiness(), Ok(()), "a synced standby is ready");
         gate.lead_until(Instant::now() + Duration::from_secs(600));
         assert_eq!(h.readiness(), Ok(()));
         gate.lose();
-        assert_eq!(h.readiness(), err("leader election lost"));
+        assert_eq!(text(h.readiness()), err("leader election lost"));
         let h = Health::new(LeaderGate::always_open());
         h.set_synced(true);
         assert_eq!(h.readiness(), Ok(()));
         h.set_live(false);
-        assert_eq!(h.liveness(), err("not live"));
-        assert_eq!(h.readiness(), err("not live"));
+        assert_eq!(text(h.liveness()), err("not live"));
+        assert_eq!(text(h.readiness()), err("not live"));
         h.set_live(true);
         h.set_stopping();
-        assert_eq!(h.readiness(), err("shutting down"));
+        assert_eq!(text(h.readiness()), err("shutting down"));
         assert_eq!(h.liveness(), Ok(()), "stopping is not dead");
     }
 
@@ -638,16 +674,16 @@ mod tests {
     #[test]
     fn an_unavailable_service_makes_the_pod_unready_with_its_reason() {
         let h = Health::new(LeaderGate::always_open());
-        h.set_available("MAAS", Err("not reachable: connection refused".into()));
+        h.set_unavailable("MAAS", "not reachable: connection refused".into());
         assert_eq!(
-            h.readiness(),
+            h.readiness().map_err(|e| e.to_string()),
             Err("MAAS: not reachable: connection refused".to_string()),
             "named before the caches"
         );
         h.set_synced(true);
         assert!(h.readiness().is_err());
         assert_eq!(h.liveness(), Ok(()), "waiting for MAAS is not dead");
-        h.set_available("MAAS", Ok(()));
+        h.set_available("MAAS");
         assert_eq!(h.readiness(), Ok(()));
     }
 

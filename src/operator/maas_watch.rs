@@ -28,11 +28,11 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use super::caches::Caches;
-use super::credentials::SourceTenants;
-use super::identity::{Identity, Recorded};
-use super::ports::{EventTarget, EventType, Kind, KubeApi, MachineQueue};
 use crate::api::MaasMachine;
+use crate::controllers::caches::Caches;
+use crate::controllers::credentials::SourceTenants;
+use crate::controllers::identity::{Identity, Recorded};
+use crate::controllers::ports::{EventTarget, EventType, Kind, KubeApi, MachineQueue};
 use crate::maas::watch::{MachineChange, Orphans, SourceId, WatchHandle};
 use crate::maas::{self, IDENTITY_PREFIX};
 use crate::metrics;

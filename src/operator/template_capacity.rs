@@ -26,8 +26,8 @@ use std::time::Duration;
 use crossbeam_channel::{select, unbounded, Receiver};
 use serde_json::{json, Value};
 
-use super::manager::StartError;
-use super::{matching, Error};
+use super::StartError;
+use crate::controllers::{matching, Error};
 
 use crate::api::{MaasMachineSpec, MaasMachineTemplate, MaasMachineTemplateStatus, NodeInfo};
 use crate::kube::{self, merge_patch, resources};

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use super::ports::{ApiWatch, WorkloadApi};
 use crate::backoff::Backoff;
 use crate::clock::later;
+use crate::controllers::ports::{ApiWatch, WorkloadApi};
 use crate::kube;
 use crate::runtime;
 

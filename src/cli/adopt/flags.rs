@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use super::values::{parse_name, parse_path, parse_time, NameRule};
-use super::{Flag, Spec};
+use crate::cli::values::{parse_name, parse_path, parse_time, NameRule};
+use crate::cli::{Flag, Spec};
 
 pub const COMMAND: Spec<Config> = Spec {
     name: "capmaas adopt",

@@ -38,20 +38,22 @@
 //! The probe and metrics server is the exception: it answers until the
 //! process exits (its accept thread holds no state).
 
+pub mod api_poller;
+pub mod maas_watch;
+pub mod mappers;
+pub mod template_capacity;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::adapters::{self, Workload};
-use super::api_poller::{ApiPoller, PROBES_STOP};
-use super::caches::Caches;
-use super::credentials::{Credentials, SourceTenants};
-use super::maas_watch::{self, Router};
-use super::mappers::{self, Keys};
-use super::ports::{KubeApi, SystemClock};
-use super::{cluster, machine, remediation, template_capacity, Context, Options};
 use crate::api::capi::WATCH_FILTER_LABEL;
+use crate::controllers::adapters::{self, Workload};
+use crate::controllers::caches::Caches;
+use crate::controllers::credentials::{Credentials, SourceTenants};
+use crate::controllers::ports::{KubeApi, SystemClock};
+use crate::controllers::{cluster, machine, remediation, Context, Options};
 use crate::kube::{self, resources};
 use crate::maas::watch::{MaasWatch, WatchConfig};
 use crate::maas::{self, StartCheck};
@@ -60,6 +62,9 @@ use crate::runtime::{
     Object, ObjectKey, Shutdown, Store, WorkQueue,
 };
 use crate::serve::{self, Health, Routes};
+use api_poller::{ApiPoller, PROBES_STOP};
+use maas_watch::Router;
+use mappers::Keys;
 
 /// Objects per informer list page (client-go: 500). A page is held whole,
 /// as JSON text, while its objects are decoded: smaller pages, lower peak
@@ -77,7 +82,7 @@ const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(5);
 const REMEDIATION_WORKERS: usize = 2;
 
 /// What the operator was told to do (from flags and the environment; see
-/// `main.rs` for the defaults).
+/// `cli::operator` for the defaults).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Watch only this namespace (`None`: all).
@@ -493,7 +498,7 @@ fn check_maas_at_start(
     user: &Arc<OnceLock<String>>,
     report: StartReport,
 ) -> Result<Option<JoinHandle<()>>, StartError> {
-    let unreachable = |e: &maas::Error| Err(format!("not reachable: {e}"));
+    let unreachable = |e: &maas::Error| format!("not reachable: {e}");
     let api_root = maas.api_root().to_string();
     match maas.start_check() {
         StartCheck::Ready(whoami) => {
@@ -515,7 +520,7 @@ fn check_maas_at_start(
                 "MAASUnreachable",
                 &format!("MAAS {api_root} not reachable; not ready until it answers: {e}"),
             );
-            health.set_available("MAAS", unreachable(&e));
+            health.set_unavailable("MAAS", unreachable(&e));
             let (maas, health, stop) = (maas.clone(), health.clone(), shutdown.receiver().clone());
             let user = user.clone();
             std::thread::Builder::new()
@@ -523,7 +528,7 @@ fn check_maas_at_start(
                 .spawn(move || {
                     let still_unreachable = |check: &StartCheck| {
                         if let StartCheck::Unreachable(e) = check {
-                            health.set_available("MAAS", unreachable(e));
+                            health.set_unavailable("MAAS", unreachable(e));
                         }
                     };
                     match maas.recheck_until_ready(still_unreachable, &stop) {
@@ -534,14 +539,14 @@ fn check_maas_at_start(
                                 whoami.username
                             ));
                             let _ = user.set(whoami.username);
-                            health.set_available("MAAS", Ok(()));
+                            health.set_available("MAAS");
                         }
                         // Stays unready with the reason: fix the key, then
                         // restart the pod.
                         Some(StartCheck::Refused(why)) => {
                             log::error!("{why}");
                             report.warning("MAASRefused", &why);
-                            health.set_available("MAAS", Err(why));
+                            health.set_unavailable("MAAS", why);
                         }
                         _ => {}
                     }

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use super::values::parse_path;
-use super::{Flag, Spec};
+use crate::cli::values::parse_path;
+use crate::cli::{Flag, Spec};
 
 pub const COMMAND: Spec<Config> = Spec {
     name: "capmaas doctor",

@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 
-use super::caches::Caches;
 use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
 use crate::api::maas_cluster::{self, Network};
 use crate::api::{
     maas_machine, Condition, MaasCluster, MaasMachine, MaasRemediation, MachineAddress, ObjectMeta,
 };
+use crate::controllers::caches::Caches;
 use crate::runtime::{Event, ObjectKey};
 
 /// What to enqueue for one event.

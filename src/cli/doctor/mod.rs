@@ -18,6 +18,9 @@
 //! clusters with their own credentials are checked for those credentials
 //! only. Nothing is written anywhere unless `--release-orphans --apply`.
 
+mod flags;
+pub use flags::{Config, COMMAND, FLAGS, USAGE};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -25,13 +28,13 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::credentials::Credentials;
-use super::identity::{Identity, Recorded};
-use super::machine::{asks_versioned_options, options_missing_from};
-use super::matching;
-use super::ports::MaasClients;
 use crate::api::capi::CLUSTER_NAME_LABEL;
 use crate::api::{MaasCluster, MaasMachine, MaasMachineSpec, MaasMachineTemplate, ObjectMeta};
+use crate::controllers::credentials::Credentials;
+use crate::controllers::identity::{Identity, Recorded};
+use crate::controllers::machine::{asks_versioned_options, options_missing_from};
+use crate::controllers::matching;
+use crate::controllers::ports::MaasClients;
 use crate::kube::{self, resources, ListParams};
 use crate::maas::watch::find_orphans;
 use crate::maas::{

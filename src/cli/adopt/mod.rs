@@ -26,6 +26,9 @@
 //! and two objects with all the marks naming one machine. Running it again
 //! is harmless (adopted machines are reported as such).
 
+mod flags;
+pub use flags::{Config, COMMAND, FLAGS, USAGE};
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -33,12 +36,12 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::credentials::Credentials;
-use super::identity::{self, Identity, Ownership, Recorded};
-use super::maas_view::MaasView;
-use super::ports::MaasClients;
 use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
 use crate::api::{MaasCluster, MaasMachine};
+use crate::controllers::credentials::Credentials;
+use crate::controllers::identity::{self, Identity, Ownership, Recorded};
+use crate::controllers::maas_view::MaasView;
+use crate::controllers::ports::MaasClients;
 use crate::kube::{self, resources, ListParams};
 use crate::maas;
 
