@@ -413,6 +413,36 @@ fn maas_view(maas: &Client, key: &str) -> Result<MaasView, String> {
 // ---------------------------------------------------------------------------
 // Inside: the story.
 
+/// capmaas's `maas_api_requests_total` by operation, summed over codes.
+fn requests_by_operation(capmaas: &Capmaas) -> BTreeMap<String, f64> {
+    let mut by_operation = BTreeMap::new();
+    for (key, value) in capmaas.metrics() {
+        let Some(labels) = key.strip_prefix("maas_api_requests_total{") else {
+            continue;
+        };
+        let operation = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("operation=\""))
+            .map(|o| o.trim_end_matches(['"', '}']).to_owned())
+            .unwrap_or_default();
+        *by_operation.entry(operation).or_default() += value;
+    }
+    by_operation
+}
+
+/// What `later` adds to `earlier`: (total, by operation).
+fn requests_between(
+    earlier: &BTreeMap<String, f64>,
+    later: &BTreeMap<String, f64>,
+) -> (f64, BTreeMap<String, f64>) {
+    let added: BTreeMap<String, f64> = later
+        .iter()
+        .map(|(op, n)| (op.clone(), n - earlier.get(op).copied().unwrap_or(0.0)))
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    (added.values().sum(), added)
+}
+
 struct Lab {
     workloads: WorkloadSim,
     capmaas: Capmaas,
@@ -588,6 +618,7 @@ fn inside(namespace: &str) {
             ("WORKER_MACHINE_RESOURCEPOOL", "worker-pool"),
         ],
     );
+    let idle_requests = requests_by_operation(&lab.capmaas);
     let creating = Instant::now();
     lab.cp.kubectl_stdin(&["apply", "-f", "-"], &yaml);
     let ready = lab.wait_until(
@@ -596,6 +627,8 @@ fn inside(namespace: &str) {
         |s| s.all_ready(CONTROL_PLANES, WORKERS),
     );
     let running = creating.elapsed();
+    let (provision_requests, provision_detail) =
+        requests_between(&idle_requests, &requests_by_operation(&lab.capmaas));
     let cluster = support::eventually(120, "the Cluster Available", || {
         let cluster = lab.cp.get(&lab.ns, "clusters.cluster.x-k8s.io", CLUSTER)?;
         support::objects::condition_is(&cluster, "Available", "True").then_some(cluster)
@@ -710,6 +743,17 @@ fn inside(namespace: &str) {
         },
     );
     let deleted = deleting.elapsed();
+    // Each machine allocated, deployed and released once: no retry on real
+    // MAAS's answers doubled a write.
+    let (life_requests, life_detail) =
+        requests_between(&idle_requests, &requests_by_operation(&lab.capmaas));
+    for operation in ["allocate", "deploy", "release"] {
+        assert_eq!(
+            life_detail.get(operation).copied().unwrap_or(0.0),
+            5.0,
+            "{operation}: {life_detail:?}"
+        );
+    }
     let owned = lab.owned();
     assert!(owned.is_empty(), "allocated to admin: {owned:?}");
     for m in lab
@@ -736,12 +780,16 @@ fn inside(namespace: &str) {
     );
     println!(
         "real MAAS KCP story: lab up {:.1} s; create -> 5 Machines Running {:.1} s, Cluster Available {:.1} s; \
-         scale-down 2 -> 1 {:.1} s; deletion {:.1} s; inner run {:.1} s",
+         scale-down 2 -> 1 {:.1} s; deletion {:.1} s; inner run {:.1} s\n\
+         MAAS requests create -> Running: {provision_requests} ({:.1} per machine): {provision_detail:?}\n\
+         MAAS requests whole life: {life_requests} ({:.1} per machine): {life_detail:?}",
         lab_up.as_secs_f64(),
         running.as_secs_f64(),
         available.as_secs_f64(),
         scaled_down.as_secs_f64(),
         deleted.as_secs_f64(),
         started.elapsed().as_secs_f64(),
+        provision_requests / 5.0,
+        life_requests / 5.0,
     );
 }
