@@ -289,50 +289,7 @@ impl KcpLab {
         workers: usize,
         vars: &[(&str, &str)],
     ) -> String {
-        let home = self.dir.join("clusterctl-home");
-        let status = Command::new(super::repo_root().join("deploy/clusterctl/generate.sh"))
-            .args([
-                "--repo",
-                super::path_str(&home.join("capmaas-repo")),
-                PROVIDER_VERSION,
-            ])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("running generate.sh");
-        assert!(status.success(), "generate.sh --repo failed");
-        let clusterctl = capi::build().join("clusterctl");
-        let out = Command::new(&clusterctl)
-            .args([
-                "generate",
-                "cluster",
-                CLUSTER,
-                "--kubernetes-version",
-                KUBERNETES_VERSION,
-                &format!("--control-plane-machine-count={control_planes}"),
-                &format!("--worker-machine-count={workers}"),
-                // Without `clusterctl init` there is no provider inventory
-                // to find the default infrastructure provider in.
-                "--infrastructure",
-                &format!("maas:{PROVIDER_VERSION}"),
-                "--target-namespace",
-                &self.ns,
-                "--config",
-            ])
-            .arg(super::repo_root().join("deploy/clusterctl/clusterctl.yaml"))
-            .args(flavor.iter().flat_map(|f| ["--flavor", *f]))
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join("xdg"))
-            .env("GOPROXY", "off")
-            .env_remove("KUBECONFIG")
-            .envs(vars.iter().copied())
-            .output()
-            .expect("running clusterctl");
-        assert!(
-            out.status.success(),
-            "clusterctl generate cluster: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("clusterctl prints UTF-8")
+        render_flavor_in(&self.dir, &self.ns, flavor, control_planes, workers, vars)
     }
 
     /// `kubectl apply -f -`, as a user would.
@@ -470,6 +427,62 @@ impl KcpLab {
         std::fs::write(&path, bytes).expect("writing the workload kubeconfig");
         path
     }
+}
+
+/// [`KcpLab::render_flavor`] for a lab laid out in `dir`, the cluster in
+/// namespace `ns`.
+pub fn render_flavor_in(
+    dir: &std::path::Path,
+    ns: &str,
+    flavor: Option<&str>,
+    control_planes: usize,
+    workers: usize,
+    vars: &[(&str, &str)],
+) -> String {
+    let home = dir.join("clusterctl-home");
+    let status = Command::new(super::repo_root().join("deploy/clusterctl/generate.sh"))
+        .args([
+            "--repo",
+            super::path_str(&home.join("capmaas-repo")),
+            PROVIDER_VERSION,
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("running generate.sh");
+    assert!(status.success(), "generate.sh --repo failed");
+    let clusterctl = capi::build().join("clusterctl");
+    let out = Command::new(&clusterctl)
+        .args([
+            "generate",
+            "cluster",
+            CLUSTER,
+            "--kubernetes-version",
+            KUBERNETES_VERSION,
+            &format!("--control-plane-machine-count={control_planes}"),
+            &format!("--worker-machine-count={workers}"),
+            // Without `clusterctl init` there is no provider inventory
+            // to find the default infrastructure provider in.
+            "--infrastructure",
+            &format!("maas:{PROVIDER_VERSION}"),
+            "--target-namespace",
+            ns,
+            "--config",
+        ])
+        .arg(super::repo_root().join("deploy/clusterctl/clusterctl.yaml"))
+        .args(flavor.iter().flat_map(|f| ["--flavor", *f]))
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join("xdg"))
+        .env("GOPROXY", "off")
+        .env_remove("KUBECONFIG")
+        .envs(vars.iter().copied())
+        .output()
+        .expect("running clusterctl");
+    assert!(
+        out.status.success(),
+        "clusterctl generate cluster: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("clusterctl prints UTF-8")
 }
 
 /// Resolves `host` with the system resolver (this namespace's resolv.conf:
@@ -672,10 +685,52 @@ fn condition_status(obj: &Value, type_: &str) -> String {
         .unwrap_or_default()
 }
 
+/// What a [`Snapshot`] reads of MAAS: machine hostnames by status name,
+/// and every DNS record (fqdn, addresses).
+#[derive(Clone, Debug, Default)]
+pub struct MaasView {
+    pub machines: BTreeMap<String, Vec<String>>,
+    pub records: Vec<(String, Vec<String>)>,
+}
+
+impl MaasView {
+    /// The simulator's state now.
+    pub fn of_sim(sim: &MaasSim) -> MaasView {
+        let state = sim.state();
+        let mut machines: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for m in state["machines"].as_array().into_iter().flatten() {
+            machines
+                .entry(string(&m["status_name"]))
+                .or_default()
+                .push(string(&m["hostname"]));
+        }
+        let records = state["dns_resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                let ips = d["ip_addresses"].as_array().into_iter().flatten();
+                (string(&d["fqdn"]), ips.map(string).collect())
+            })
+            .collect();
+        MaasView { machines, records }
+    }
+}
+
 pub fn snapshot(
     kube: &kube::Client,
     ns: &str,
     sim: &MaasSim,
+    workloads: &WorkloadSim,
+) -> Result<Snapshot, String> {
+    snapshot_with(kube, ns, &MaasView::of_sim(sim), workloads)
+}
+
+/// [`snapshot`] of a lab whose MAAS is seen through `view`.
+pub fn snapshot_with(
+    kube: &kube::Client,
+    ns: &str,
+    view: &MaasView,
     workloads: &WorkloadSim,
 ) -> Result<Snapshot, String> {
     use capmaas::kube::resources::{MACHINES, MACHINE_DEPLOYMENTS};
@@ -720,22 +775,17 @@ pub fn snapshot(
         .collect();
     rows.sort_by(|a, b| (!a.control_plane, &a.name).cmp(&(!b.control_plane, &b.name)));
 
-    let state = sim.state();
-    let mut maas: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for m in state["machines"].as_array().into_iter().flatten() {
-        maas.entry(string(&m["status_name"]))
-            .or_default()
-            .push(string(&m["hostname"]));
-    }
     let dns_name = dns_name(kube, ns)?;
-    let records = || state["dns_resources"].as_array().into_iter().flatten();
-    let dns = records()
-        .filter(|d| Some(string(&d["fqdn"])) == dns_name)
-        .flat_map(|d| d["ip_addresses"].as_array().cloned().unwrap_or_default())
-        .map(|ip| string(&ip))
+    let dns = view
+        .records
+        .iter()
+        .filter(|(fqdn, _)| Some(fqdn) == dns_name.as_ref())
+        .flat_map(|(_, ips)| ips.iter().cloned())
         .collect();
-    let dns_records = records()
-        .map(|d| string(&d["fqdn"]))
+    let dns_records = view
+        .records
+        .iter()
+        .map(|(fqdn, _)| fqdn.clone())
         .filter(|fqdn| fqdn.starts_with(&format!("{CLUSTER}-")))
         .collect();
     Ok(Snapshot {
@@ -746,7 +796,7 @@ pub fn snapshot(
         dns,
         dns_records,
         booted: workloads.booted()?,
-        maas,
+        maas: view.machines.clone(),
     })
 }
 

@@ -117,6 +117,12 @@ fn script() -> PathBuf {
     repo_root().join("tests/support/netns.sh")
 }
 
+/// The name [`run_inside`] gives the namespace it creates for `network`
+/// (known to the outer process before the inner one runs).
+pub fn name(network: &Network) -> String {
+    format!("{}-{}", network.prefix, std::process::id())
+}
+
 /// A created namespace; removed on drop.
 pub struct Namespace {
     pub name: String,
@@ -125,7 +131,7 @@ pub struct Namespace {
 
 impl Namespace {
     pub fn create(network: &Network) -> Namespace {
-        let name = format!("{}-{}", network.prefix, std::process::id());
+        let name = name(network);
         // The watchdog goes first, so that a failed setup is cleaned up too.
         let watchdog = Command::new(script())
             .args(["delete-on-eof", &name])

@@ -63,12 +63,20 @@ impl WorkloadSim {
     /// log is `dir/workload-sim.log` (`WORKLOAD_SIM_V=4` logs every
     /// workload API request).
     pub fn start(cp: &ControlPlane, maas: &MaasSim, dir: &Path) -> WorkloadSim {
+        WorkloadSim::start_with_state(cp, &maas.base, dir)
+    }
+
+    /// As [`WorkloadSim::start`], reading the machines from
+    /// `base/_sim/state` (the simulator's shape: `{"machines": [{system_id,
+    /// hostname, status_name, power_state, ip_addresses}]}`), which a test
+    /// may serve from another MAAS.
+    pub fn start_with_state(cp: &ControlPlane, base: &str, dir: &Path) -> WorkloadSim {
         let bin = capi::build().join("workload-sim");
         let status_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let verbosity = std::env::var("WORKLOAD_SIM_V").unwrap_or_else(|_| "1".into());
         let args = vec![
             format!("--kubeconfig={}", cp.kubeconfig.display()),
-            format!("--maas-sim={}", maas.base),
+            format!("--maas-sim={base}"),
             format!("--status-addr={status_addr}"),
             format!("--v={verbosity}"),
         ];
