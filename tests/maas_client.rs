@@ -164,7 +164,7 @@ fn machines_owned_by_lists_every_state_of_one_owner() {
         .machines_owned_by("admin")
         .unwrap()
         .into_iter()
-        .map(|m| (m.system_id, m.status))
+        .map(|m| (m.system_id.clone(), m.status.clone()))
         .collect();
     owned.sort_by(|x, y| x.0.cmp(&y.0));
     let mut expected = vec![
@@ -400,7 +400,7 @@ fn allocate_errors_are_permanent_and_typed() {
     assert!(err.is_conflict(), "{err}");
 }
 
-/// A request body far larger than a connection's 16 KiB write buffer is
+/// A request body far larger than a connection's 8 KiB write buffer is
 /// sent whole: a deploy's user data (bootstrap data runs to tens of KiB).
 #[test]
 fn a_body_larger_than_the_connection_buffer_is_sent_whole() {

@@ -79,15 +79,17 @@ fn decode_budget(body_limit: u64) -> usize {
 /// Each connection's read and write buffers. ureq's defaults (128 KiB
 /// each, zero-filled when a connection is made) kept 256 KiB resident per
 /// pooled connection, and the pool holds one per busy worker and listing
-/// thread. The read buffer holds a response's head (MAAS sends well under
-/// 2 KiB; longer than [`MAX_RESPONSE_HEAD`] is an error), the write buffer
-/// a request's head (path, query and OAuth header; an events query for 250
-/// machines is about 3 KiB). Bodies stream through both at any size.
-const CONNECTION_READ_BUFFER: usize = 32 * KIB as usize;
-const CONNECTION_WRITE_BUFFER: usize = 16 * KIB as usize;
+/// thread (about 35 while 1,000 machines deploy, so every KiB here counts
+/// 35 times at the memory peak). The read buffer holds a response's head
+/// (MAAS sends well under 2 KiB; longer than [`MAX_RESPONSE_HEAD`] is an
+/// error), the write buffer a request's head (path, query and OAuth
+/// header; an events query for 250 machines is about 3 KiB). Bodies
+/// stream through both at any size.
+const CONNECTION_READ_BUFFER: usize = 16 * KIB as usize;
+const CONNECTION_WRITE_BUFFER: usize = 8 * KIB as usize;
 /// Below the read buffer, so a longer head is a clear error rather than
 /// ureq's "made no progress".
-const MAX_RESPONSE_HEAD: usize = 16 * KIB as usize;
+const MAX_RESPONSE_HEAD: usize = 8 * KIB as usize;
 /// Largest error body read: MAAS's are a line of text or a few field
 /// errors; a bigger one is cut, the status still classifies the error.
 const MAX_ERROR_BODY: u64 = 64 * KIB;
@@ -495,11 +497,30 @@ impl Client {
     /// canonical/maas), and MAAS clears the owner on release, so a machine
     /// released behind our back leaves this list. An unknown username is a
     /// 400 (`No such owner: '<name>'.`), never an empty list.
-    pub fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error> {
-        self.machines(&MachineFilter {
+    /// Each machine is decoded straight into the `Arc` the MAAS watch's
+    /// view keeps it in.
+    pub fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error> {
+        self.shared_machines(&MachineFilter {
             owner: Some(owner.to_owned()),
             ..MachineFilter::default()
         })
+    }
+
+    fn shared_machines(&self, filter: &MachineFilter) -> Result<Vec<Arc<Machine>>, Error> {
+        let Charged::<decode::Shared<Machine>, MAX_LISTED_MACHINES>(machines) = self
+            .json_streamed(Call {
+                op: "machines_list",
+                method: Method::Get,
+                path: "machines/".into(),
+                query: filter.query(),
+                form: vec![],
+                repeat: Repeat::Safe,
+            })?;
+        Ok(machines
+            .into_iter()
+            .map(|decode::Shared(machine)| machine)
+            .filter(|m| filter.matches_owner_data(m))
+            .collect())
     }
 
     /// Powers a machine on. On an Allocated machine MAAS starts a deployment.
@@ -923,18 +944,8 @@ impl MaasApi for Client {
     }
 
     fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
-        let Charged::<Machine, MAX_LISTED_MACHINES>(machines) = self.json_streamed(Call {
-            op: "machines_list",
-            method: Method::Get,
-            path: "machines/".into(),
-            query: filter.query(),
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
-        Ok(machines
-            .into_iter()
-            .filter(|m| filter.matches_owner_data(m))
-            .collect())
+        let machines = self.shared_machines(filter)?;
+        Ok(machines.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     fn allocate(&self, req: &AllocateRequest) -> Result<Machine, Error> {

@@ -19,7 +19,7 @@
 //! client.with_max_retries(n) -> Client                      // same pool, own retry count
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
-//! client.machines_owned_by(username) -> Result<Vec<Machine>, Error>    // every state
+//! client.machines_owned_by(username) -> Result<Vec<Arc<Machine>>, Error> // every state
 //! client.events(&EventQuery { system_ids, after, level, limit }) -> Result<Vec<Event>, Error>  // newest first
 //! client.allocate(&AllocateRequest) -> Result<Machine, Error>          // at most once
 //! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once

@@ -873,7 +873,6 @@ fn orphans(
         } else {
             client
                 .machines_owned_by(username)
-                .map(|ms| ms.into_iter().map(Arc::new).collect())
                 .map_err(|e| e.to_string())
         };
         let machines = match listed {

@@ -196,14 +196,14 @@ fn the_view_stands_in_for_a_read_until_this_process_writes() {
 
 /// The controllers' fake MAAS listed by the real watch thread.
 impl Reader for FakeMaas {
-    fn machines_owned_by(&self, owner: &str) -> Result<Vec<maas::Machine>, maas::Error> {
+    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<maas::Machine>>, maas::Error> {
         Ok(self
             .machines
             .lock()
             .unwrap()
             .values()
             .filter(|m| m.owner.as_deref() == Some(owner))
-            .cloned()
+            .map(|m| Arc::new(m.clone()))
             .collect())
     }
 

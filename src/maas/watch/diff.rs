@@ -69,7 +69,7 @@ pub fn changed_hands(old: &Machine, new: &Machine) -> bool {
 pub fn apply_list(
     source: &SourceId,
     old: &HashMap<String, ListedMachine>,
-    list: Vec<Machine>,
+    list: Vec<Arc<Machine>>,
     listed_at: Instant,
 ) -> (HashMap<String, ListedMachine>, Vec<MachineChange>) {
     let mut next = HashMap::with_capacity(list.len());
@@ -78,7 +78,6 @@ pub fn apply_list(
         if machine.system_id.is_empty() {
             continue;
         }
-        let machine = Arc::new(machine);
         let entry = match old.get(&machine.system_id) {
             Some(known) if known.observed_at > listed_at => known.clone(),
             Some(known) => {
@@ -164,6 +163,10 @@ mod tests {
             .collect()
     }
 
+    fn shared(list: Vec<Machine>) -> Vec<Arc<Machine>> {
+        list.into_iter().map(Arc::new).collect()
+    }
+
     fn kinds(changes: &[MachineChange]) -> Vec<String> {
         let mut v: Vec<String> = changes
             .iter()
@@ -203,7 +206,7 @@ mod tests {
             chatty,
             machine("new", MachineStatus::Allocated),
         ];
-        let (next, changes) = apply_list(&source(), &old, list, t1);
+        let (next, changes) = apply_list(&source(), &old, shared(list), t1);
         assert_eq!(kinds(&changes), ["+new", "-gone", "~off power_state"]);
         assert_eq!(next.len(), 4);
         assert_eq!(next["same"].first_seen, t0, "first sight is kept");
@@ -281,7 +284,7 @@ mod tests {
         let (next, changes) = apply_list(
             &source(),
             &old,
-            vec![machine("kept", MachineStatus::Deployed)],
+            shared(vec![machine("kept", MachineStatus::Deployed)]),
             list_sent,
         );
         assert!(changes.is_empty(), "{:?}", kinds(&changes));

@@ -4,7 +4,7 @@
 //! newest first; without it, the newest `limit`).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Reader;
@@ -122,7 +122,7 @@ impl FakeMaas {
 }
 
 impl Reader for FakeMaas {
-    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error> {
+    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error> {
         let mut state = self.state();
         state.list_calls += 1;
         assert_eq!(owner, self.user, "the watch lists its own user's machines");
@@ -139,7 +139,7 @@ impl Reader for FakeMaas {
             .machines
             .values()
             .filter(|m| m.owner.as_deref() == Some(owner))
-            .cloned()
+            .map(|m| Arc::new(m.clone()))
             .collect())
     }
 

@@ -252,12 +252,12 @@ impl MachineChange {
 
 /// What the watch reads from MAAS: a [`Client`], or a fake in unit tests.
 pub trait Reader: Send + Sync {
-    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error>;
+    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error>;
     fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error>;
 }
 
 impl Reader for Client {
-    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error> {
+    fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error> {
         Client::machines_owned_by(self, owner)
     }
 
@@ -796,7 +796,7 @@ impl Lister {
 
     /// Replaces the source's view with the list; None when the source was
     /// dropped while it was listed.
-    fn apply(&self, id: &SourceId, list: Vec<Machine>, listed_at: Instant) -> Option<Applied> {
+    fn apply(&self, id: &SourceId, list: Vec<Arc<Machine>>, listed_at: Instant) -> Option<Applied> {
         let mut views = self.shared.views_mut();
         if !self.shared.wanted().iter().any(|(w, _)| w == id) {
             return None;

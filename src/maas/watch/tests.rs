@@ -408,7 +408,7 @@ fn a_stop_seen_between_sources_ends_the_thread() {
     let (listing_tx, listing) = crossbeam_channel::bounded::<()>(8);
     struct Slow(FakeMaas, Sender<()>);
     impl Reader for Slow {
-        fn machines_owned_by(&self, owner: &str) -> Result<Vec<Machine>, Error> {
+        fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error> {
             let _ = self.1.try_send(());
             std::thread::sleep(Duration::from_millis(200));
             self.0.machines_owned_by(owner)
