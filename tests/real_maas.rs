@@ -13,7 +13,7 @@
 //! SIGKILL at an allocation and at a deploy call, then the cluster torn
 //! down), and `capmaas adopt` of a machine deployed the Go provider's way
 //! (`capmaas_adopt_takes_over_a_machine_deployed_in_real_maas`). The
-//! README story with the Cluster API core is tests/real_maas_story.rs.
+//! README story with the Cluster API managers and KCP is tests/real_maas_kcp.rs.
 //!
 //!     cargo test --test real_maas -- --nocapture
 //!

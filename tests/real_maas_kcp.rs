@@ -104,6 +104,14 @@ fn outside() {
         if let Err(panic) = played {
             std::panic::resume_unwind(panic);
         }
+        // What real MAAS holds after a cluster's whole life: the measure of
+        // what running MAAS costs beside capmaas (BENCHMARKS.md).
+        let (regiond, postgres) = maas.memory_kib();
+        println!(
+            "real MAAS resident memory: regiond {:.0} MiB, PostgreSQL {:.0} MiB",
+            regiond as f64 / 1024.0,
+            postgres as f64 / 1024.0,
+        );
     });
 }
 
@@ -772,6 +780,13 @@ fn inside(namespace: &str) {
         lab.maas.dns_resources(&host).expect("records"),
         vec![],
         "the cluster's record is left"
+    );
+    // MAAS keeps TXT and other records of a name apart from its addresses:
+    // none of the API name's may outlive the cluster either.
+    assert_eq!(
+        maas_get(&lab.key, &format!("dnsresourcerecords/?fqdn={host}")),
+        Ok(json!([])),
+        "resource records of {host} are left"
     );
     assert_eq!(
         reservations(&lab.maas),

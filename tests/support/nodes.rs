@@ -126,7 +126,7 @@ impl Drop for NodeHelper {
 /// A Node as kubelet registers it, Ready and without pressure (Cluster API's
 /// NodeHealthy needs all four conditions; Node status may be set on create).
 /// The uninitialized taint is Cluster API's to remove once it has a Machine.
-pub fn node_manifest(hostname: &str) -> Value {
+fn node_manifest(hostname: &str) -> Value {
     let condition = |type_: &str, status: &str, reason: &str| json!({"type": type_, "status": status, "reason": reason, "message": "registered by the conformance node helper"});
     json!({
         "apiVersion": "v1",

@@ -95,9 +95,9 @@ pub const ADOPT_MACHINES: &[Seeded] = &[("adopt-1", ADOPT_POOL, "zone-a", 4, 819
 /// The machines of tests/real_maas.rs: each test works on its own.
 pub const TEST_MACHINES: &[&[Seeded]] = &[MACHINES, CRASH_MACHINES, ADOPT_MACHINES, REUSE_MACHINES];
 
-/// The README story's machines for tests/real_maas_story.rs (a binary of
-/// its own: it runs the Cluster API core manager, which would reconcile
-/// every other test's Machines): three control planes, one per zone, and
+/// The README story's machines for tests/real_maas_kcp.rs (a binary of
+/// its own: it runs the Cluster API managers, which would reconcile every
+/// other test's Machines): three control planes, one per zone, and
 /// two workers, with the story's pools, tags and hardware.
 pub const STORY_MACHINES: &[&[Seeded]] = &[&[
     ("cp-1", "cp-pool", "zone-a", 8, 32768, &["control-plane"]),
