@@ -258,8 +258,11 @@ fn choose_host<'h>(
                 .parent
                 .is_none_or(|p| h.name == p || parent_of(h) == p)
         })
-        .filter(|h| headroom(h).iter().all(|ratio| *ratio >= 1.0))
-        .map(|h| (headroom(h).iter().sum::<f64>(), h))
+        .filter_map(|h| {
+            let ratios = headroom(h);
+            let fits = ratios.iter().all(|ratio| *ratio >= 1.0);
+            fits.then(|| (ratios.iter().sum::<f64>(), h))
+        })
         .fold(
             None,
             |best: Option<(f64, &VmHost)>, (score, h)| match best {
