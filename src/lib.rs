@@ -5,10 +5,11 @@
 //! - [`cli`]: the only code that starts from a person: flags, usage,
 //!   logging, the `adopt` and `doctor` commands; its errors are messages.
 //! - [`operator`]: the wiring: starts and stops the threads, queues,
-//!   informers, workers, the api poller and the MAAS watch.
+//!   informers, workers, the api poller and the MAAS watch, and binds the
+//!   reconcilers' ports to the clients (`adapters`, `credentials`).
 //! - [`controllers`]: the story. The reconcilers, holding no client: they
-//!   read and write through ports that `adapters`/`credentials` bind to
-//!   the clients. The only layer that joins MAAS and Kubernetes.
+//!   read and write through ports. With the wiring, the only layers that
+//!   join MAAS and Kubernetes.
 //! - [`api`]: the CRD types (serde) and the few Cluster API fields we read;
 //!   the one shape of a watched object, from the informer to the reconcile.
 //! - [`runtime`]: generic controller machinery: typed stores and the

@@ -8,10 +8,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capmaas::controllers::adapters::Kube;
 use capmaas::controllers::caches::Caches;
 use capmaas::controllers::ports::{Kind, KubeApi};
 use capmaas::kube::{self, resources, Resource};
+use capmaas::operator::adapters::Kube;
 use capmaas::runtime::{EventRecorder, Informer, InformerConfig, Object, Shutdown, Store};
 use serde_json::{json, Value};
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use super::operator::Config;
 use super::{adopt, doctor, logging};
-use crate::controllers::credentials::Credentials;
+use crate::operator::credentials::Credentials;
 use crate::runtime::{self, LeaderConfig};
 use crate::{kube, maas, operator};
 

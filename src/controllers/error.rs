@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::credentials::CredentialsError;
+use super::ports::CredentialsError;
 use crate::{kube, maas};
 
 #[derive(Debug)]

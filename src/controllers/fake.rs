@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::credentials::CredentialsError;
 use super::maas_view::{MaasView, WatchView};
+use super::ports::CredentialsError;
 use super::ports::*;
 use super::{Context, Options};
 use crate::api::capi::{self, Cluster};

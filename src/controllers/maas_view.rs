@@ -41,7 +41,7 @@
 //!   in memory: after a restart every identity is looked up again.
 //!
 //! Answers that failed are not cached. The caches live as long as the
-//! client they wrap (`controllers::credentials` keeps one per Secret
+//! client they wrap (`operator::credentials` keeps one per Secret
 //! version, and one controller-wide).
 
 use std::collections::{HashMap, HashSet};

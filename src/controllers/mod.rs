@@ -37,21 +37,18 @@
 //!   power-cycle the MAAS machine up to `retryLimit` times, then hand the
 //!   Machine back to its owner (`OwnerRemediated=False`) for replacement.
 //!
-//! The reconcilers talk through the traits of [`ports`]; [`adapters`] bind
-//! them to the real `kube` client and the caches ([`credentials`] to each
-//! identity's MAAS client: with `adapters`, the only modules here that hold
-//! a client), and `maas::Client`
-//! implements [`ports::MaasApi`] itself; [`maas_view`] is each cluster's
+//! The reconcilers talk through the traits of [`ports`], holding no client;
+//! the wiring binds them to the real clients (`operator::adapters`: the
+//! `kube` client and the caches; `operator::credentials`: each identity's
+//! MAAS client), and `maas::Client` implements [`ports::MaasApi`] itself; [`maas_view`] is each cluster's
 //! MAAS as a reconcile gets it: that client, plus machine reads from the
 //! MAAS watch's view (and boot resources, DNS records from short-lived
 //! caches), and `operator::maas_watch` turns what the
 //! watch sees in MAAS into reconciles, Events and the orphan report. Errors are the
 //! clients' own (`maas::Error`, `kube::Error`), wrapped in [`Error`].
 
-pub mod adapters;
 pub mod caches;
 pub mod cluster;
-pub mod credentials;
 mod error;
 #[cfg(test)]
 pub(crate) mod fake;

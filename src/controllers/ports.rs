@@ -1,6 +1,7 @@
 //! The small traits the reconcilers talk through, so each step can be tested
 //! against in-memory fakes (`controllers::fake`, in tests) and run against
-//! the real clients ([`super::adapters`] for Kubernetes).
+//! the real clients, bound by the wiring (`operator::adapters` for
+//! Kubernetes, `operator::credentials` for each identity's MAAS).
 //!
 //! - [`MaasApi`] (`crate::maas::MaasApi`): the MAAS calls the controllers
 //!   make, implemented by `maas::Client` itself; the reconcilers reach it
@@ -17,17 +18,17 @@
 //! - [`WorkloadApi`]: the workload cluster, reached through its
 //!   `<cluster>-kubeconfig` Secret: a liveness probe and Node providerIDs.
 //! - [`ApiWatch`]: the handle of the one thread that polls workload API
-//!   servers ([`super::api_poller`]).
+//!   servers (`operator::api_poller`).
 //! - [`MachineQueue`]: the MaasMachine work queue, for the MaasCluster
 //!   reconciler to wake machines waiting on the DNS record.
 //! - [`Clock`]: wall time, fixed in tests.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::credentials::CredentialsError;
 use super::maas_view::MaasView;
 use crate::api::capi::{self, Cluster};
 use crate::api::ipam::{IpAddress, IpAddressClaim};
@@ -45,6 +46,37 @@ pub trait MaasClients: Send + Sync {
         identity: Option<&IdentityRef>,
     ) -> Result<Arc<MaasView>, CredentialsError>;
 }
+
+/// Why a cluster's MAAS cannot be used; the message is for a condition and
+/// never carries the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsError {
+    /// The Secret is missing or unusable: a user must fix it.
+    Invalid(String),
+    /// MAAS answered and refused the credentials (or is not MAAS, or TLS
+    /// failed): waiting will not fix it.
+    Refused(String),
+    /// The Secret or MAAS could not be read now: retried with backoff.
+    Unavailable(String),
+}
+
+impl CredentialsError {
+    pub fn message(&self) -> &str {
+        match self {
+            CredentialsError::Invalid(m)
+            | CredentialsError::Refused(m)
+            | CredentialsError::Unavailable(m) => m,
+        }
+    }
+}
+
+impl fmt::Display for CredentialsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for CredentialsError {}
 
 /// Our own kinds, the only objects the controllers write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

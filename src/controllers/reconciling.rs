@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 
 use std::sync::Arc;
 
-use super::credentials::CredentialsError;
 use super::maas_view::MaasView;
+use super::ports::CredentialsError;
 use super::ports::{EventTarget, EventType, Kind};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};

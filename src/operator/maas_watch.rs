@@ -30,12 +30,12 @@ use crossbeam_channel::Receiver;
 
 use crate::api::MaasMachine;
 use crate::controllers::caches::Caches;
-use crate::controllers::credentials::SourceTenants;
 use crate::controllers::identity::{Identity, Recorded};
 use crate::controllers::ports::{EventTarget, EventType, Kind, KubeApi, MachineQueue};
 use crate::maas::watch::{MachineChange, Orphans, SourceId, WatchHandle};
 use crate::maas::{self, IDENTITY_PREFIX};
 use crate::metrics;
+use crate::operator::credentials::SourceTenants;
 use crate::runtime::ObjectKey;
 
 /// How often the orphan report looks at the watch's views.

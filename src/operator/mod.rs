@@ -14,6 +14,12 @@
 //! template informer ─► template_capacity thread ─► MaasMachineTemplate status
 //! ```
 //!
+//! The reconcilers' ports are bound to the real clients here: [`adapters`]
+//! (Kubernetes through the informer caches and `kube::Client`; workload
+//! clusters through their kubeconfig Secrets) and [`credentials`] (each
+//! identity's MAAS client, checked on a thread of its own). They are the
+//! only code the reconcilers reach that holds a client.
+//!
 //! Before any watch starts, the credentials are checked: the API server's
 //! refusal ends the process with the reason; MAAS unreachable keeps
 //! `/readyz` failing with the reason while a thread checks again.
@@ -38,7 +44,9 @@
 //! The probe and metrics server is the exception: it answers until the
 //! process exits (its accept thread holds no state).
 
+pub mod adapters;
 pub mod api_poller;
+pub mod credentials;
 pub mod maas_watch;
 pub mod mappers;
 pub mod template_capacity;
@@ -49,9 +57,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::api::capi::WATCH_FILTER_LABEL;
-use crate::controllers::adapters::{self, Workload};
 use crate::controllers::caches::Caches;
-use crate::controllers::credentials::{Credentials, SourceTenants};
 use crate::controllers::ports::{KubeApi, SystemClock};
 use crate::controllers::{cluster, machine, remediation, Context, Options};
 use crate::kube::{self, resources};
@@ -62,7 +68,9 @@ use crate::runtime::{
     Object, ObjectKey, Shutdown, Store, WorkQueue,
 };
 use crate::serve::{self, Health, Routes};
+use adapters::Workload;
 use api_poller::{ApiPoller, PROBES_STOP};
+use credentials::{Credentials, SourceTenants};
 use maas_watch::Router;
 use mappers::Keys;
 

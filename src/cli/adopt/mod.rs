@@ -38,12 +38,12 @@ use serde_json::{json, Value};
 
 use crate::api::capi::{Cluster, Machine, CLUSTER_NAME_LABEL};
 use crate::api::{MaasCluster, MaasMachine};
-use crate::controllers::credentials::Credentials;
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
 use crate::controllers::maas_view::MaasView;
 use crate::controllers::ports::MaasClients;
 use crate::kube::{self, resources, ListParams};
 use crate::maas;
+use crate::operator::credentials::Credentials;
 
 /// Which namespaces to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]

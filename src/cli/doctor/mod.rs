@@ -30,7 +30,6 @@ use serde_json::Value;
 
 use crate::api::capi::CLUSTER_NAME_LABEL;
 use crate::api::{MaasCluster, MaasMachine, MaasMachineSpec, MaasMachineTemplate, ObjectMeta};
-use crate::controllers::credentials::Credentials;
 use crate::controllers::identity::{Identity, Recorded};
 use crate::controllers::machine::{asks_versioned_options, options_missing_from};
 use crate::controllers::matching;
@@ -41,6 +40,7 @@ use crate::maas::{
     self, AllocateRequest, MaasApi, MaasVersion, MachineFilter, MachineStatus, ReleaseRequest,
     VersionInfo,
 };
+use crate::operator::credentials::Credentials;
 
 /// Cluster API's annotation on objects cloned from a template.
 const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";

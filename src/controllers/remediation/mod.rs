@@ -38,7 +38,7 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::credentials::CredentialsError;
+use super::ports::CredentialsError;
 use super::ports::{EventType, Kind};
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};

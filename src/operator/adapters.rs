@@ -1,7 +1,8 @@
-//! Thin adapters from the ports to the real clients: [`Kube`] (informer
-//! caches + `kube::Client` + events) and [`Workload`] (workload clusters
-//! through their kubeconfig Secrets). MAAS needs none: `maas::Client`
-//! implements [`MaasApi`] itself.
+//! Thin adapters from the reconcilers' ports to the real clients: [`Kube`]
+//! (informer caches + `kube::Client` + events) and [`Workload`] (workload
+//! clusters through their kubeconfig Secrets). MAAS needs none:
+//! `maas::Client` implements [`MaasApi`] itself, and [`super::credentials`]
+//! hands out each cluster's.
 //! No decisions are made here, only translations.
 
 use std::collections::HashMap;
@@ -12,11 +13,11 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::caches::Caches;
-use super::ports::*;
 use crate::api::capi::{self, Cluster};
 use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
+use crate::controllers::caches::Caches;
+use crate::controllers::ports::*;
 use crate::kube::resources::{
     IP_ADDRESSES, IP_ADDRESS_CLAIMS, MAAS_CLUSTERS, MAAS_MACHINES, MAAS_REMEDIATIONS, MACHINES,
     NODES, SECRETS,

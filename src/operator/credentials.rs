@@ -37,7 +37,6 @@
 //! `--maas-ca-file`, else the public roots).
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -45,10 +44,10 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::adapters::ClientCache;
-use super::maas_view::{MaasView, SourceView};
-use super::ports::MaasClients;
 use crate::api::maas_cluster::IDENTITY_KIND_SECRET;
 use crate::api::IdentityRef;
+use crate::controllers::maas_view::{MaasView, SourceView};
+use crate::controllers::ports::{CredentialsError, MaasClients};
 use crate::kube::{self, resources::SECRETS};
 use crate::maas::watch::{SourceId, WatchHandle};
 use crate::maas::{self, StartCheck};
@@ -69,37 +68,6 @@ pub const MAX_CHECKS: usize = 16;
 /// Retry delays of a failed check: first, and longest.
 const CHECK_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_CHECK_BACKOFF: Duration = Duration::from_secs(300);
-
-/// Why a cluster's MAAS cannot be used; the message is for a condition and
-/// never carries the key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CredentialsError {
-    /// The Secret is missing or unusable: a user must fix it.
-    Invalid(String),
-    /// MAAS answered and refused the credentials (or is not MAAS, or TLS
-    /// failed): waiting will not fix it.
-    Refused(String),
-    /// The Secret or MAAS could not be read now: retried with backoff.
-    Unavailable(String),
-}
-
-impl CredentialsError {
-    pub fn message(&self) -> &str {
-        match self {
-            CredentialsError::Invalid(m)
-            | CredentialsError::Refused(m)
-            | CredentialsError::Unavailable(m) => m,
-        }
-    }
-}
-
-impl fmt::Display for CredentialsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
-
-impl std::error::Error for CredentialsError {}
 
 /// One cluster's MAAS, as built from its Secret.
 #[derive(Clone)]
