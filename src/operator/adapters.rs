@@ -7,12 +7,13 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use super::lock;
 use crate::api::capi::{self, Cluster};
 use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
@@ -42,7 +43,7 @@ fn resource(kind: Kind) -> &'static Resource {
     }
 }
 
-fn resource_version(obj: &Value) -> String {
+pub(super) fn resource_version(obj: &Value) -> String {
     kube::meta::resource_version(obj)
         .unwrap_or_default()
         .to_string()
@@ -106,21 +107,13 @@ impl KubeApi for Kube {
         name: &str,
         key: &str,
     ) -> Result<Option<Vec<u8>>, kube::Error> {
-        let secret = match self.client.get(&SECRETS, Some(namespace), name) {
-            Ok(secret) => secret,
-            Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let Some(encoded) = secret_data(&secret, key) else {
+        let Some(secret) = get_if_exists(&self.client, &SECRETS, Some(namespace), name)? else {
             return Ok(None);
         };
-        base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map(Some)
-            .map_err(|e| kube::Error::Decode {
-                request: format!("Secret {namespace}/{name}"),
-                message: format!("key {key}: {e}"),
-            })
+        secret_bytes(&secret, key).map_err(|e| kube::Error::Decode {
+            request: format!("Secret {namespace}/{name}"),
+            message: format!("key {key}: {e}"),
+        })
     }
 
     fn ip_address_claim(
@@ -254,14 +247,13 @@ impl Workload {
         let secret = self.kubeconfig_secret(namespace, cluster)?;
         let key = (namespace.to_string(), cluster.to_string());
         let version = resource_version(&secret);
-        let cached = self.cache().get(&key, &version, Instant::now());
+        let cached = lock(&self.clients).get(&key, &version, Instant::now());
         if let Some(client) = cached {
             return Ok(client);
         }
         let config = self.config(namespace, cluster, &secret)?;
         let client = kube::Client::new(config)?;
-        self.cache()
-            .put(key, version, client.clone(), Instant::now());
+        lock(&self.clients).put(key, version, client.clone(), Instant::now());
         Ok(client)
     }
 
@@ -281,11 +273,9 @@ impl Workload {
         let secret_name = capi::kubeconfig_secret_name(cluster);
         let unusable =
             |why: String| kube::Error::Config(format!("Secret {namespace}/{secret_name}: {why}"));
-        let encoded =
-            secret_data(secret, "value").ok_or_else(|| unusable("no key \"value\"".to_string()))?;
-        let yaml = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|e| unusable(e.to_string()))?;
+        let yaml = secret_bytes(secret, "value")
+            .map_err(|e| unusable(e.to_string()))?
+            .ok_or_else(|| unusable("no key \"value\"".to_string()))?;
         // No base directory: a kubeconfig from a Secret may not name files.
         let mut config = kube::Config::from_kubeconfig_yaml(&yaml, None, None)
             .map_err(|e| unusable(format!("kubeconfig: {}", e.message())))?;
@@ -294,10 +284,6 @@ impl Workload {
         // A user-supplied peer answering small calls (a Node, /api/v1/nodes?limit=1).
         config.max_object_bytes = WORKLOAD_MAX_OBJECT_BYTES;
         Ok(config)
-    }
-
-    fn cache(&self) -> std::sync::MutexGuard<'_, ClientCache<(String, String), kube::Client>> {
-        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -403,26 +389,25 @@ impl WorkloadApi for Workload {
         node_name: &str,
     ) -> Result<Option<NodeInfo>, kube::Error> {
         let client = self.client(namespace, cluster)?;
-        match client.get(&NODES, None, node_name) {
-            Ok(node) => Ok(Some(NodeInfo {
-                name: node_name.to_string(),
-                provider_id: node
-                    .pointer("/spec/providerID")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                ready_since: ready_since(&node),
-                out_of_service: out_of_service_index(&node).is_some(),
-                uid: node
-                    .pointer("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                labels: string_map(node.pointer("/metadata/labels")),
-                annotations: string_map(node.pointer("/metadata/annotations")),
-            })),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        let Some(node) = get_if_exists(&client, &NODES, None, node_name)? else {
+            return Ok(None);
+        };
+        Ok(Some(NodeInfo {
+            name: node_name.to_string(),
+            provider_id: node
+                .pointer("/spec/providerID")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            ready_since: ready_since(&node),
+            out_of_service: out_of_service_index(&node).is_some(),
+            uid: node
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            labels: string_map(node.pointer("/metadata/labels")),
+            annotations: string_map(node.pointer("/metadata/annotations")),
+        }))
     }
 
     fn set_node_provider_id(
@@ -432,11 +417,8 @@ impl WorkloadApi for Workload {
         node_name: &str,
         provider_id: &str,
     ) -> Result<(), kube::Error> {
-        let client = self.client(namespace, cluster)?;
         let patch = json!({"spec": {"providerID": provider_id}});
-        client
-            .patch_merge(&NODES, None, node_name, &patch)
-            .map(|_| ())
+        patch_node(&self.client(namespace, cluster)?, node_name, &patch)
     }
 
     fn label_node(
@@ -446,11 +428,8 @@ impl WorkloadApi for Workload {
         node_name: &str,
         labels: &std::collections::BTreeMap<String, Option<String>>,
     ) -> Result<(), kube::Error> {
-        let client = self.client(namespace, cluster)?;
         let patch = json!({"metadata": {"labels": labels}});
-        client
-            .patch_merge(&NODES, None, node_name, &patch)
-            .map(|_| ())
+        patch_node(&self.client(namespace, cluster)?, node_name, &patch)
     }
 
     fn restore_node_metadata(
@@ -461,11 +440,8 @@ impl WorkloadApi for Workload {
         labels: &std::collections::BTreeMap<String, String>,
         annotations: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), kube::Error> {
-        let client = self.client(namespace, cluster)?;
         let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
-        client
-            .patch_merge(&NODES, None, node_name, &patch)
-            .map(|_| ())
+        patch_node(&self.client(namespace, cluster)?, node_name, &patch)
     }
 
     fn set_node_out_of_service(
@@ -499,10 +475,15 @@ impl WorkloadApi for Workload {
             "metadata": {"resourceVersion": node.pointer("/metadata/resourceVersion")},
             "spec": {"taints": taints},
         });
-        client
-            .patch_merge(&NODES, None, node_name, &patch)
-            .map(|_| ())
+        patch_node(&client, node_name, &patch)
     }
+}
+
+/// JSON merge patch of a workload cluster's Node.
+fn patch_node(client: &kube::Client, node_name: &str, patch: &Value) -> Result<(), kube::Error> {
+    client
+        .patch_merge(&NODES, None, node_name, patch)
+        .map(|_| ())
 }
 
 fn string_map(value: Option<&Value>) -> std::collections::BTreeMap<String, String> {
@@ -539,10 +520,8 @@ fn get_typed<T: serde::de::DeserializeOwned>(
     namespace: &str,
     name: &str,
 ) -> Result<Option<T>, kube::Error> {
-    let obj = match client.get(resource, Some(namespace), name) {
-        Ok(obj) => obj,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(obj) = get_if_exists(client, resource, Some(namespace), name)? else {
+        return Ok(None);
     };
     serde_json::from_value(obj)
         .map(Some)
@@ -568,9 +547,29 @@ fn list_one_node(client: &kube::Client) -> Result<(), kube::Error> {
     }
 }
 
-/// A Secret's `data[key]` (base64), if present.
-pub(super) fn secret_data<'s>(secret: &'s Value, key: &str) -> Option<&'s str> {
-    secret.get("data")?.get(key)?.as_str()
+/// One object by a direct GET; `Ok(None)` on 404.
+fn get_if_exists(
+    client: &kube::Client,
+    resource: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<Value>, kube::Error> {
+    match client.get(resource, namespace, name) {
+        Ok(obj) => Ok(Some(obj)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A Secret's `data[key]`, decoded from base64; `Ok(None)` when absent.
+pub(super) fn secret_bytes(
+    secret: &Value,
+    key: &str,
+) -> Result<Option<Vec<u8>>, base64::DecodeError> {
+    let encoded = secret.get("data").and_then(|d| d.get(key)?.as_str());
+    encoded
+        .map(|e| base64::engine::general_purpose::STANDARD.decode(e))
+        .transpose()
 }
 
 #[cfg(test)]

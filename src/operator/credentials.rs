@@ -37,13 +37,13 @@
 //! `--maas-ca-file`, else the public roots).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use serde_json::Value;
 
-use super::adapters::ClientCache;
+use super::adapters::{resource_version, secret_bytes, ClientCache};
+use super::lock;
 use crate::api::maas_cluster::IDENTITY_KIND_SECRET;
 use crate::api::IdentityRef;
 use crate::controllers::maas_view::{MaasView, SourceView};
@@ -87,15 +87,9 @@ pub struct SourceTenants {
 }
 
 impl SourceTenants {
-    fn lock(&self) -> MutexGuard<'_, HashMap<SourceId, HashSet<String>>> {
-        self.namespaces
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// `namespace` reads MAAS through `source`.
     pub fn record(&self, source: &SourceId, namespace: &str) {
-        let mut map = self.lock();
+        let mut map = lock(&self.namespaces);
         let namespaces = map.entry(source.clone()).or_default();
         if !namespaces.contains(namespace) {
             namespaces.insert(namespace.to_string());
@@ -104,14 +98,14 @@ impl SourceTenants {
 
     /// Whether `source` is one the objects of `namespace` read MAAS through.
     pub fn serves(&self, source: &SourceId, namespace: &str) -> bool {
-        self.lock()
+        lock(&self.namespaces)
             .get(source)
             .is_some_and(|namespaces| namespaces.contains(namespace))
     }
 
     /// Forgets the sources no longer in use.
     fn retain(&self, sources: &[SourceId]) {
-        self.lock().retain(|source, _| sources.contains(source));
+        lock(&self.namespaces).retain(|source, _| sources.contains(source));
     }
 }
 
@@ -142,6 +136,20 @@ impl Check {
             | Check::Failed { version, .. } => version,
         }
     }
+
+    /// A failed check, answered as is until its backoff is over.
+    fn failed(version: String, error: CredentialsError, failures_before: u32) -> Check {
+        let failures = failures_before.saturating_add(1);
+        let delay = CHECK_BACKOFF
+            .saturating_mul(1 << failures.saturating_sub(1).min(8))
+            .min(MAX_CHECK_BACKOFF);
+        Check::Failed {
+            version,
+            error,
+            retry_at: crate::clock::later(Instant::now(), delay),
+            failures,
+        }
+    }
 }
 
 /// The checks, shared with their threads.
@@ -149,14 +157,6 @@ impl Check {
 struct Checks {
     by_secret: Mutex<HashMap<(String, String), Check>>,
     finished: Condvar,
-}
-
-impl Checks {
-    fn lock(&self) -> MutexGuard<'_, HashMap<(String, String), Check>> {
-        self.by_secret
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 /// The real [`MaasClients`]: the controller-wide client plus the clients
@@ -237,7 +237,7 @@ impl Credentials {
             .into_iter()
             .collect();
         out.extend(
-            self.cache()
+            lock(&self.clients)
                 .values()
                 .map(|r| (r.client.clone(), r.username.clone())),
         );
@@ -265,16 +265,12 @@ impl Credentials {
         sources.sort_by(|a, b| a.0.cmp(&b.0));
         sources.dedup_by(|a, b| a.0 == b.0);
         let ids: Vec<SourceId> = sources.iter().map(|(id, _)| id.clone()).collect();
-        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut watched = lock(&self.watched);
         if *watched != ids {
             self.tenants.retain(&ids);
             *watched = ids;
             watch.set_sources(sources);
         }
-    }
-
-    fn cache(&self) -> MutexGuard<'_, ClientCache<(String, String), Resolved>> {
-        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn resolve(
@@ -307,10 +303,8 @@ impl Credentials {
             }
         };
         let key = (namespace.to_string(), name.clone());
-        let version = kube::meta::resource_version(&secret)
-            .unwrap_or_default()
-            .to_string();
-        if let Some(resolved) = self.cache().get(&key, &version, Instant::now()) {
+        let version = resource_version(&secret);
+        if let Some(resolved) = lock(&self.clients).get(&key, &version, Instant::now()) {
             return Ok(resolved);
         }
         let (client, username) = self.checked(key.clone(), &version, &secret, &what)?;
@@ -330,8 +324,7 @@ impl Credentials {
             api: Arc::new(api),
             username,
         };
-        self.cache()
-            .put(key, version, resolved.clone(), Instant::now());
+        lock(&self.clients).put(key, version, resolved.clone(), Instant::now());
         Ok(resolved)
     }
 
@@ -345,7 +338,7 @@ impl Credentials {
         secret: &Value,
         what: &str,
     ) -> Result<(maas::Client, String), CredentialsError> {
-        let mut checks = self.checks.lock();
+        let mut checks = lock(&self.checks.by_secret);
         let now = Instant::now();
         let mut failures = 0;
         match checks.get(&key) {
@@ -387,29 +380,18 @@ impl Credentials {
         let spawned = std::thread::Builder::new()
             .name("maas-credentials-check".into())
             .spawn(move || {
-                let outcome = check(&client, &thread_what);
-                let mut checks = shared.lock();
+                let outcome = match check(&client, &thread_what) {
+                    Ok(username) => Check::Passed {
+                        version: thread_version,
+                        client,
+                        username,
+                    },
+                    Err(error) => Check::failed(thread_version, error, failures),
+                };
+                let mut checks = lock(&shared.by_secret);
                 // A newer version's check replaced this one: drop the answer.
-                if checks.get(&thread_key).map(Check::version) == Some(thread_version.as_str()) {
-                    match outcome {
-                        Ok(username) => {
-                            checks.insert(
-                                thread_key,
-                                Check::Passed {
-                                    version: thread_version,
-                                    client,
-                                    username,
-                                },
-                            );
-                        }
-                        Err(error) => remember_failure(
-                            &mut checks,
-                            thread_key,
-                            &thread_version,
-                            error,
-                            failures,
-                        ),
-                    }
+                if checks.get(&thread_key).map(Check::version) == Some(outcome.version()) {
+                    checks.insert(thread_key, outcome);
                 }
                 drop(checks);
                 shared.finished.notify_all();
@@ -491,29 +473,6 @@ fn check(client: &maas::Client, what: &str) -> Result<String, CredentialsError> 
     }
 }
 
-/// Records a failed check, answered as is until its backoff is over.
-fn remember_failure(
-    checks: &mut HashMap<(String, String), Check>,
-    key: (String, String),
-    version: &str,
-    error: CredentialsError,
-    failures_before: u32,
-) {
-    let failures = failures_before.saturating_add(1);
-    let delay = CHECK_BACKOFF
-        .saturating_mul(1 << failures.saturating_sub(1).min(8))
-        .min(MAX_CHECK_BACKOFF);
-    checks.insert(
-        key,
-        Check::Failed {
-            version: version.to_string(),
-            error,
-            retry_at: crate::clock::later(Instant::now(), delay),
-            failures,
-        },
-    );
-}
-
 impl MaasClients for Credentials {
     fn for_cluster(
         &self,
@@ -549,14 +508,8 @@ fn client_config(
     default_ca: Option<&[u8]>,
 ) -> Result<maas::ClientConfig, CredentialsError> {
     let invalid = |why: String| CredentialsError::Invalid(format!("{what}: {why}"));
-    let value = |key: &str| -> Result<Option<Vec<u8>>, CredentialsError> {
-        let Some(encoded) = super::adapters::secret_data(secret, key) else {
-            return Ok(None);
-        };
-        base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map(Some)
-            .map_err(|e| invalid(format!("key {key} is not base64: {e}")))
+    let value = |key: &str| {
+        secret_bytes(secret, key).map_err(|e| invalid(format!("key {key} is not base64: {e}")))
     };
     let text = |key: &str| -> Result<String, CredentialsError> {
         let bytes = value(key)?.ok_or_else(|| invalid(format!("has no key {key}")))?;
@@ -583,6 +536,7 @@ fn client_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn b64(s: &str) -> String {
