@@ -623,6 +623,22 @@ impl FakeMaas {
     fn not_found(op: &'static str) -> maas::Error {
         maas::Error::from_response(op, 404, "No Machine matches the given query.", None)
     }
+
+    /// `op` on one machine: recorded (and failed when told to), then `edit`
+    /// under the machines' lock; an unknown machine is MAAS's 404.
+    fn on_host<T>(
+        &self,
+        op: &'static str,
+        system_id: &str,
+        edit: impl FnOnce(&mut maas::Machine) -> Result<T, maas::Error>,
+    ) -> Result<T, maas::Error> {
+        self.call(op, system_id)?;
+        let mut machines = lock(&self.machines);
+        let host = machines
+            .get_mut(system_id)
+            .ok_or_else(|| Self::not_found(op))?;
+        edit(host)
+    }
 }
 
 impl MaasApi for FakeMaas {
@@ -712,81 +728,71 @@ impl MaasApi for FakeMaas {
         fields: &[(&str, &str)],
     ) -> Result<maas::Machine, maas::Error> {
         assert_eq!(fields, [("swap_size", "0")], "the fake sets no other field");
-        self.call("disable_swap", system_id)?;
-        let mut machines = lock(&self.machines);
-        let host = machines
-            .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("disable_swap"))?;
-        host.swap_size = Some(0);
-        Ok(host.clone())
+        self.on_host("disable_swap", system_id, |host| {
+            host.swap_size = Some(0);
+            Ok(host.clone())
+        })
     }
 
     fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<maas::Machine, maas::Error> {
-        self.call("deploy", system_id)?;
-        let mut machines = lock(&self.machines);
-        let host = machines
-            .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("deploy"))?;
-        if !matches!(host.status, MachineStatus::Allocated | MachineStatus::Ready) {
-            return Err(maas::Error::from_response(
-                "deploy",
-                409,
-                &format!(
-                    "Can't deploy a machine that is in the '{}' state",
-                    host.status_name
-                ),
-                None,
-            ));
-        }
-        host.status = MachineStatus::Deploying;
-        host.status_name = "Deploying".into();
-        host.power_state = PowerState::On;
-        let n = system_id
-            .trim_start_matches("sys")
-            .parse::<u32>()
-            .unwrap_or(0);
-        let static_ips: Vec<String> = host
-            .interfaces
-            .iter()
-            .flat_map(|i| &i.links)
-            .filter(|l| l.mode == maas::LinkMode::Static)
-            .filter_map(|l| l.ip.clone())
-            .collect();
-        host.ip_addresses = if static_ips.is_empty() {
-            vec![format!("10.0.0.{}", n + 10)]
-        } else {
-            static_ips
-        };
-        if let Some(agent) = &req.agent_name {
-            lock(&self.agent_names).insert(system_id.into(), agent.clone());
-        }
-        lock(&self.deploys).push((system_id.into(), req.clone()));
-        if std::mem::take(&mut lock(&self.faults).lose_deploy_answer) {
-            return Err(maas::Error::new(
-                "deploy",
-                maas::ErrorKind::Timeout,
-                "timed out reading the response",
-            ));
-        }
-        Ok(host.clone())
+        self.on_host("deploy", system_id, |host| {
+            if !matches!(host.status, MachineStatus::Allocated | MachineStatus::Ready) {
+                return Err(maas::Error::from_response(
+                    "deploy",
+                    409,
+                    &format!(
+                        "Can't deploy a machine that is in the '{}' state",
+                        host.status_name
+                    ),
+                    None,
+                ));
+            }
+            host.status = MachineStatus::Deploying;
+            host.status_name = "Deploying".into();
+            host.power_state = PowerState::On;
+            let n = system_id
+                .trim_start_matches("sys")
+                .parse::<u32>()
+                .unwrap_or(0);
+            let static_ips: Vec<String> = host
+                .interfaces
+                .iter()
+                .flat_map(|i| &i.links)
+                .filter(|l| l.mode == maas::LinkMode::Static)
+                .filter_map(|l| l.ip.clone())
+                .collect();
+            host.ip_addresses = if static_ips.is_empty() {
+                vec![format!("10.0.0.{}", n + 10)]
+            } else {
+                static_ips
+            };
+            if let Some(agent) = &req.agent_name {
+                lock(&self.agent_names).insert(system_id.into(), agent.clone());
+            }
+            lock(&self.deploys).push((system_id.into(), req.clone()));
+            if std::mem::take(&mut lock(&self.faults).lose_deploy_answer) {
+                return Err(maas::Error::new(
+                    "deploy",
+                    maas::ErrorKind::Timeout,
+                    "timed out reading the response",
+                ));
+            }
+            Ok(host.clone())
+        })
     }
 
     fn release(&self, system_id: &str, req: &ReleaseRequest) -> Result<maas::Machine, maas::Error> {
-        self.call("release", system_id)?;
-        let mut machines = lock(&self.machines);
-        let host = machines
-            .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("release"))?;
-        host.status = MachineStatus::Ready;
-        host.status_name = "Ready".into();
-        host.power_state = PowerState::Off;
-        host.ip_addresses.clear();
-        host.owner = None;
-        host.owner_data.clear();
-        lock(&self.agent_names).remove(system_id);
-        lock(&self.releases).push((system_id.into(), req.clone()));
-        let host = host.clone();
-        drop(machines);
+        let host = self.on_host("release", system_id, |host| {
+            host.status = MachineStatus::Ready;
+            host.status_name = "Ready".into();
+            host.power_state = PowerState::Off;
+            host.ip_addresses.clear();
+            host.owner = None;
+            host.owner_data.clear();
+            lock(&self.agent_names).remove(system_id);
+            lock(&self.releases).push((system_id.into(), req.clone()));
+            Ok(host.clone())
+        })?;
         self.request_event(system_id, "User releasing node", req.comment.as_deref());
         Ok(host)
     }
@@ -807,13 +813,10 @@ impl MaasApi for FakeMaas {
         system_id: &str,
         _comment: Option<&str>,
     ) -> Result<maas::Machine, maas::Error> {
-        self.call("power_on", system_id)?;
-        let mut machines = lock(&self.machines);
-        let host = machines
-            .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("power_on"))?;
-        host.power_state = PowerState::On;
-        Ok(host.clone())
+        self.on_host("power_on", system_id, |host| {
+            host.power_state = PowerState::On;
+            Ok(host.clone())
+        })
     }
 
     fn power_off_with_comment(
@@ -821,33 +824,27 @@ impl MaasApi for FakeMaas {
         system_id: &str,
         _comment: Option<&str>,
     ) -> Result<maas::Machine, maas::Error> {
-        self.call("power_off", system_id)?;
-        let mut machines = lock(&self.machines);
-        let host = machines
-            .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("power_off"))?;
-        host.power_state = PowerState::Off;
-        Ok(host.clone())
+        self.on_host("power_off", system_id, |host| {
+            host.power_state = PowerState::Off;
+            Ok(host.clone())
+        })
     }
 
     /// As MAAS 3.4.8 (and the simulator): a machine still ours is released
     /// on the way (owner and agent name cleared; owner data too when it
     /// was off, else the release never finishes), then Broken.
     fn mark_broken(&self, system_id: &str, comment: &str) -> Result<maas::Machine, maas::Error> {
-        self.call("mark_broken", system_id)?;
-        let mut machines = lock(&self.machines);
-        let host = machines
-            .get_mut(system_id)
-            .ok_or_else(|| Self::not_found("mark_broken"))?;
-        host.status = MachineStatus::Broken;
-        host.status_name = "Broken".into();
-        host.status_message = Some(comment.into());
-        host.owner = None;
-        if host.power_state == PowerState::Off {
-            host.owner_data.clear();
-        }
-        lock(&self.agent_names).remove(system_id);
-        Ok(host.clone())
+        self.on_host("mark_broken", system_id, |host| {
+            host.status = MachineStatus::Broken;
+            host.status_name = "Broken".into();
+            host.status_message = Some(comment.into());
+            host.owner = None;
+            if host.power_state == PowerState::Off {
+                host.owner_data.clear();
+            }
+            lock(&self.agent_names).remove(system_id);
+            Ok(host.clone())
+        })
     }
 
     fn boot_resources(&self) -> Result<Vec<BootResource>, maas::Error> {
