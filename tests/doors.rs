@@ -15,6 +15,11 @@
 //! machinery `runtime/`) and the commands (`cli/`) make clients, open
 //! connections or start threads; and only `cli/`, whose errors are
 //! messages for a person, returns `Result<_, String>`.
+//!
+//! The door to Kubernetes (issue 21 items 2 and 3): `kube::Client`'s
+//! writes (read from `kube/client.rs`) are called only in the files of
+//! `KUBE_WRITERS`, each listed for its reason; never in `controllers/`,
+//! whose writes go through `KubeApi` and `WorkloadApi`.
 
 use std::path::{Path, PathBuf};
 
@@ -58,7 +63,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The product code of the controllers: test files and `#[cfg(test)]`
-/// modules (at the end of a file) left out. (`cli/doctor` releases orphans
+/// items left out. (`cli/doctor` releases orphans
 /// with the client of a one-shot command, which keeps no view.)
 fn controller_sources() -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
@@ -74,13 +79,53 @@ fn controller_sources() -> Vec<(PathBuf, String)> {
         })
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let product = text.split("#[cfg(test)]").next().unwrap().to_string();
-            (p, blank_strings_and_comments(&product))
+            (p, product_code(&text))
         })
         .collect()
 }
 
-/// Strings and comments replaced by spaces (lengths kept).
+/// A file's product code: strings and comments blanked, then each
+/// `#[cfg(test)]` item (a `mod tests;` line, a braced module) blanked too,
+/// lines kept. (Cutting the file at its first `#[cfg(test)]` would drop
+/// all the code after a `mod tests;` declared near the top.)
+fn product_code(text: &str) -> String {
+    const TEST_ITEM: &str = "#[cfg(test)]";
+    let code = blank_strings_and_comments(text);
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find(TEST_ITEM) {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        let end = item_len(item);
+        out.extend(item[..end].chars().map(|c| if c == '\n' { c } else { ' ' }));
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The length of the item `text` starts with (attributes included):
+/// through its first `;` outside brackets, or the `}` closing its body.
+fn item_len(text: &str) -> usize {
+    let mut depth = 0i32;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' => depth -= 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            ';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+    }
+    text.len()
+}
+
+/// Strings and comments replaced by spaces (lengths and lines kept).
 fn blank_strings_and_comments(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
@@ -98,13 +143,12 @@ fn blank_strings_and_comments(text: &str) -> String {
             }
             '"' => {
                 out.push(' ');
+                // Line breaks kept, so that lines are counted right.
+                let blank = |c: Option<char>| if c == Some('\n') { '\n' } else { ' ' };
                 while let Some(c) = chars.next() {
-                    out.push(' ');
+                    out.push(blank(Some(c)));
                     match c {
-                        '\\' => {
-                            chars.next();
-                            out.push(' ');
-                        }
+                        '\\' => out.push(blank(chars.next())),
                         '"' => break,
                         _ => {}
                     }
@@ -241,7 +285,7 @@ fn the_scan_sees_a_write_outside_the_view() {
 }
 
 /// The product code of every file under `src/<dir>`, by path relative to
-/// `src/`: test files and `#[cfg(test)]` modules left out, strings and
+/// `src/`: test files and `#[cfg(test)]` items left out, strings and
 /// comments blanked.
 fn product_sources(dir: &str) -> Vec<(String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -256,9 +300,8 @@ fn product_sources(dir: &str) -> Vec<(String, String)> {
         })
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let product = text.split("#[cfg(test)]").next().unwrap();
             let relative = p.strip_prefix(&src).unwrap().to_str().unwrap().to_string();
-            (relative, blank_strings_and_comments(product))
+            (relative, product_code(&text))
         })
         .collect()
 }
@@ -406,4 +449,231 @@ fn the_scan_reads_a_results_error_type() {
     .map(|(_, e)| e)
     .collect();
     assert_eq!(errors, ["String", "kube::Error"]);
+}
+
+/// `kube::Client`'s methods that send a write (POST, PUT, PATCH, DELETE),
+/// with the number of arguments each takes; checked against
+/// `src/kube/client.rs` by `the_list_of_kube_writes_is_the_clients`.
+const KUBE_WRITES: [(&str, usize); 12] = [
+    // A SelfSubjectReview: the API server keeps nothing.
+    ("check_credentials", 0),
+    ("create", 3),
+    ("create_subresource", 5),
+    ("replace", 4),
+    ("replace_status", 4),
+    ("patch_merge", 4),
+    ("patch_json", 4),
+    ("patch_status_merge", 4),
+    ("apply_status", 5),
+    ("delete", 4),
+    ("add_finalizer", 3),
+    ("remove_finalizer", 3),
+];
+
+/// The only files whose product code calls those, each for its own reason
+/// (issue 21 item 2). Never `controllers/`: the reconcilers write through
+/// their ports, `KubeApi` and `WorkloadApi`, bound in `operator/adapters.rs`.
+const KUBE_WRITERS: [&str; 7] = [
+    // The client itself (its finalizer patches, feature `test-api`).
+    "kube/client.rs",
+    // The reconcilers' ports bound to the client.
+    "operator/adapters.rs",
+    // The operator's credentials checked at start (`check_credentials`).
+    "operator/mod.rs",
+    // MaasMachineTemplate capacity: the wiring's own refresher, no reconciler.
+    "operator/template_capacity.rs",
+    // Events: POST, then PATCH of the count.
+    "runtime/events.rs",
+    // The leader Lease.
+    "runtime/leader.rs",
+    // `capmaas adopt`, for a person: the MaasMachine's annotations.
+    "cli/adopt/mod.rs",
+];
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// How many arguments the call whose `(` starts `call` passes (a trailing
+/// comma allowed; closures' `|a, b|` and turbofish commas are not told
+/// apart, and no write's arguments have them).
+fn arguments(call: &str) -> usize {
+    let (mut depth, mut done, mut current) = (0, 0, false);
+    for c in call.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 {
+            break;
+        }
+        match c {
+            ',' if depth == 1 => {
+                done += 1;
+                current = false;
+            }
+            '(' if depth == 1 => {}
+            c if !c.is_whitespace() => current = true,
+            _ => {}
+        }
+    }
+    done + usize::from(current)
+}
+
+/// The calls of a `kube::Client` write in `text`, by byte offset: `.name(`
+/// with the method's number of arguments, or `::name(` with one more (the
+/// client). The count tells them from `str::replace`, `HashMap::replace`,
+/// a `ureq` `delete(url)` or a reconciler's own `delete(owner)`.
+fn kube_writes(text: &str) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    for (name, arity) in KUBE_WRITES {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(name) {
+            let start = from + at;
+            let end = start + name.len();
+            from = end;
+            let before = text[..start].trim_end();
+            let after = text[end..].trim_start();
+            if text[end..].starts_with(is_ident) || !after.starts_with('(') {
+                continue;
+            }
+            let given = arguments(after);
+            if (before.ends_with('.') && given == arity)
+                || (before.ends_with("::") && given == arity + 1)
+            {
+                found.push((start, name));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The public methods of `kube::Client` that send a write, read from
+/// `src/kube/client.rs`: those whose body names a writing HTTP method or
+/// calls a method that does; with the number of arguments each takes.
+fn client_writes() -> Vec<(String, usize)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kube/client.rs");
+    let text = product_code(&std::fs::read_to_string(path).unwrap());
+    let starts: Vec<usize> = text
+        .match_indices("fn ")
+        .map(|(at, _)| at)
+        .filter(|&at| !text[..at].ends_with(is_ident))
+        .collect();
+    // (name, public, arguments, its text up to the next fn)
+    let mut fns = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let item = &text[start..starts.get(i + 1).copied().unwrap_or(text.len())];
+        let name: String = item[3..].chars().take_while(|c| is_ident(*c)).collect();
+        let public = text[..start].trim_end().ends_with("pub");
+        let params = &item[item.find('(').unwrap()..];
+        let takes_self = params[1..]
+            .trim_start()
+            .trim_start_matches('&')
+            .starts_with("self");
+        fns.push((
+            name,
+            public,
+            arguments(params) - usize::from(takes_self),
+            item,
+        ));
+    }
+    let mut writing: Vec<String> = fns
+        .iter()
+        .filter(|f| {
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|m| f.3.contains(&format!("Method::{m}")))
+        })
+        .map(|f| f.0.clone())
+        .collect();
+    loop {
+        let callers: Vec<String> = fns
+            .iter()
+            .filter(|f| !writing.contains(&f.0))
+            .filter(|f| writing.iter().any(|w| !calls(f.3, w).is_empty()))
+            .map(|f| f.0.clone())
+            .collect();
+        if callers.is_empty() {
+            break;
+        }
+        writing.extend(callers);
+    }
+    let mut public: Vec<(String, usize)> = fns
+        .into_iter()
+        .filter(|f| f.1 && writing.contains(&f.0))
+        .map(|f| (f.0, f.2))
+        .collect();
+    public.sort();
+    public
+}
+
+#[test]
+fn the_list_of_kube_writes_is_the_clients() {
+    let mut listed: Vec<(String, usize)> = KUBE_WRITES
+        .iter()
+        .map(|(name, arity)| (name.to_string(), *arity))
+        .collect();
+    listed.sort();
+    assert_eq!(client_writes(), listed);
+}
+
+#[test]
+fn kubernetes_writes_are_sent_only_by_the_modules_that_own_them() {
+    assert!(KUBE_WRITERS.iter().all(|f| !f.starts_with("controllers/")));
+    let mut outside = Vec::new();
+    let mut writers = std::collections::BTreeSet::new();
+    for (path, text) in product_sources("") {
+        for (at, name) in kube_writes(&text) {
+            if KUBE_WRITERS.contains(&path.as_str()) {
+                writers.insert(path.clone());
+            } else {
+                outside.push(format!("{path}:{} .{name}(", line_of(&text, at)));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "Kubernetes writes outside the modules that own them \
+         (a reconciler writes through KubeApi or WorkloadApi): {outside:#?}"
+    );
+    let idle: Vec<&&str> = KUBE_WRITERS
+        .iter()
+        .filter(|f| !writers.contains(**f))
+        .collect();
+    assert!(
+        idle.is_empty(),
+        "listed as writing to Kubernetes but writing nothing (take them off): {idle:?}"
+    );
+}
+
+/// A write is seen across lines, through the type and with a trailing
+/// comma; a `replace` or `delete` of something else, a comment, a string
+/// and a `#[cfg(test)]` module are not, and code after a `mod tests;` is.
+/// Lines are counted right after a string broken over two.
+#[test]
+fn the_scan_sees_a_kube_write() {
+    let text = product_code(
+        "pub fn patch_merge(&self, r: &Resource, ns: Option<&str>, name: &str, p: &Value) {}\n\
+         let v = self.client\n    .patch_status_merge(resource(kind), Some(ns), name, &patch)?;\n\
+         let s = text.replace(\"a\\\nb\", \"b\");\n\
+         agent.delete(&url).call()?;\n\
+         // client.create(&EVENTS, ns, &event)\n\
+         let t = \"client.create(&EVENTS, ns, &event)\";\n\
+         #[cfg(test)]\n\
+         mod tests;\n\
+         kube::Client::delete(&kube, &NODES, None, name, None)?;\n\
+         kube.create(&EVENTS, Some(ns), &json!({\"a\": [1, 2]}),)?;\n\
+         #[cfg(test)]\n\
+         mod tests { fn t() { client.create(&R, None, &o); } }\n",
+    );
+    let seen: Vec<(usize, &str)> = kube_writes(&text)
+        .into_iter()
+        .map(|(at, name)| (line_of(&text, at), name))
+        .collect();
+    assert_eq!(
+        seen,
+        [(3, "patch_status_merge"), (11, "delete"), (12, "create")]
+    );
 }
