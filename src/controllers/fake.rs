@@ -42,16 +42,18 @@ pub struct Write {
 }
 
 type SecretData = BTreeMap<String, Vec<u8>>;
+/// (kind, namespace, name)
+type StoredKey = (&'static str, String, String);
 
 #[derive(Default)]
 pub struct FakeKube {
-    pub objects: Mutex<HashMap<(&'static str, String, String), Value>>,
+    pub objects: Mutex<HashMap<StoredKey, Value>>,
     pub secrets: Mutex<HashMap<(String, String), SecretData>>,
     pub writes: Mutex<Vec<Write>>,
     pub events: Mutex<Vec<(String, EventType, String, String)>>,
     pub next_rv: Mutex<u64>,
     /// Serve this object instead of the stored one once (a stale cache).
-    pub stale: Mutex<HashMap<(&'static str, String, String), Value>>,
+    pub stale: Mutex<HashMap<StoredKey, Value>>,
     /// IPAddressClaim creates and deletes, in order (`create <name>`).
     pub ipam_calls: Mutex<Vec<String>>,
     /// Merge patches of Cluster API Machines: (name, patch).
@@ -143,12 +145,7 @@ impl FakeKube {
         });
         let key = (kind.as_str(), ns.to_string(), name.to_string());
         let mut objects = lock(&self.objects);
-        let Some(obj) = objects.get_mut(&key) else {
-            return Err(kube::Error::NotFound {
-                request: format!("PATCH {name}"),
-                message: format!("{name} not found"),
-            });
-        };
+        let obj = stored(&mut objects, &key)?;
         let mut patch = patch.clone();
         if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
             if rv != obj["metadata"]["resourceVersion"].as_str().unwrap_or("") {
@@ -185,6 +182,18 @@ impl FakeKube {
         }
         Ok(rv)
     }
+}
+
+/// The stored object a write is for, or the API server's NotFound.
+fn stored<'a>(
+    objects: &'a mut HashMap<StoredKey, Value>,
+    key: &StoredKey,
+) -> Result<&'a mut Value, kube::Error> {
+    let (kind, ns, name) = key;
+    objects.get_mut(key).ok_or_else(|| kube::Error::NotFound {
+        request: format!("PATCH {kind} {ns}/{name}"),
+        message: format!("{kind} {name:?} not found"),
+    })
 }
 
 impl KubeApi for FakeKube {
@@ -309,12 +318,7 @@ impl KubeApi for FakeKube {
     ) -> Result<(), kube::Error> {
         let key = (MACHINE, namespace.to_string(), name.to_string());
         let mut objects = lock(&self.objects);
-        let Some(machine) = objects.get_mut(&key) else {
-            return Err(kube::Error::NotFound {
-                request: format!("PATCH machines/{name}/status"),
-                message: format!("machines {name:?} not found"),
-            });
-        };
+        let machine = stored(&mut objects, &key)?;
         let entry = serde_json::to_value(condition).unwrap();
         let mut conditions: Vec<Value> = machine["status"]["conditions"]
             .as_array()
@@ -329,13 +333,7 @@ impl KubeApi for FakeKube {
         lock(&self.machine_patches).push((name.to_string(), patch.clone()));
         let key = (MACHINE, namespace.to_string(), name.to_string());
         let mut objects = lock(&self.objects);
-        let Some(machine) = objects.get_mut(&key) else {
-            return Err(kube::Error::NotFound {
-                request: format!("PATCH machines/{name}"),
-                message: format!("machines {name:?} not found"),
-            });
-        };
-        crate::kube::merge_patch::apply(machine, patch);
+        crate::kube::merge_patch::apply(stored(&mut objects, &key)?, patch);
         Ok(())
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
@@ -1351,6 +1349,14 @@ pub fn refused(cluster: &str) -> kube::Error {
     }
 }
 
+/// A write to a Node the workload cluster does not have.
+fn no_node(node_name: &str) -> kube::Error {
+    kube::Error::NotFound {
+        request: format!("PATCH /api/v1/nodes/{node_name}"),
+        message: "node not found".into(),
+    }
+}
+
 /// When a fake Node turned Ready unless a test says otherwise.
 pub const NODE_READY_LONG_AGO: &str = "2020-01-01T00:00:00Z";
 
@@ -1439,10 +1445,7 @@ impl WorkloadApi for FakeWorkload {
     ) -> Result<(), kube::Error> {
         let key = (cluster.to_string(), node_name.to_string());
         if !lock(&self.nodes).contains_key(&key) {
-            return Err(kube::Error::NotFound {
-                request: format!("PATCH /api/v1/nodes/{node_name}"),
-                message: "node not found".into(),
-            });
+            return Err(no_node(node_name));
         }
         lock(&self.node_labels)
             .entry(key.clone())
@@ -1466,10 +1469,7 @@ impl WorkloadApi for FakeWorkload {
             return Err(refused(cluster));
         }
         if !lock(&self.nodes).contains_key(&key) {
-            return Err(kube::Error::NotFound {
-                request: format!("GET /api/v1/nodes/{node_name}"),
-                message: "node not found".into(),
-            });
+            return Err(no_node(node_name));
         }
         let mut tainted = lock(&self.out_of_service);
         let changed = if out_of_service {
@@ -1489,17 +1489,13 @@ impl WorkloadApi for FakeWorkload {
         node_name: &str,
         provider_id: &str,
     ) -> Result<(), kube::Error> {
-        let request = format!("PATCH /api/v1/nodes/{node_name}");
         let mut nodes = lock(&self.nodes);
         let p = nodes
             .get_mut(&(cluster.into(), node_name.into()))
-            .ok_or_else(|| kube::Error::NotFound {
-                request: request.clone(),
-                message: "node not found".into(),
-            })?;
+            .ok_or_else(|| no_node(node_name))?;
         if !p.is_empty() {
             return Err(kube::Error::Invalid {
-                request,
+                request: format!("PATCH /api/v1/nodes/{node_name}"),
                 message: "spec.providerID: Forbidden: node updates may not change providerID except from \"\" to valid".into(),
                 causes: Vec::new(),
             });
@@ -1515,10 +1511,7 @@ impl WorkloadApi for FakeWorkload {
         labels: &BTreeMap<String, Option<String>>,
     ) -> Result<(), kube::Error> {
         if !lock(&self.nodes).contains_key(&(cluster.into(), node_name.into())) {
-            return Err(kube::Error::NotFound {
-                request: format!("PATCH /api/v1/nodes/{node_name}"),
-                message: "node not found".into(),
-            });
+            return Err(no_node(node_name));
         }
         let mut all = lock(&self.node_labels);
         let node = all.entry((cluster.into(), node_name.into())).or_default();
