@@ -11,6 +11,7 @@ use crate::maas::{Machine, MachineStatus};
 /// machine list does not show disks and links in enough detail): such a
 /// template matches a superset, whose minimums never exceed the true ones.
 pub fn matches(spec: &MaasMachineSpec, machine: &Machine) -> bool {
+    let options = spec.options();
     let at_least = |want: Option<i64>, have: f64| want.is_none_or(|w| w <= 0 || have >= w as f64);
     let pool_ok = spec
         .resource_pool
@@ -23,10 +24,13 @@ pub fn matches(spec: &MaasMachineSpec, machine: &Machine) -> bool {
         .filter(|z| !z.is_empty())
         .is_none_or(|z| machine.zone == z);
     let tags_ok = spec.tags.iter().all(|t| machine.tag_names.contains(t))
-        && !spec.not_tags.iter().any(|t| machine.tag_names.contains(t));
-    let not_in_zones_ok = !spec.not_in_zones.contains(&machine.zone);
+        && !options
+            .not_tags
+            .iter()
+            .any(|t| machine.tag_names.contains(t));
+    let not_in_zones_ok = !options.not_in_zones.contains(&machine.zone);
     // `amd64` matches every `amd64/<subarch>`, as MAAS's `arch` does.
-    let arch_ok = spec
+    let arch_ok = options
         .architecture
         .as_deref()
         .filter(|a| !a.is_empty())
@@ -34,7 +38,7 @@ pub fn matches(spec: &MaasMachineSpec, machine: &Machine) -> bool {
             machine.architecture == a
                 || (!a.contains('/') && machine.architecture.split('/').next() == Some(a))
         });
-    let selector_ok = spec.machine_selector.as_ref().is_none_or(|s| {
+    let selector_ok = options.machine_selector.as_ref().is_none_or(|s| {
         s.system_id
             .as_deref()
             .is_none_or(|id| machine.system_id == id)
@@ -164,12 +168,11 @@ mod tests {
             &MaasMachineSpec::default(),
             &machine(1, 1, 0.0, "", &[])
         ));
-        let excluding = MaasMachineSpec {
-            not_tags: vec!["gpu".into()],
-            not_in_zones: vec!["zone-b".into()],
-            architecture: Some("amd64".into()),
-            ..MaasMachineSpec::default()
-        };
+        let mut excluding = MaasMachineSpec::default();
+        let options = excluding.options_mut();
+        options.not_tags = vec!["gpu".into()];
+        options.not_in_zones = vec!["zone-b".into()];
+        options.architecture = Some("amd64".into());
         assert!(matches(&excluding, &machine(1, 1, 0.0, "p", &["x"])));
         assert!(!matches(&excluding, &machine(1, 1, 0.0, "p", &["gpu"])));
         let mut in_b = machine(1, 1, 0.0, "p", &[]);

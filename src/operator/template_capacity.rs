@@ -53,7 +53,7 @@ pub fn desired_status(
     // MAAS's `storage` constraint, when given, replaces minDiskSize.
     if let Some(gb) = spec
         .min_disk_size
-        .filter(|gb| *gb > 0 && spec.storage.is_none())
+        .filter(|gb| *gb > 0 && spec.options().storage.is_none())
     {
         capacity.insert("ephemeral-storage".to_string(), format!("{gb}G"));
     }

@@ -44,11 +44,12 @@ pub const DEDUP_WINDOW: Duration = Duration::from_secs(10 * 60);
 pub const WRITERS: usize = 4;
 /// Events waiting to be written, per writer; more are dropped.
 const CHANNEL_CAPACITY: usize = 1024;
-/// Aggregation entries remembered at most, over all writers (client-go's
-/// LRU size).
-const MAX_TRACKED: usize = 4096;
+/// Aggregation entries remembered at most per writer: 3,584 in all, about
+/// client-go's LRU size (4,096). The most a table of 1,024 slots holds
+/// (hashbrown fills 7/8 of them): 128 more would double it.
+const TRACKED_PER_WRITER: usize = 896;
 /// Per-object token bucket: burst and refill interval.
-const OBJECT_BURST: f64 = 25.0;
+const OBJECT_BURST: f32 = 25.0;
 const OBJECT_REFILL: Duration = Duration::from_secs(5 * 60);
 /// Longest message we send (the API accepts more, humans read less).
 const MAX_MESSAGE_BYTES: usize = 1024;
@@ -103,6 +104,7 @@ impl EventRecorder {
                 client: client.with_timeout(WRITE_TIMEOUT),
                 component: component.to_string(),
                 instance: truncate(instance, 128).to_string(),
+                started: Instant::now(),
                 series: HashMap::new(),
                 buckets: HashMap::new(),
             };
@@ -252,18 +254,24 @@ impl Occurrence {
     }
 }
 
+/// The hash keys of [`SeriesKey`] and [`ObjectHash`]: random per process,
+/// so no one can craft two series that merge or two objects that share a
+/// rate limit.
+fn hash_keys() -> &'static RandomState {
+    static HASH_KEYS: OnceLock<RandomState> = OnceLock::new();
+    HASH_KEYS.get_or_init(RandomState::new)
+}
+
 /// Aggregation key: a 128-bit digest of object, type, reason and message
-/// (a writer keeps up to `MAX_TRACKED / WRITERS` of them: 16 bytes each
-/// instead of a copy of the message). The hash keys are random per process,
-/// so no one can craft two series that merge; by chance, two of the 4,096
-/// series collide with a probability of about 2^-105.
+/// (a writer keeps up to `TRACKED_PER_WRITER` of them: 16 bytes each
+/// instead of a copy of the message). By chance, two of the 3,584 series
+/// collide with a probability of about 2^-105.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct SeriesKey(u64, u64);
 
 impl SeriesKey {
     fn of(object_id: &str, occ: &Occurrence) -> SeriesKey {
-        static HASH_KEYS: OnceLock<RandomState> = OnceLock::new();
-        let keys = HASH_KEYS.get_or_init(RandomState::new);
+        let keys = hash_keys();
         // A tuple of strings hashes each with its end marked, so different
         // parts never read the same.
         let parts = (object_id, occ.event_type, &occ.reason, &occ.message);
@@ -271,18 +279,52 @@ impl SeriesKey {
     }
 }
 
+/// The rate limit's key: a 64-bit digest of the object id (8 bytes instead
+/// of a copy of the uid). Two of a thousand objects share a bucket with a
+/// probability of about 2^-45; they would then share its 25 writes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct ObjectHash(u64);
+
+impl ObjectHash {
+    fn of(object_id: &str) -> ObjectHash {
+        ObjectHash(hash_keys().hash_one(object_id))
+    }
+}
+
+/// A writer's clock: whole seconds since it started. 4 bytes where an
+/// `Instant` takes 16, in every series and bucket; the windows it measures
+/// are minutes long.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct Secs(u32);
+
+impl Secs {
+    fn since(self, earlier: Secs) -> Duration {
+        Duration::from_secs(u64::from(self.0.saturating_sub(earlier.0)))
+    }
+
+    #[cfg(test)]
+    fn after(self, d: Duration) -> Secs {
+        Secs(
+            self.0
+                .saturating_add(u32::try_from(d.as_secs()).unwrap_or(u32::MAX)),
+        )
+    }
+}
+
 /// The Event object a series of repeats is written to. Its namespace and
 /// name follow from the occurrence (the key names the object) and
-/// `first_at`.
+/// `first_at`. 24 bytes: a writer holds up to `TRACKED_PER_WRITER`.
 #[derive(Clone)]
 struct Series {
-    /// The first occurrence: the Event's `firstTimestamp` and its name.
-    first_at: SystemTime,
-    count: u64,
+    /// The first occurrence, in nanoseconds since the Unix epoch: the
+    /// Event's `firstTimestamp` and its name.
+    first_at: u64,
+    /// Occurrences (client-go's `count` is an int32 too).
+    count: u32,
+    last_seen: Secs,
     /// Whether the Event object exists (its create may have been throttled
     /// or failed; then the next occurrence creates it).
     created: bool,
-    last_seen: Instant,
 }
 
 /// The writer thread's state.
@@ -290,17 +332,19 @@ struct Writer {
     client: Client,
     component: String,
     instance: String,
+    /// The zero of its [`Secs`].
+    started: Instant,
     series: HashMap<SeriesKey, Series>,
-    buckets: HashMap<String, Bucket>,
+    buckets: HashMap<ObjectHash, Bucket>,
 }
 
 impl Writer {
     fn run(&mut self, receiver: Receiver<Message>) {
-        let mut forgot_at = Instant::now();
+        let mut forgot_at = self.now();
         loop {
             let message = receiver.recv_timeout(FORGET_EVERY);
-            let now = Instant::now();
-            if now.duration_since(forgot_at) >= FORGET_EVERY {
+            let now = self.now();
+            if now.since(forgot_at) >= FORGET_EVERY {
                 forget_expired(&mut self.series, &mut self.buckets, now);
                 self.series.shrink_to_fit();
                 self.buckets.shrink_to_fit();
@@ -317,25 +361,30 @@ impl Writer {
         }
     }
 
+    /// Whole seconds since the writer started (saturating after 136 years).
+    fn now(&self) -> Secs {
+        Secs(u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX))
+    }
+
     fn write(&mut self, occ: Occurrence) {
-        let now = Instant::now();
+        let now = self.now();
         let object_id = occ.object_id();
         let key = SeriesKey::of(&object_id, &occ);
         let timestamp = kube::time::time(occ.at);
         match self.series.get_mut(&key) {
-            Some(series) if now.duration_since(series.last_seen) < DEDUP_WINDOW => {
-                series.count += 1;
+            Some(series) if now.since(series.last_seen) < DEDUP_WINDOW => {
+                series.count = series.count.saturating_add(1);
                 series.last_seen = now;
             }
             _ => {
-                self.make_room(now);
+                make_room(&mut self.series, &mut self.buckets, now);
                 self.series.insert(
                     key,
                     Series {
-                        first_at: occ.at,
+                        first_at: unix_nanos(occ.at),
                         count: 1,
-                        created: false,
                         last_seen: now,
+                        created: false,
                     },
                 );
             }
@@ -343,7 +392,7 @@ impl Writer {
 
         let bucket = self
             .buckets
-            .entry(object_id)
+            .entry(ObjectHash::of(&object_id))
             .or_insert_with(|| Bucket::new(now));
         if !bucket.take(now) {
             log::debug!(
@@ -395,7 +444,7 @@ impl Writer {
         let Some(series) = self.series.get_mut(key) else {
             return Ok(());
         };
-        series.first_at = occ.at;
+        series.first_at = unix_nanos(occ.at);
         series.count = 1;
         let series = series.clone();
         self.create(occ, &series, timestamp)
@@ -419,7 +468,7 @@ impl Writer {
             "reason": occ.reason,
             "message": occ.message,
             "count": series.count,
-            "firstTimestamp": kube::time::time(series.first_at),
+            "firstTimestamp": kube::time::time(UNIX_EPOCH + Duration::from_nanos(series.first_at)),
             "lastTimestamp": timestamp,
             "source": {"component": self.component, "host": self.instance},
             "reportingComponent": self.component,
@@ -429,26 +478,35 @@ impl Writer {
             .create(&EVENTS, Some(occ.namespace()), &event)
             .map(|_| ())
     }
+}
 
-    /// Keeps the aggregation and bucket maps bounded: forget expired series
-    /// first, then the least recently seen.
-    fn make_room(&mut self, now: Instant) {
-        const TRACKED_PER_WRITER: usize = MAX_TRACKED / WRITERS;
-        if self.series.len() < TRACKED_PER_WRITER {
-            return;
-        }
-        forget_expired(&mut self.series, &mut self.buckets, now);
-        while self.series.len() >= TRACKED_PER_WRITER {
-            let oldest = self
-                .series
-                .iter()
-                .min_by_key(|(_, s)| s.last_seen)
-                .map(|(k, _)| *k);
-            match oldest {
-                Some(key) => self.series.remove(&key),
-                None => break,
-            };
-        }
+/// Keeps the aggregation and bucket maps bounded before a new series is
+/// added: forget expired series first, then the least recently seen.
+fn make_room(
+    series: &mut HashMap<SeriesKey, Series>,
+    buckets: &mut HashMap<ObjectHash, Bucket>,
+    now: Secs,
+) {
+    if series.len() >= TRACKED_PER_WRITER {
+        forget_expired(series, buckets, now);
+    }
+    while series.len() >= TRACKED_PER_WRITER {
+        let oldest = series
+            .iter()
+            .min_by_key(|(_, s)| s.last_seen)
+            .map(|(k, _)| *k);
+        match oldest {
+            Some(key) => series.remove(&key),
+            None => break,
+        };
+    }
+    // A removed entry may leave a tombstone that keeps its slot. Once they
+    // have taken the table's last free one, the next insert would double
+    // the table, half-empty as it is: rebuild it for one more instead.
+    if series.len() == series.capacity() {
+        let mut rebuilt = HashMap::with_capacity(series.len() + 1);
+        rebuilt.extend(series.drain());
+        *series = rebuilt;
     }
 }
 
@@ -456,10 +514,10 @@ impl Writer {
 /// full again (a full bucket is the same as no bucket).
 fn forget_expired(
     series: &mut HashMap<SeriesKey, Series>,
-    buckets: &mut HashMap<String, Bucket>,
-    now: Instant,
+    buckets: &mut HashMap<ObjectHash, Bucket>,
+    now: Secs,
 ) {
-    series.retain(|_, s| now.duration_since(s.last_seen) < DEDUP_WINDOW);
+    series.retain(|_, s| now.since(s.last_seen) < DEDUP_WINDOW);
     buckets.retain(|_, b| !b.is_full(now));
 }
 
@@ -472,10 +530,16 @@ fn writer_of(object_id: &str) -> usize {
     (hasher.finish() % WRITERS as u64) as usize
 }
 
-/// `<object name>.<hex nanoseconds>`, as client-go names Events.
-fn event_name(object_name: &str, at: SystemTime) -> String {
-    let nanos = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+/// `<object name>.<hex nanoseconds>`, as client-go names Events; `nanos`
+/// is [`unix_nanos`].
+fn event_name(object_name: &str, nanos: u64) -> String {
     format!("{object_name}.{nanos:x}")
+}
+
+/// Nanoseconds since the Unix epoch (0 before it, saturating in 2554).
+fn unix_nanos(at: SystemTime) -> u64 {
+    let since_epoch = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a char
@@ -491,28 +555,28 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The per-object token bucket.
+/// The per-object token bucket (8 bytes: one per object with recent
+/// Events, which for a burst of 11 takes 55 minutes to refill).
 struct Bucket {
-    tokens: f64,
-    refilled_at: Instant,
+    tokens: f32,
+    refilled_at: Secs,
 }
 
 impl Bucket {
-    fn new(now: Instant) -> Bucket {
+    fn new(now: Secs) -> Bucket {
         Bucket {
             tokens: OBJECT_BURST,
             refilled_at: now,
         }
     }
 
-    fn refill(&mut self, now: Instant) {
-        let earned =
-            now.duration_since(self.refilled_at).as_secs_f64() / OBJECT_REFILL.as_secs_f64();
+    fn refill(&mut self, now: Secs) {
+        let earned = now.since(self.refilled_at).as_secs_f32() / OBJECT_REFILL.as_secs_f32();
         self.tokens = (self.tokens + earned).min(OBJECT_BURST);
         self.refilled_at = now;
     }
 
-    fn take(&mut self, now: Instant) -> bool {
+    fn take(&mut self, now: Secs) -> bool {
         self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -522,7 +586,7 @@ impl Bucket {
         }
     }
 
-    fn is_full(&mut self, now: Instant) -> bool {
+    fn is_full(&mut self, now: Secs) -> bool {
         self.refill(now);
         self.tokens >= OBJECT_BURST
     }
@@ -573,26 +637,26 @@ mod tests {
     #[test]
     fn expired_series_and_full_buckets_are_forgotten() {
         let obj = json!({"kind": "MaasMachine", "metadata": {"name": "m1", "namespace": "ns", "uid": "u1"}});
-        let start = Instant::now();
+        let start = Secs(7);
         let mut series = HashMap::new();
-        for (message, last_seen) in [("old", start), ("recent", start + DEDUP_WINDOW)] {
+        for (message, last_seen) in [("old", start), ("recent", start.after(DEDUP_WINDOW))] {
             let occ = Occurrence::of(&obj, "Normal", "R", message).unwrap();
             let entry = Series {
-                first_at: occ.at,
+                first_at: unix_nanos(occ.at),
                 count: 1,
-                created: true,
                 last_seen,
+                created: true,
             };
             series.insert(SeriesKey::of("u1", &occ), entry);
         }
         let mut drawn = Bucket::new(start);
         assert!(drawn.take(start));
         let mut buckets = HashMap::from([
-            ("full".to_string(), Bucket::new(start)),
-            ("drawn".to_string(), drawn),
+            (ObjectHash::of("full"), Bucket::new(start)),
+            (ObjectHash::of("drawn"), drawn),
         ]);
 
-        forget_expired(&mut series, &mut buckets, start + DEDUP_WINDOW);
+        forget_expired(&mut series, &mut buckets, start.after(DEDUP_WINDOW));
         let recent = Occurrence::of(&obj, "Normal", "R", "recent").unwrap();
         assert_eq!(series.len(), 1);
         assert!(series.contains_key(&SeriesKey::of("u1", &recent)));
@@ -601,9 +665,46 @@ mod tests {
 
         let mut drawn = Bucket::new(start);
         assert!(drawn.take(start));
-        let mut buckets = HashMap::from([("drawn".to_string(), drawn)]);
-        forget_expired(&mut series, &mut buckets, start + OBJECT_REFILL / 2);
+        let mut buckets = HashMap::from([(ObjectHash::of("drawn"), drawn)]);
+        forget_expired(&mut series, &mut buckets, start.after(OBJECT_REFILL / 2));
         assert_eq!(buckets.len(), 1, "a bucket still refilling is kept");
+    }
+
+    /// At the cap, each new series replaces the least recently seen one,
+    /// and the table keeps its size however many come and go (evicted, or
+    /// expired: a second per series lets them expire 600 at a time).
+    #[test]
+    fn a_full_writer_forgets_the_least_recently_seen_and_keeps_its_table() {
+        for series_per_second in [10, 1] {
+            let mut series = HashMap::new();
+            let mut buckets = HashMap::new();
+            for i in 0..4 * TRACKED_PER_WRITER {
+                let now = Secs(u32::try_from(i / series_per_second).unwrap());
+                make_room(&mut series, &mut buckets, now);
+                let entry = Series {
+                    first_at: 0,
+                    count: 1,
+                    last_seen: now,
+                    created: true,
+                };
+                series.insert(SeriesKey(i as u64, 0), entry);
+                assert!(series.len() <= TRACKED_PER_WRITER);
+                assert!(
+                    series.capacity() < 2 * TRACKED_PER_WRITER,
+                    "the table doubled at {i}: room for {}",
+                    series.capacity()
+                );
+            }
+            if series_per_second == 10 {
+                // The last ones seen are kept (but for ties within their
+                // first second).
+                let last = 4 * TRACKED_PER_WRITER as u64;
+                let kept = (last - TRACKED_PER_WRITER as u64..last)
+                    .filter(|i| series.contains_key(&SeriesKey(*i, 0)))
+                    .count();
+                assert!(kept >= TRACKED_PER_WRITER - 10, "{kept}");
+            }
+        }
     }
 
     #[test]
@@ -617,14 +718,23 @@ mod tests {
 
     #[test]
     fn bucket_allows_a_burst_then_refills_slowly() {
-        let now = Instant::now();
+        let now = Secs(0);
         let mut bucket = Bucket::new(now);
         for _ in 0..25 {
             assert!(bucket.take(now));
         }
         assert!(!bucket.take(now));
-        assert!(!bucket.take(now + OBJECT_REFILL / 2));
-        assert!(bucket.take(now + OBJECT_REFILL));
+        assert!(!bucket.take(now.after(OBJECT_REFILL / 2)));
+        assert!(bucket.take(now.after(OBJECT_REFILL)));
+        // Credit for part of a token is kept across takes.
+        let mut bucket = Bucket::new(now);
+        for _ in 0..25 {
+            assert!(bucket.take(now));
+        }
+        for second in (60..300).step_by(60) {
+            assert!(!bucket.take(now.after(Duration::from_secs(second))));
+        }
+        assert!(bucket.take(now.after(OBJECT_REFILL)));
     }
 
     #[test]
@@ -638,6 +748,7 @@ mod tests {
     #[test]
     fn event_names_are_unique_per_time() {
         let t = UNIX_EPOCH + Duration::from_nanos(0x1234);
-        assert_eq!(event_name("m1", t), "m1.1234");
+        assert_eq!(event_name("m1", unix_nanos(t)), "m1.1234");
+        assert_eq!(unix_nanos(UNIX_EPOCH - Duration::from_secs(1)), 0);
     }
 }

@@ -18,12 +18,11 @@
 //!   dropped rather than drained: the next process (or leader) lists every
 //!   object again and re-queues them anyway, and a prompt stop matters more.
 //!
-//! Everything lives behind one mutex and one condvar. Delayed keys sit in a
-//! heap; there is no timer thread: a blocked `get` sleeps until the earliest
-//! delayed key is due and moves due keys into the queue itself.
+//! Everything lives behind one mutex and one condvar. Delayed keys sit in
+//! an ordered set; there is no timer thread: a blocked `get` sleeps until
+//! the earliest delayed key is due and moves due keys into the queue itself.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -99,11 +98,13 @@ struct State {
     processing: HashMap<ObjectKey, Instant>,
     /// When each dirty key was added, for the queue-duration histogram.
     added_at: HashMap<ObjectKey, Instant>,
-    /// Delayed keys by due time. Entries superseded by an earlier time stay
-    /// in the heap and are skipped when they do not match `due_at`.
-    delayed: BinaryHeap<Reverse<(Instant, ObjectKey)>>,
-    /// The one valid due time per delayed key.
-    due_at: HashMap<ObjectKey, Instant>,
+    /// Delayed keys by due time, each once (an earlier time replaces a
+    /// later one). A controller keeps most of its objects here (a poll,
+    /// the safety net of the MAAS watch), so the key is shared with
+    /// `due_at`, not copied.
+    delayed: BTreeSet<(Instant, Arc<ObjectKey>)>,
+    /// The due time of each delayed key.
+    due_at: HashMap<Arc<ObjectKey>, Instant>,
     /// Consecutive rate-limited adds per key since its last `forget`.
     failures: HashMap<ObjectKey, u32>,
     bucket: TokenBucket,
@@ -124,7 +125,7 @@ impl WorkQueue {
             dirty: HashSet::new(),
             processing: HashMap::new(),
             added_at: HashMap::new(),
-            delayed: BinaryHeap::new(),
+            delayed: BTreeSet::new(),
             due_at: HashMap::new(),
             failures: HashMap::new(),
             bucket: TokenBucket::new(limit.qps, limit.burst),
@@ -168,13 +169,17 @@ impl WorkQueue {
             return;
         }
         let due = later(now, delay);
-        if let Some(&existing) = state.due_at.get(&key) {
-            if existing <= due {
-                return;
+        let key = match state.due_at.get_key_value(&key) {
+            Some((_, &existing)) if existing <= due => return,
+            Some((shared, &existing)) => {
+                let shared = Arc::clone(shared);
+                state.delayed.remove(&(existing, Arc::clone(&shared)));
+                shared
             }
-        }
-        state.due_at.insert(key.clone(), due);
-        state.delayed.push(Reverse((due, key)));
+            None => Arc::new(key),
+        };
+        state.due_at.insert(Arc::clone(&key), due);
+        state.delayed.insert((due, key));
         // A sleeping getter may be waiting for a later key; let one
         // recompute its sleep.
         self.inner.changed.notify_one();
@@ -237,8 +242,9 @@ impl WorkQueue {
                 self.record_depth(&state);
                 return Some(key);
             }
-            let sleep = match state.delayed.peek() {
-                Some(Reverse((due, _))) => due.saturating_duration_since(now).min(MAX_WAIT),
+            give_back_room(&mut state);
+            let sleep = match state.delayed.first() {
+                Some((due, _)) => due.saturating_duration_since(now).min(MAX_WAIT),
                 None => MAX_WAIT,
             };
             state = self
@@ -332,17 +338,13 @@ impl WorkQueue {
 
     /// Moves every delayed key that is due into the queue.
     fn promote_due(&self, state: &mut State, now: Instant) {
-        while let Some(Reverse((due, _))) = state.delayed.peek() {
-            if *due > now {
-                break;
-            }
-            let Some(Reverse((due, key))) = state.delayed.pop() else {
+        while state.delayed.first().is_some_and(|(due, _)| *due <= now) {
+            let Some((_, key)) = state.delayed.pop_first() else {
                 break;
             };
-            if state.due_at.get(&key) != Some(&due) {
-                continue; // superseded by an earlier time
-            }
             state.due_at.remove(&key);
+            // Its last holder now: unwrapped without a copy.
+            let key = Arc::try_unwrap(key).unwrap_or_else(|shared| (*shared).clone());
             self.add_locked(state, key, now);
         }
     }
@@ -354,6 +356,34 @@ impl WorkQueue {
             &[("name", &self.inner.name)],
             state.queue.len() as f64,
         );
+    }
+}
+
+/// After a burst (every object queued at start, and at each resync) a
+/// table keeps its largest size; a getter with nothing to hand out gives
+/// most of it back from those that are mostly empty. (The delayed set is a
+/// B-tree, which frees its nodes as it goes.)
+fn give_back_room(state: &mut State) {
+    /// Below this, a table is not worth shrinking.
+    const SMALL: usize = 64;
+    let roomy = |len: usize, capacity: usize| capacity > SMALL && len < capacity / 4;
+    if roomy(state.queue.len(), state.queue.capacity()) {
+        state.queue.shrink_to(state.queue.len() * 2);
+    }
+    if roomy(state.dirty.len(), state.dirty.capacity()) {
+        state.dirty.shrink_to(state.dirty.len() * 2);
+    }
+    if roomy(state.processing.len(), state.processing.capacity()) {
+        state.processing.shrink_to(state.processing.len() * 2);
+    }
+    if roomy(state.added_at.len(), state.added_at.capacity()) {
+        state.added_at.shrink_to(state.added_at.len() * 2);
+    }
+    if roomy(state.due_at.len(), state.due_at.capacity()) {
+        state.due_at.shrink_to(state.due_at.len() * 2);
+    }
+    if roomy(state.failures.len(), state.failures.capacity()) {
+        state.failures.shrink_to(state.failures.len() * 2);
     }
 }
 
@@ -548,10 +578,52 @@ mod tests {
         queue.add_after(key("a"), Duration::from_secs(3600));
         queue.add_after(key("a"), Duration::from_millis(10));
         queue.add_after(key("a"), Duration::from_secs(7200));
+        {
+            let state = queue.lock();
+            assert_eq!(state.delayed.len(), 1, "the later times are gone");
+            let (_, delayed) = state.delayed.first().unwrap();
+            let (shared, _) = state.due_at.get_key_value(&key("a")).unwrap();
+            assert!(Arc::ptr_eq(delayed, shared), "one copy of the key");
+        }
         assert_eq!(get_within(&queue, EVENTUALLY), Some(key("a")));
         // The superseded later entries must not produce a second pass soon.
         assert_eq!(queue.lock().due_at.len(), 0);
         assert_eq!(queue.len(), 0);
+    }
+
+    /// The tables a thousand keys grew are given back once they are handed
+    /// out and done.
+    #[test]
+    fn a_burst_gives_its_room_back() {
+        let queue = WorkQueue::new("test-room");
+        for i in 0..1000 {
+            queue.add(key(&format!("k{i}")));
+        }
+        for _ in 0..1000 {
+            let k = queue.get().unwrap();
+            queue.done(&k);
+        }
+        let roomy = |queue: &WorkQueue| {
+            let s = queue.lock();
+            [
+                s.queue.capacity(),
+                s.dirty.capacity(),
+                s.added_at.capacity(),
+            ]
+        };
+        assert!(
+            roomy(&queue).iter().all(|c| *c >= 1000),
+            "{:?}",
+            roomy(&queue)
+        );
+        // A getter that finds nothing to hand out shrinks them.
+        assert_eq!(get_within(&queue, Duration::from_millis(50)), None);
+        let start = Instant::now();
+        while roomy(&queue).iter().any(|c| *c > 64) {
+            assert!(start.elapsed() < EVENTUALLY, "{:?}", roomy(&queue));
+            thread::sleep(Duration::from_millis(5));
+        }
+        queue.shutdown();
     }
 
     #[test]

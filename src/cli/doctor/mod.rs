@@ -1113,10 +1113,12 @@ mod tests {
 
     #[test]
     fn deploy_options_a_maas_release_lacks_name_the_option_and_the_objects() {
-        let spec = |hw_sync: bool, crash_dump: bool| MaasMachineSpec {
-            enable_hw_sync: Some(hw_sync),
-            enable_kernel_crash_dump: Some(crash_dump),
-            ..MaasMachineSpec::default()
+        let spec = |hw_sync: bool, crash_dump: bool| {
+            let mut spec = MaasMachineSpec::default();
+            let options = spec.options_mut();
+            options.enable_hw_sync = Some(hw_sync);
+            options.enable_kernel_crash_dump = Some(crash_dump);
+            spec
         };
         let (both, dump, none) = (spec(true, true), spec(false, true), spec(false, false));
         let specs = [

@@ -126,7 +126,7 @@ pub(super) fn find_or_allocate(
         None => match r.maas()?.allocate(&request) {
             Err(e)
                 if e.is_conflict()
-                    && r.object.spec.failure_domain_fallback
+                    && r.object.spec.options().failure_domain_fallback
                     && r.object.vm_kind().is_none() =>
             {
                 allocate_elsewhere(r, &request, maas_cluster, e)
@@ -141,7 +141,9 @@ pub(super) fn find_or_allocate(
                 host.system_id, host.hostname, host.zone
             );
             r.event(EventType::Normal, "MachineAllocated", &message);
-            if r.object.spec.failure_domain_fallback && request.zone.as_ref() == Some(&host.zone) {
+            if r.object.spec.options().failure_domain_fallback
+                && request.zone.as_ref() == Some(&host.zone)
+            {
                 r.set(crate::api::Desired::true_(
                     mm_api::FAILURE_DOMAIN_MATCHED,
                     mm_api::FAILURE_DOMAIN_MATCHED,
@@ -369,6 +371,7 @@ fn allocate_request(
     identity: &Identity,
 ) -> AllocateRequest {
     let spec = &r.object.spec;
+    let options = spec.options();
     let zone = spec
         .failure_domain
         .clone()
@@ -396,16 +399,16 @@ fn allocate_request(
             .min_disk_size
             .and_then(|n| u64::try_from(n).ok())
             .filter(|n| *n > 0),
-        not_tags: spec.not_tags.clone(),
-        not_in_zone: spec.not_in_zones.clone(),
-        arch: non_empty(&spec.architecture).into_iter().collect(),
-        storage: non_empty(&spec.storage),
-        interfaces: non_empty(&spec.interfaces),
-        system_id: spec
+        not_tags: options.not_tags.clone(),
+        not_in_zone: options.not_in_zones.clone(),
+        arch: non_empty(&options.architecture).into_iter().collect(),
+        storage: non_empty(&options.storage),
+        interfaces: non_empty(&options.interfaces),
+        system_id: options
             .machine_selector
             .as_ref()
             .and_then(|s| non_empty(&s.system_id)),
-        name: spec
+        name: options
             .machine_selector
             .as_ref()
             .and_then(|s| non_empty(&s.hostname)),

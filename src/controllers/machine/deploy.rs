@@ -34,13 +34,13 @@ const VERSIONED_OPTIONS: [VersionedOption; 2] = [
         field: "enableHwSync",
         param: "enable_hw_sync",
         since: MaasVersion::new(3, 2, 0),
-        value: |spec| spec.enable_hw_sync,
+        value: |spec| spec.options().enable_hw_sync,
     },
     VersionedOption {
         field: "enableKernelCrashDump",
         param: "enable_kernel_crash_dump",
         since: MaasVersion::new(3, 6, 0),
-        value: |spec| spec.enable_kernel_crash_dump,
+        value: |spec| spec.options().enable_kernel_crash_dump,
     },
 ];
 
@@ -180,10 +180,10 @@ pub(super) fn ensure_deploying(
     let request = DeployRequest {
         image: Some(r.object.spec.image.clone()),
         user_data: Some(user_data),
-        ephemeral_deploy: r.object.spec.deploy_in_memory,
-        hwe_kernel: r.object.spec.hwe_kernel.clone(),
-        enable_hw_sync: r.object.spec.enable_hw_sync,
-        enable_kernel_crash_dump: r.object.spec.enable_kernel_crash_dump,
+        ephemeral_deploy: r.object.spec.options().deploy_in_memory,
+        hwe_kernel: r.object.spec.options().hwe_kernel.clone(),
+        enable_hw_sync: r.object.spec.options().enable_hw_sync,
+        enable_kernel_crash_dump: r.object.spec.options().enable_kernel_crash_dump,
         agent_name: Some(identity.as_str().to_string()),
         comment: Some(format!("capmaas: {}", r.key())),
     };
@@ -261,6 +261,7 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
     let wanted = r
         .object
         .spec
+        .options()
         .disable_swap
         .unwrap_or(!r.ctx.options.no_swap_update);
     if !wanted {

@@ -51,6 +51,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(10);
 /// The pools of `spec.network`, if any.
 fn network(mm: &MaasMachine) -> Option<&MachineNetwork> {
     mm.spec
+        .options()
         .network
         .as_ref()
         .filter(|n| !n.addresses_from_pools.is_empty())
@@ -76,7 +77,10 @@ pub fn claim_name(mm: &MaasMachine, index: usize) -> String {
 fn reused_claims(mm: &MaasMachine) -> Option<String> {
     let cluster = mm.metadata.labels.get(capi::CLUSTER_NAME_LABEL)?;
     let system_id = mm.system_id()?;
-    mm.spec.node_reuse.then(|| format!("{cluster}-{system_id}"))
+    mm.spec
+        .options()
+        .node_reuse
+        .then(|| format!("{cluster}-{system_id}"))
 }
 
 /// Before deploying an allocated machine: its addresses claimed, answered
@@ -91,7 +95,7 @@ pub(super) fn ensure_static_addresses(
     maas_cluster: Option<&MaasCluster>,
 ) -> Result<Step<maas::Machine>, Error> {
     let pools = network(&r.object).cloned();
-    let static_ip = r.object.spec.static_ip.clone();
+    let static_ip = r.object.spec.options().static_ip.clone();
     if pools.is_none() && static_ip.is_none() {
         return Ok(Step::Continue(host));
     }
@@ -152,7 +156,7 @@ pub(super) fn ensure_static_addresses(
     let interface = pools
         .as_ref()
         .and_then(|n| n.interface.clone())
-        .or_else(|| r.object.spec.api_server_interface_name.clone())
+        .or_else(|| r.object.spec.options().api_server_interface_name.clone())
         .filter(|name| !name.is_empty());
     match link_addresses(r, &host, interface.as_deref(), &addresses)? {
         Done(linked) => {
@@ -254,7 +258,7 @@ fn static_address(given: &StaticIp) -> StaticAddress {
 /// Why `spec.staticIP` cannot be set in MAAS, as far as the spec alone
 /// tells (the gateway is checked against MAAS's subnet when linking).
 pub(super) fn static_ip_refusal(mm: &MaasMachine) -> Option<String> {
-    match static_address(mm.spec.static_ip.as_ref()?) {
+    match static_address(mm.spec.options().static_ip.as_ref()?) {
         StaticAddress::Refused(message) => Some(message),
         StaticAddress::Ready(_) | StaticAddress::Waiting => None,
     }
@@ -571,6 +575,7 @@ pub(super) fn release_static_addresses(
     let mut ips: Vec<String> = r
         .object
         .spec
+        .options()
         .static_ip
         .iter()
         .map(|s| s.ip.trim().to_string())

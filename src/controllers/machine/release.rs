@@ -80,7 +80,7 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
     // A VM this object composed is decomposed (deleted), not released;
     // so is one composed but never allocated.
     let mut to_release = to_release;
-    let composed = r.object.vm_kind().is_some() || r.object.spec.parent.is_some();
+    let composed = r.object.vm_kind().is_some() || r.object.spec.options().parent.is_some();
     if composed {
         if let Some(id) = &identity {
             super::vm::decompose_ours(r, id, &mut to_release)?;
@@ -230,7 +230,14 @@ fn being_released(host: &maas::Machine) -> bool {
 /// Releases a machine; with a node reuse `mark` without erasing its disks,
 /// and the mark at the end of the comment MAAS logs with the request.
 fn release(r: &mut MachineReconciling, system_id: &str, mark: Option<&str>) -> Result<(), Error> {
-    let erase = match r.object.spec.disk_erase.as_deref().map(DiskErase::parse) {
+    let erase = match r
+        .object
+        .spec
+        .options()
+        .disk_erase
+        .as_deref()
+        .map(DiskErase::parse)
+    {
         _ if mark.is_some() => DiskErase::None,
         Some(Some(erase)) => erase,
         Some(None) | None if r.ctx.options.release_erase => DiskErase::Full,

@@ -40,7 +40,7 @@ const CONTROL_PLANE_NAME_LABEL: &str = "cluster.x-k8s.io/control-plane-name";
 /// `ControlPlane/<name>`, from the labels Cluster API puts on the Machine
 /// (or, once it is gone, on the MaasMachine). None: reuse does not apply.
 pub(super) fn owner(mm: &MaasMachine, machine: Option<&Machine>) -> Option<String> {
-    if !mm.spec.node_reuse {
+    if !mm.spec.options().node_reuse {
         return None;
     }
     let labels = [

@@ -1986,7 +1986,7 @@ fn an_lxd_machine_is_composed_on_the_roomiest_host_deployed_and_decomposed() {
     assert_eq!((req.zone_id, req.pool_id), (Some(1), Some(0)));
     assert_eq!(req.hostname, "m1-uidmmm1", "from the identity");
     let mm = w.maas_machine(NS, "m1");
-    assert_eq!(mm.spec.parent.as_deref(), Some("host2"));
+    assert_eq!(mm.spec.options().parent.as_deref(), Some("host2"));
     assert!(
         mm.spec.system_id.is_none(),
         "not allocated while commissioning"
@@ -2077,7 +2077,7 @@ fn a_vm_composed_before_a_crash_is_found_again_by_its_hostname() {
     reconcile(&w, "m1").unwrap();
     assert_eq!(compose_calls(&w), 0, "{:?}", w.maas.calls());
     assert_eq!(
-        w.maas_machine(NS, "m1").spec.parent.as_deref(),
+        w.maas_machine(NS, "m1").spec.options().parent.as_deref(),
         Some("host1")
     );
     assert!(condition(&w, "m1", mm_api::MACHINE_DEPLOYED)

@@ -94,7 +94,7 @@ pub(super) fn ready_vm(
     // Ours would have been listed under our agent_name already: one that
     // is not a VM, or that someone holds, is not ours.
     let ours = vm.pod.is_some() && vm.owner.is_none();
-    if ours && r.object.spec.parent.is_none() {
+    if ours && r.object.spec.options().parent.is_none() {
         // Composed before a crash that lost the spec write.
         let hosts = r.maas()?.client().vm_hosts().unwrap_or_default();
         if let Some(host) = hosts.iter().find(|h| vm.pod.as_ref() == Some(&h.name)) {
@@ -178,7 +178,7 @@ fn compose(
             .or(machine.spec.failure_domain.as_deref())
             .filter(|z| !z.is_empty()),
         tags: &spec.tags,
-        parent: spec.parent.as_deref().filter(|p| !p.is_empty()),
+        parent: spec.options().parent.as_deref().filter(|p| !p.is_empty()),
     };
     let Some(host) = choose_host(&hosts, &wanted, &request).cloned() else {
         let message = format!(
@@ -281,11 +281,11 @@ fn parent_of(host: &VmHost) -> String {
 
 fn record_parent(r: &mut MachineReconciling, host: &VmHost) -> Result<(), Error> {
     let parent = parent_of(host);
-    if r.object.spec.parent.as_deref() == Some(parent.as_str()) {
+    if r.object.spec.options().parent.as_deref() == Some(parent.as_str()) {
         return Ok(());
     }
     r.patch(&json!({"spec": {"parent": parent}}))?;
-    r.object.spec.parent = Some(parent);
+    r.object.spec.options_mut().parent = Some(parent);
     Ok(())
 }
 
