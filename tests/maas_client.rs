@@ -440,8 +440,11 @@ fn deploy_custom_image_with_user_data_then_release_with_erase() {
         )
         .unwrap();
     assert_eq!(deployed.status, MachineStatus::Deploying);
-    assert_eq!(deployed.osystem, "custom");
-    assert_eq!(deployed.distro_series, "u-2204-0-k-1264-0");
+    let raw = raw_machine(&sim, &host.system_id);
+    assert_eq!(
+        (&raw["osystem"], &raw["distro_series"]),
+        (&json!("custom"), &json!("u-2204-0-k-1264-0"))
+    );
     // As real MAAS 3.4.8 answers: power as stored, and no AUTO address
     // yet (MAAS claims them after its answer); the next read has them.
     assert_eq!(deployed.power_state, PowerState::Off);
@@ -517,11 +520,13 @@ fn deploy_ubuntu_ephemeral_and_by_series() {
             },
         )
         .unwrap();
+    assert_eq!(m.status, MachineStatus::Deploying);
+    let raw = raw_machine(&sim, &a.system_id);
     assert_eq!(
-        (m.osystem.as_str(), m.distro_series.as_str()),
-        ("ubuntu", "noble")
+        (&raw["osystem"], &raw["distro_series"]),
+        (&json!("ubuntu"), &json!("noble"))
     );
-    assert!(m.ephemeral_deploy);
+    assert_eq!(raw["ephemeral_deploy"], true);
     let b = allocate_cp(&client, "b");
     let m = client
         .deploy(
@@ -532,9 +537,11 @@ fn deploy_ubuntu_ephemeral_and_by_series() {
             },
         )
         .unwrap();
+    assert_eq!(m.status, MachineStatus::Deploying);
+    let raw = raw_machine(&sim, &b.system_id);
     assert_eq!(
-        (m.osystem.as_str(), m.distro_series.as_str()),
-        ("ubuntu", "jammy")
+        (&raw["osystem"], &raw["distro_series"]),
+        (&json!("ubuntu"), &json!("jammy"))
     );
 }
 
@@ -598,9 +605,11 @@ fn deploy_resolves_os_series_and_refuses_unknown_os_or_series() {
                 },
             )
             .unwrap();
+        assert_eq!(m.status, MachineStatus::Deploying, "{image}");
+        let raw = raw_machine(&sim, &host.system_id);
         assert_eq!(
-            (m.osystem.as_str(), m.distro_series.as_str()),
-            (os, series),
+            (&raw["osystem"], &raw["distro_series"]),
+            (&json!(os), &json!(series)),
             "{image}"
         );
     }
@@ -737,10 +746,11 @@ fn deploy_options_follow_the_maas_release() {
                 },
             )
             .unwrap();
-        assert_eq!(m.hwe_kernel.as_deref(), Some("hwe-24.04"), "{version}");
+        assert_eq!(m.status, MachineStatus::Deploying, "{version}");
         // The machine as MAAS answers it (a raw read: the client's type
         // leaves these fields out).
         let raw = raw_machine(&sim, &host.system_id);
+        assert_eq!(raw["hwe_kernel"], "hwe-24.04", "{version}");
         assert_eq!(raw["enable_hw_sync"], true, "{version}");
         assert_eq!(raw["enable_kernel_crash_dump"], crash_dump, "{version}");
     }

@@ -261,7 +261,6 @@ mod tests {
         }
         let mut quiet = base.clone();
         quiet.status_message = Some("Rebooting".into());
-        quiet.description = "edited".into();
         assert!(changed_fields(&base, &quiet).is_empty());
     }
 
