@@ -4,6 +4,7 @@
 mod support;
 
 use capmaas::maas::MaasApi;
+use std::sync::Arc;
 use std::time::Duration;
 
 use capmaas::maas::{
@@ -188,6 +189,37 @@ fn machines_owned_by_lists_every_state_of_one_owner() {
     let err = admin.machines_owned_by("nobody").unwrap_err();
     assert!(err.is_bad_request(), "{err}");
     assert!(err.message().contains("No such owner: 'nobody'."), "{err}");
+}
+
+/// The MAAS watch passes its last list (sorted by system_id): a machine
+/// MAAS shows as it was comes back as that list's `Arc`, so the view and
+/// the new list hold it once; a changed one is decoded anew.
+#[test]
+fn a_list_shares_the_previous_lists_unchanged_machines() {
+    let sim = sim();
+    let admin = sim.client();
+    let still = allocate_cp(&admin, "ns/still");
+    let edited = allocate_cp(&admin, "ns/edited");
+    let mut first = admin.machines_owned_by("admin").unwrap();
+    first.sort_by(|x, y| x.system_id.cmp(&y.system_id));
+    admin
+        .set_owner_data(&edited.system_id, &[("note", Some("edited"))])
+        .unwrap();
+    let second = admin
+        .machines_owned_by_reusing("admin", first.clone())
+        .unwrap();
+    assert_eq!(second.len(), 2);
+    let old = |id: &str| first.iter().find(|m| m.system_id == id).unwrap();
+    let new = |id: &str| second.iter().find(|m| m.system_id == id).unwrap();
+    assert!(Arc::ptr_eq(new(&still.system_id), old(&still.system_id)));
+    assert!(!Arc::ptr_eq(new(&edited.system_id), old(&edited.system_id)));
+    assert_eq!(
+        new(&edited.system_id).owner_data.get("note").map(String::as_str),
+        Some("edited")
+    );
+    // Without a previous list every machine is new.
+    let third = admin.machines_owned_by("admin").unwrap();
+    assert!(third.iter().all(|m| !second.iter().any(|s| Arc::ptr_eq(s, m))));
 }
 
 /// `events/?op=query`: newest first, `after` pages forward from the oldest,

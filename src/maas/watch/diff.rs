@@ -90,6 +90,13 @@ pub fn apply_list(
                         fields,
                     });
                 }
+                // One copy of a machine as it was: whoever still holds the
+                // old `Arc` (a reconcile, a change being handled) shares it.
+                let machine = if *known.machine == *machine {
+                    Arc::clone(&known.machine)
+                } else {
+                    machine
+                };
                 ListedMachine {
                     machine,
                     observed_at: listed_at,
@@ -225,6 +232,29 @@ mod tests {
             })
             .unwrap();
         assert_eq!(vanished.status, MachineStatus::Deployed, "last known state");
+    }
+
+    #[test]
+    fn a_machine_listed_as_it_was_keeps_its_arc() {
+        let t0 = Instant::now();
+        let old = snapshot(
+            &[
+                machine("same", MachineStatus::Deployed),
+                machine("chatty", MachineStatus::Deploying),
+            ],
+            t0,
+        );
+        let mut chatty = machine("chatty", MachineStatus::Deploying);
+        chatty.status_message = Some("Installing OS".into());
+        let list = shared(vec![machine("same", MachineStatus::Deployed), chatty]);
+        let (next, changes) = apply_list(&source(), &old, list.clone(), t0);
+        assert!(changes.is_empty(), "{:?}", kinds(&changes));
+        assert!(Arc::ptr_eq(&next["same"].machine, &old["same"].machine));
+        assert!(!Arc::ptr_eq(&next["same"].machine, &list[0]));
+        assert!(
+            Arc::ptr_eq(&next["chatty"].machine, &list[1]),
+            "any difference, reported or not, takes the new one"
+        );
     }
 
     #[test]
