@@ -214,12 +214,17 @@ fn a_list_shares_the_previous_lists_unchanged_machines() {
     assert!(Arc::ptr_eq(new(&still.system_id), old(&still.system_id)));
     assert!(!Arc::ptr_eq(new(&edited.system_id), old(&edited.system_id)));
     assert_eq!(
-        new(&edited.system_id).owner_data.get("note").map(String::as_str),
+        new(&edited.system_id)
+            .owner_data
+            .get("note")
+            .map(String::as_str),
         Some("edited")
     );
     // Without a previous list every machine is new.
     let third = admin.machines_owned_by("admin").unwrap();
-    assert!(third.iter().all(|m| !second.iter().any(|s| Arc::ptr_eq(s, m))));
+    assert!(third
+        .iter()
+        .all(|m| !second.iter().any(|s| Arc::ptr_eq(s, m))));
 }
 
 /// `events/?op=query`: newest first, `after` pages forward from the oldest,
@@ -1338,7 +1343,7 @@ fn subnets_and_static_links_on_an_allocated_machine() {
     assert_eq!(lab.gateway_ip.as_deref(), Some("127.11.130.1"));
 
     let host = allocate_cp(&client, "ns/static");
-    let boot = host.boot_interface.clone().expect("boot interface");
+    let boot = host.boot_interface.expect("boot interface");
     let eth0 = host.interfaces.iter().find(|i| i.id == boot.id).unwrap();
     let auto = eth0
         .links
