@@ -285,10 +285,10 @@ pub struct InterfaceAddress {
 }
 
 /// A MAAS machine: the fields capmaas reads, no more. The MAAS watch keeps
-/// one for every machine of its users, and two while a new list is
-/// compared with the last, so a field nobody reads stays in the JSON
-/// (serde skips it without building it). The deploy parameters MAAS echoes
-/// (`osystem`, `distro_series`, `hwe_kernel`, ...) are the caller's own.
+/// one for every machine of its users, so a field nobody reads stays in
+/// the JSON (serde skips it without building it). The deploy parameters
+/// MAAS echoes (`osystem`, `distro_series`, `hwe_kernel`, ...) are the
+/// caller's own.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Machine {
     pub system_id: String,

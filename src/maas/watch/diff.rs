@@ -92,7 +92,8 @@ pub fn apply_list(
                 }
                 // One copy of a machine as it was: whoever still holds the
                 // old `Arc` (a reconcile, a change being handled) shares it.
-                let machine = if *known.machine == *machine {
+                let same = Arc::ptr_eq(&known.machine, &machine) || *known.machine == *machine;
+                let machine = if same {
                     Arc::clone(&known.machine)
                 } else {
                     machine
