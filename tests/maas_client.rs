@@ -4,6 +4,7 @@
 mod support;
 
 use capmaas::maas::MaasApi;
+use std::sync::Arc;
 use std::time::Duration;
 
 use capmaas::maas::{
@@ -188,6 +189,42 @@ fn machines_owned_by_lists_every_state_of_one_owner() {
     let err = admin.machines_owned_by("nobody").unwrap_err();
     assert!(err.is_bad_request(), "{err}");
     assert!(err.message().contains("No such owner: 'nobody'."), "{err}");
+}
+
+/// The MAAS watch passes its last list (sorted by system_id): a machine
+/// MAAS shows as it was comes back as that list's `Arc`, so the view and
+/// the new list hold it once; a changed one is decoded anew.
+#[test]
+fn a_list_shares_the_previous_lists_unchanged_machines() {
+    let sim = sim();
+    let admin = sim.client();
+    let still = allocate_cp(&admin, "ns/still");
+    let edited = allocate_cp(&admin, "ns/edited");
+    let mut first = admin.machines_owned_by("admin").unwrap();
+    first.sort_by(|x, y| x.system_id.cmp(&y.system_id));
+    admin
+        .set_owner_data(&edited.system_id, &[("note", Some("edited"))])
+        .unwrap();
+    let second = admin
+        .machines_owned_by_reusing("admin", first.clone())
+        .unwrap();
+    assert_eq!(second.len(), 2);
+    let old = |id: &str| first.iter().find(|m| m.system_id == id).unwrap();
+    let new = |id: &str| second.iter().find(|m| m.system_id == id).unwrap();
+    assert!(Arc::ptr_eq(new(&still.system_id), old(&still.system_id)));
+    assert!(!Arc::ptr_eq(new(&edited.system_id), old(&edited.system_id)));
+    assert_eq!(
+        new(&edited.system_id)
+            .owner_data
+            .get("note")
+            .map(String::as_str),
+        Some("edited")
+    );
+    // Without a previous list every machine is new.
+    let third = admin.machines_owned_by("admin").unwrap();
+    assert!(third
+        .iter()
+        .all(|m| !second.iter().any(|s| Arc::ptr_eq(s, m))));
 }
 
 /// `events/?op=query`: newest first, `after` pages forward from the oldest,
@@ -440,8 +477,11 @@ fn deploy_custom_image_with_user_data_then_release_with_erase() {
         )
         .unwrap();
     assert_eq!(deployed.status, MachineStatus::Deploying);
-    assert_eq!(deployed.osystem, "custom");
-    assert_eq!(deployed.distro_series, "u-2204-0-k-1264-0");
+    let raw = raw_machine(&sim, &host.system_id);
+    assert_eq!(
+        (&raw["osystem"], &raw["distro_series"]),
+        (&json!("custom"), &json!("u-2204-0-k-1264-0"))
+    );
     // As real MAAS 3.4.8 answers: power as stored, and no AUTO address
     // yet (MAAS claims them after its answer); the next read has them.
     assert_eq!(deployed.power_state, PowerState::Off);
@@ -517,11 +557,13 @@ fn deploy_ubuntu_ephemeral_and_by_series() {
             },
         )
         .unwrap();
+    assert_eq!(m.status, MachineStatus::Deploying);
+    let raw = raw_machine(&sim, &a.system_id);
     assert_eq!(
-        (m.osystem.as_str(), m.distro_series.as_str()),
-        ("ubuntu", "noble")
+        (&raw["osystem"], &raw["distro_series"]),
+        (&json!("ubuntu"), &json!("noble"))
     );
-    assert!(m.ephemeral_deploy);
+    assert_eq!(raw["ephemeral_deploy"], true);
     let b = allocate_cp(&client, "b");
     let m = client
         .deploy(
@@ -532,9 +574,11 @@ fn deploy_ubuntu_ephemeral_and_by_series() {
             },
         )
         .unwrap();
+    assert_eq!(m.status, MachineStatus::Deploying);
+    let raw = raw_machine(&sim, &b.system_id);
     assert_eq!(
-        (m.osystem.as_str(), m.distro_series.as_str()),
-        ("ubuntu", "jammy")
+        (&raw["osystem"], &raw["distro_series"]),
+        (&json!("ubuntu"), &json!("jammy"))
     );
 }
 
@@ -598,9 +642,11 @@ fn deploy_resolves_os_series_and_refuses_unknown_os_or_series() {
                 },
             )
             .unwrap();
+        assert_eq!(m.status, MachineStatus::Deploying, "{image}");
+        let raw = raw_machine(&sim, &host.system_id);
         assert_eq!(
-            (m.osystem.as_str(), m.distro_series.as_str()),
-            (os, series),
+            (&raw["osystem"], &raw["distro_series"]),
+            (&json!(os), &json!(series)),
             "{image}"
         );
     }
@@ -737,10 +783,11 @@ fn deploy_options_follow_the_maas_release() {
                 },
             )
             .unwrap();
-        assert_eq!(m.hwe_kernel.as_deref(), Some("hwe-24.04"), "{version}");
+        assert_eq!(m.status, MachineStatus::Deploying, "{version}");
         // The machine as MAAS answers it (a raw read: the client's type
         // leaves these fields out).
         let raw = raw_machine(&sim, &host.system_id);
+        assert_eq!(raw["hwe_kernel"], "hwe-24.04", "{version}");
         assert_eq!(raw["enable_hw_sync"], true, "{version}");
         assert_eq!(raw["enable_kernel_crash_dump"], crash_dump, "{version}");
     }
@@ -1296,7 +1343,7 @@ fn subnets_and_static_links_on_an_allocated_machine() {
     assert_eq!(lab.gateway_ip.as_deref(), Some("127.11.130.1"));
 
     let host = allocate_cp(&client, "ns/static");
-    let boot = host.boot_interface.clone().expect("boot interface");
+    let boot = host.boot_interface.expect("boot interface");
     let eth0 = host.interfaces.iter().find(|i| i.id == boot.id).unwrap();
     let auto = eth0
         .links

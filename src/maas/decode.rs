@@ -18,13 +18,15 @@
 //! [`with_budget`]; decoding outside it (tests, small single objects) is
 //! uncharged.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::Machine;
 
 /// The message a decode over its budget fails with (inside serde_json's
 /// error, which adds the position).
@@ -42,6 +44,8 @@ pub(crate) fn is_over_bound(e: &serde_json::Error) -> bool {
 
 thread_local! {
     static BUDGET: Cell<Option<usize>> = const { Cell::new(None) };
+    /// The machines of the last list, sorted by system_id ([`with_previous`]).
+    static PREVIOUS: RefCell<Vec<Arc<Machine>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `decode` with `bytes` of budget for the lists it decodes; the
@@ -110,17 +114,43 @@ impl<'de, T: Deserialize<'de>, const MAX: usize> Deserialize<'de> for Charged<T,
     }
 }
 
-/// A list element decoded straight into an `Arc` (charged the `Arc`'s
-/// allocation). A list of them holds one pointer per element: decoding a
-/// `Vec<T>` and sharing its elements after would keep the whole `Vec`
-/// (840 bytes per machine) beside the `Arc`s until the last was made, and
-/// the MAAS watch's list already sits beside the view it replaces.
-pub(crate) struct Shared<T>(pub Arc<T>);
+/// Runs `decode` with the machines of the last list (sorted by system_id)
+/// for [`SharedMachine`] to reuse; the previous ones (none, normally) are
+/// restored after, also on a panic.
+pub(crate) fn with_previous<T>(previous: Vec<Arc<Machine>>, decode: impl FnOnce() -> T) -> T {
+    struct Restore(Vec<Arc<Machine>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PREVIOUS.with(|p| *p.borrow_mut() = std::mem::take(&mut self.0));
+        }
+    }
+    let _restore = Restore(PREVIOUS.with(|p| p.replace(previous)));
+    decode()
+}
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shared<T> {
+/// A machine of a list decoded straight into an `Arc` (charged the
+/// `Arc`'s allocation), or, when the last list ([`with_previous`]) had it
+/// just so, that list's `Arc`. A list of them holds one pointer per
+/// machine: decoding a `Vec<Machine>` and sharing its elements after would
+/// keep the whole `Vec` beside the `Arc`s until the last was made. And the
+/// MAAS watch's list sits beside the view it replaces: with the unchanged
+/// machines shared, the two hold apart only what changed in between.
+pub(crate) struct SharedMachine(pub Arc<Machine>);
+
+impl<'de> Deserialize<'de> for SharedMachine {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        charge::<D::Error>(size_of::<T>() + 2 * size_of::<usize>())?;
-        T::deserialize(d).map(|item| Shared(Arc::new(item)))
+        charge::<D::Error>(size_of::<Machine>() + 2 * size_of::<usize>())?;
+        let machine = Machine::deserialize(d)?;
+        let unchanged = PREVIOUS.with(|previous| {
+            let previous = previous.borrow();
+            let at = previous
+                .binary_search_by(|old| old.system_id.as_str().cmp(&machine.system_id))
+                .ok()?;
+            previous.get(at).filter(|old| ***old == machine).cloned()
+        });
+        Ok(SharedMachine(
+            unchanged.unwrap_or_else(|| Arc::new(machine)),
+        ))
     }
 }
 
@@ -308,6 +338,33 @@ mod tests {
             .unwrap()
             .0
             .is_empty());
+    }
+
+    #[test]
+    fn a_listed_machine_as_it_was_is_the_previous_arc() {
+        let list = r#"[{"system_id": "a", "hostname": "one"},
+                       {"system_id": "b", "hostname": "two"},
+                       {"system_id": "c", "hostname": "three"}]"#;
+        let decode = || serde_json::from_str::<Charged<SharedMachine>>(list).map(|c| c.0);
+        let first: Vec<Arc<Machine>> = decode().unwrap().into_iter().map(|m| m.0).collect();
+        let mut b = Machine::clone(&first[1]);
+        b.hostname = "renamed".into();
+        // Sorted by system_id, as the watch passes them.
+        let previous = vec![Arc::clone(&first[0]), Arc::new(b), Arc::clone(&first[2])];
+        let second = with_previous(previous.clone(), decode).unwrap();
+        assert!(Arc::ptr_eq(&second[0].0, &first[0]));
+        assert!(Arc::ptr_eq(&second[2].0, &first[2]));
+        assert!(!Arc::ptr_eq(&second[1].0, &previous[1]), "b differs");
+        assert_eq!(second[1].0.hostname, "two");
+        // A reused machine is charged as a new one: the bound holds either way.
+        let one = size_of::<Machine>() + 2 * size_of::<usize>();
+        let err = with_budget(3 * one, || with_previous(previous.clone(), decode))
+            .map(|list| list.len())
+            .unwrap_err();
+        assert!(err.to_string().contains(OVER_BUDGET), "{err}");
+        // Restored after: nothing to reuse.
+        let third = decode().unwrap();
+        assert!(!Arc::ptr_eq(&third[0].0, &first[0]));
     }
 
     #[test]

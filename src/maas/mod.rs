@@ -20,6 +20,7 @@
 //! client.machine(system_id) -> Result<Machine, Error>
 //! client.machines(&MachineFilter) -> Result<Vec<Machine>, Error>
 //! client.machines_owned_by(username) -> Result<Vec<Arc<Machine>>, Error> // every state
+//! client.machines_owned_by_reusing(username, previous) -> ...  // equal machines keep previous's Arc
 //! client.events(&EventQuery { system_ids, after, level, limit }) -> Result<Vec<Event>, Error>  // newest first
 //! client.allocate(&AllocateRequest) -> Result<Machine, Error>          // at most once
 //! client.deploy(system_id, &DeployRequest) -> Result<Machine, Error>   // at most once

@@ -208,20 +208,12 @@ impl<'de> Deserialize<'de> for PowerState {
     }
 }
 
-/// The network interface MAAS boots the machine from.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The network interface MAAS boots the machine from, by id: the rest of
+/// it (name, links) is in [`Machine::interfaces`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct Interface {
     pub id: i64,
-    #[serde(deserialize_with = "null_as_default")]
-    pub name: String,
-    /// `physical`, `bond`, `bridge`, `vlan`.
-    #[serde(rename = "type", deserialize_with = "null_as_default")]
-    pub kind: String,
-    #[serde(deserialize_with = "null_as_default")]
-    pub mac_address: String,
-    #[serde(deserialize_with = "charged_list")]
-    pub children: Vec<String>,
 }
 
 /// One of a machine's interfaces with every link MAAS has for it (an
@@ -292,7 +284,11 @@ pub struct InterfaceAddress {
     pub subnet_name: String,
 }
 
-/// A MAAS machine (the fields a Cluster API provider reads).
+/// A MAAS machine: the fields capmaas reads, no more. The MAAS watch keeps
+/// one for every machine of its users, so a field nobody reads stays in
+/// the JSON (serde skips it without building it). The deploy parameters
+/// MAAS echoes (`osystem`, `distro_series`, `hwe_kernel`, ...) are the
+/// caller's own.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Machine {
     pub system_id: String,
@@ -306,7 +302,6 @@ pub struct Machine {
     pub power_type: String,
     pub zone: String,
     pub pool: String,
-    pub domain: String,
     pub ip_addresses: Vec<String>,
     pub cpu_count: u32,
     /// MiB.
@@ -316,10 +311,6 @@ pub struct Machine {
     /// Bytes; None when MAAS uses its default.
     pub swap_size: Option<i64>,
     pub architecture: String,
-    pub osystem: String,
-    pub distro_series: String,
-    pub hwe_kernel: Option<String>,
-    pub ephemeral_deploy: bool,
     pub owner: Option<String>,
     /// The owner's key=value data: the JSON's `workload_annotations` (MAAS
     /// 3.0+) and `owner_data` (every MAAS; deprecated from 3.0 on), one
@@ -334,12 +325,9 @@ pub struct Machine {
     pub addresses: Vec<InterfaceAddress>,
     /// The interfaces with their links, as the interface calls see them.
     pub interfaces: Vec<MachineInterface>,
-    /// The VM host's system_id for LXD/virsh guests.
-    pub parent: Option<String>,
     /// The VM host (`pod`, MAAS ≤ 3.8) a composed VM runs on, by name.
     pub pod: Option<String>,
     pub locked: bool,
-    pub description: String,
 }
 
 impl Default for MachineStatus {
@@ -399,8 +387,6 @@ struct RawMachine {
     zone: String,
     #[serde(deserialize_with = "name_of")]
     pool: String,
-    #[serde(deserialize_with = "name_of")]
-    domain: String,
     #[serde(deserialize_with = "charged_list")]
     ip_addresses: Vec<String>,
     #[serde(deserialize_with = "lenient_u64")]
@@ -413,13 +399,6 @@ struct RawMachine {
     swap_size: Option<i64>,
     #[serde(deserialize_with = "null_as_default")]
     architecture: String,
-    #[serde(deserialize_with = "null_as_default")]
-    osystem: String,
-    #[serde(deserialize_with = "null_as_default")]
-    distro_series: String,
-    hwe_kernel: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    ephemeral_deploy: bool,
     owner: Option<String>,
     #[serde(deserialize_with = "charged_text_map")]
     owner_data: BTreeMap<String, String>,
@@ -430,12 +409,9 @@ struct RawMachine {
     boot_interface: Option<Interface>,
     #[serde(deserialize_with = "charged_list")]
     interface_set: Vec<RawInterface>,
-    parent: Loose,
     pod: Loose,
     #[serde(deserialize_with = "null_as_default")]
     locked: bool,
-    #[serde(deserialize_with = "null_as_default")]
-    description: String,
 }
 
 impl<'de> Deserialize<'de> for Machine {
@@ -463,11 +439,6 @@ impl<'de> Deserialize<'de> for Machine {
         ip_addresses.shrink_to_fit();
         let mut tag_names = raw.tag_names;
         tag_names.shrink_to_fit();
-        let parent = match raw.parent {
-            Loose::Str(s) => Some(s),
-            Loose::Object { system_id, .. } => system_id,
-            _ => None,
-        };
         Ok(Machine {
             system_id: raw.system_id,
             hostname: raw.hostname,
@@ -479,30 +450,23 @@ impl<'de> Deserialize<'de> for Machine {
             power_type: raw.power_type,
             zone: raw.zone,
             pool: raw.pool,
-            domain: raw.domain,
             ip_addresses,
             cpu_count: u32::try_from(raw.cpu_count).unwrap_or(u32::MAX),
             memory: raw.memory,
             storage: raw.storage,
             swap_size: raw.swap_size,
             architecture: raw.architecture,
-            osystem: raw.osystem,
-            distro_series: raw.distro_series,
-            hwe_kernel: raw.hwe_kernel,
-            ephemeral_deploy: raw.ephemeral_deploy,
             owner: raw.owner.filter(|o| !o.is_empty()),
             owner_data,
             tag_names,
             boot_interface: raw.boot_interface,
             addresses,
             interfaces,
-            parent,
             pod: match raw.pod {
                 Loose::Object { name, .. } => name,
                 _ => None,
             },
             locked: raw.locked,
-            description: raw.description,
         })
     }
 }
@@ -1244,6 +1208,16 @@ fn lenient_opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The MAAS watch keeps one per machine of its users, two while a
+    /// changed list is compared (issue 19 item 11): 720 bytes inline when
+    /// it held every field MAAS sends that the client knew.
+    #[test]
+    fn a_machine_holds_only_what_capmaas_reads() {
+        let size = size_of::<Machine>();
+        println!("size_of::<Machine>() = {size} bytes");
+        assert!(size <= 512, "{size} bytes");
+    }
 
     #[test]
     fn a_vm_host_is_read_from_maas_json() {

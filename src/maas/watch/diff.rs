@@ -90,6 +90,14 @@ pub fn apply_list(
                         fields,
                     });
                 }
+                // One copy of a machine as it was: whoever still holds the
+                // old `Arc` (a reconcile, a change being handled) shares it.
+                let same = Arc::ptr_eq(&known.machine, &machine) || *known.machine == *machine;
+                let machine = if same {
+                    Arc::clone(&known.machine)
+                } else {
+                    machine
+                };
                 ListedMachine {
                     machine,
                     observed_at: listed_at,
@@ -228,6 +236,29 @@ mod tests {
     }
 
     #[test]
+    fn a_machine_listed_as_it_was_keeps_its_arc() {
+        let t0 = Instant::now();
+        let old = snapshot(
+            &[
+                machine("same", MachineStatus::Deployed),
+                machine("chatty", MachineStatus::Deploying),
+            ],
+            t0,
+        );
+        let mut chatty = machine("chatty", MachineStatus::Deploying);
+        chatty.status_message = Some("Installing OS".into());
+        let list = shared(vec![machine("same", MachineStatus::Deployed), chatty]);
+        let (next, changes) = apply_list(&source(), &old, list.clone(), t0);
+        assert!(changes.is_empty(), "{:?}", kinds(&changes));
+        assert!(Arc::ptr_eq(&next["same"].machine, &old["same"].machine));
+        assert!(!Arc::ptr_eq(&next["same"].machine, &list[0]));
+        assert!(
+            Arc::ptr_eq(&next["chatty"].machine, &list[1]),
+            "any difference, reported or not, takes the new one"
+        );
+    }
+
+    #[test]
     fn every_acted_on_field_counts() {
         let base = machine("m", MachineStatus::Deployed);
         type Edit = Box<dyn Fn(&mut Machine)>;
@@ -261,7 +292,6 @@ mod tests {
         }
         let mut quiet = base.clone();
         quiet.status_message = Some("Rebooting".into());
-        quiet.description = "edited".into();
         assert!(changed_fields(&base, &quiet).is_empty());
     }
 

@@ -28,7 +28,9 @@
 //!   lock) or [`Vanished`](MachineChange::Vanished) (released: MAAS clears
 //!   the owner, so the machine leaves the user's list; reported with its
 //!   last known state). The first list reports every machine as appeared,
-//!   as an informer's first list does.
+//!   as an informer's first list does. A machine listed as it was keeps
+//!   the view's `Arc` (matched as the list is decoded): the view and the
+//!   list being compared hold only the changed machines twice.
 //! - **At most one events query** per 250 machines in transit (Allocated,
 //!   Deploying, Releasing, Disk erasing, ...; and once more as they leave
 //!   transit, so a failed deployment's reason is read), only for events
@@ -253,12 +255,31 @@ impl MachineChange {
 /// What the watch reads from MAAS: a [`Client`], or a fake in unit tests.
 pub trait Reader: Send + Sync {
     fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error>;
+    /// The list, with the `Arc` from `previous` (sorted by system_id) for a
+    /// machine as it was: unchanged machines are then not held twice while
+    /// the list is compared with the view.
+    fn machines_owned_by_reusing(
+        &self,
+        owner: &str,
+        previous: Vec<Arc<Machine>>,
+    ) -> Result<Vec<Arc<Machine>>, Error> {
+        drop(previous);
+        self.machines_owned_by(owner)
+    }
     fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error>;
 }
 
 impl Reader for Client {
     fn machines_owned_by(&self, owner: &str) -> Result<Vec<Arc<Machine>>, Error> {
         Client::machines_owned_by(self, owner)
+    }
+
+    fn machines_owned_by_reusing(
+        &self,
+        owner: &str,
+        previous: Vec<Arc<Machine>>,
+    ) -> Result<Vec<Arc<Machine>>, Error> {
+        Client::machines_owned_by_reusing(self, owner, previous)
     }
 
     fn events(&self, query: &EventQuery) -> Result<Vec<Event>, Error> {
@@ -736,7 +757,7 @@ impl Lister {
             }
         }
         let started = Instant::now();
-        let listed = reader.machines_owned_by(id.user());
+        let listed = reader.machines_owned_by_reusing(id.user(), self.viewed(id));
         metrics::observe(
             "maas_watch_list_duration_seconds",
             "Duration of one MAAS watch list (all machines of one MAAS user).",
@@ -916,6 +937,21 @@ impl Lister {
                 );
             }
         }
+    }
+
+    /// The source's machines as the view has them, sorted by system_id.
+    fn viewed(&self, id: &SourceId) -> Vec<Arc<Machine>> {
+        let views = self.shared.views();
+        let Some(view) = views.get(id) else {
+            return Vec::new();
+        };
+        let mut machines: Vec<Arc<Machine>> = view
+            .machines
+            .values()
+            .map(|entry| Arc::clone(&entry.machine))
+            .collect();
+        machines.sort_unstable_by(|a, b| a.system_id.cmp(&b.system_id));
+        machines
     }
 
     fn machine_of(&self, id: &SourceId, system_id: &str) -> Option<ListedMachine> {
