@@ -513,6 +513,19 @@ fn named(
             wanted.entry(n).or_default().push(object.clone());
         }
     }
+    let missing = "does not exist in MAAS or this MAAS user cannot see it";
+    exists(report, what, existing, wanted, missing);
+}
+
+/// One line per name `wanted` (with the objects that use it): Ok when
+/// MAAS lists it, else `missing`.
+fn exists(
+    report: &mut Report,
+    what: &str,
+    existing: &Result<Vec<String>, maas::Error>,
+    wanted: BTreeMap<String, Vec<String>>,
+    missing: &str,
+) {
     if wanted.is_empty() {
         return;
     }
@@ -528,23 +541,17 @@ fn named(
         }
     };
     for (n, users) in wanted {
-        let name = format!("{what} {n}");
-        if existing.contains(&n) {
-            report.push(
-                Outcome::Ok,
-                name,
-                format!("exists (used by {})", some_of(&users)),
-            );
+        let (outcome, detail) = if existing.contains(&n) {
+            (Outcome::Ok, "exists")
         } else {
-            report.push(
-                Outcome::Fail,
-                name,
-                format!(
-                    "does not exist in MAAS or this MAAS user cannot see it (used by {})",
-                    some_of(&users)
-                ),
-            );
-        }
+            (Outcome::Fail, missing)
+        };
+        let users = some_of(&users);
+        report.push(
+            outcome,
+            format!("{what} {n}"),
+            format!("{detail} (used by {users})"),
+        );
     }
 }
 
@@ -719,7 +726,7 @@ fn pool_rights(
 }
 
 fn domains(report: &mut Report, inventory: &Inventory, clusters: &[MaasCluster]) {
-    let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for c in clusters {
         // A cluster in VIP mode, or with the user's endpoint
         // (custom-dns-provided), makes no record: its domain is not used.
@@ -730,40 +737,13 @@ fn domains(report: &mut Report, inventory: &Inventory, clusters: &[MaasCluster])
             && !c.spec.dns_domain.is_empty()
         {
             wanted
-                .entry(c.spec.dns_domain.as_str())
+                .entry(c.spec.dns_domain.clone())
                 .or_default()
                 .push(object_name("MaasCluster", &c.metadata));
         }
     }
-    if wanted.is_empty() {
-        return;
-    }
-    let existing = match &inventory.domains {
-        Ok(existing) => existing,
-        Err(e) => {
-            report.push(Outcome::Fail, "DNS domains", format!("listing them: {e}"));
-            return;
-        }
-    };
-    for (domain, users) in wanted {
-        let name = format!("DNS domain {domain}");
-        if existing.iter().any(|d| d == domain) {
-            report.push(
-                Outcome::Ok,
-                name,
-                format!("exists (used by {})", some_of(&users)),
-            );
-        } else {
-            report.push(
-                Outcome::Fail,
-                name,
-                format!(
-                    "not a MAAS domain: the API server record cannot be created (used by {})",
-                    some_of(&users)
-                ),
-            );
-        }
-    }
+    let missing = "not a MAAS domain: the API server record cannot be created";
+    exists(report, "DNS domain", &inventory.domains, wanted, missing);
 }
 
 /// Per template: free machines matching its constraints against the
