@@ -99,6 +99,16 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         conditions::set(conditions, desired, generation, &self.now);
     }
 
+    /// Sets a condition False: `reason`, and `message` saying why.
+    pub fn set_false(&mut self, type_: &str, reason: &str, message: impl Into<String>) {
+        self.set(Desired::false_(type_, reason, message));
+    }
+
+    /// Sets a condition True, for `reason`.
+    pub fn set_true(&mut self, type_: &str, reason: &str) {
+        self.set(Desired::true_(type_, reason));
+    }
+
     /// A condition of the status being built, if it is set.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         conditions::get(K::conditions(&self.status), type_)
@@ -167,11 +177,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         let annotation = capi::PAUSED_ANNOTATION;
         let why = match (by_cluster, by_annotation) {
             (false, false) => {
-                self.set(Desired::false_(
-                    conditions::PAUSED,
-                    conditions::NOT_PAUSED_REASON,
-                    "",
-                ));
+                self.set_false(conditions::PAUSED, conditions::NOT_PAUSED_REASON, "");
                 return false;
             }
             (true, false) => "Cluster spec.paused is set to true".to_string(),

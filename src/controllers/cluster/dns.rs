@@ -36,7 +36,6 @@ use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine::{self as mm_api, MaasMachineStatus};
-use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
 use crate::controllers::identity::{Identity, Recorded};
 use crate::controllers::ports::{EventType, KubeApi};
@@ -65,11 +64,11 @@ pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Resu
             if !reported {
                 r.event(EventType::Warning, mc_api::DNS_NAME_IN_USE, &message);
             }
-            r.set(Desired::false_(
+            r.set_false(
                 mc_api::LOAD_BALANCER_READY,
                 mc_api::DNS_NAME_IN_USE,
                 message.clone(),
-            ));
+            );
             return Err(Error::Retry(format!("{}: {message}", r.key())));
         }
         if adopting {
@@ -148,11 +147,11 @@ fn not_ours(r: &mut ClusterReconciling, fqdn: &str) -> Error {
     if !reported {
         r.event(EventType::Warning, mc_api::DNS_RECORD_NOT_OURS, &message);
     }
-    r.set(Desired::false_(
+    r.set_false(
         mc_api::LOAD_BALANCER_READY,
         mc_api::DNS_RECORD_NOT_OURS,
         message.clone(),
-    ));
+    );
     Error::Retry(format!("{}: {message}", r.key()))
 }
 

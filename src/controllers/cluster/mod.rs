@@ -111,11 +111,11 @@ impl ClusterReconciling<'_> {
                 "{}: waiting for Cluster API to set the owner Cluster",
                 self.key()
             );
-            self.set(Desired::false_(
+            self.set_false(
                 mc_api::LOAD_BALANCER_READY,
                 mc_api::WAITING_FOR_CLUSTER,
                 "waiting for the owner Cluster",
-            ));
+            );
             return Ok(Action::Done);
         };
         if self.object.lxd_hosts_enabled() {
@@ -148,19 +148,16 @@ impl ClusterReconciling<'_> {
                         mc_api::LOAD_BALANCER_FAILED,
                         &e.to_string(),
                     );
-                    self.set(Desired::false_(
+                    self.set_false(
                         mc_api::LOAD_BALANCER_READY,
                         mc_api::LOAD_BALANCER_FAILED,
                         e.to_string(),
-                    ));
+                    );
                     return Err(e);
                 }
             };
         self.ensure_endpoint(&cluster, &dns_name)?;
-        self.set(Desired::true_(
-            mc_api::LOAD_BALANCER_READY,
-            mc_api::LOAD_BALANCER_READY,
-        ));
+        self.set_true(mc_api::LOAD_BALANCER_READY, mc_api::LOAD_BALANCER_READY);
         self.provisioned();
 
         let (ns, name) = (
@@ -230,11 +227,11 @@ impl ClusterReconciling<'_> {
         if self.condition_reason(mc_api::LOAD_BALANCER_READY) != Some(mc_api::UNSUPPORTED_FIELD) {
             self.event(EventType::Warning, mc_api::UNSUPPORTED_FIELD, message);
         }
-        self.set(Desired::false_(
+        self.set_false(
             mc_api::LOAD_BALANCER_READY,
             mc_api::UNSUPPORTED_FIELD,
             message,
-        ));
+        );
         Action::Done
     }
 
@@ -260,14 +257,14 @@ impl ClusterReconciling<'_> {
             (true, _) => {}
             (false, Some(host)) => self.ensure_endpoint(cluster, &host)?,
             (false, None) => {
-                self.set(Desired::false_(
+                self.set_false(
                     mc_api::LOAD_BALANCER_READY,
                     mc_api::WAITING_FOR_CUSTOM_ENDPOINT,
                     format!(
                         "{} is set: waiting for spec.controlPlaneEndpoint (no DNS record is made)",
                         mc_api::CUSTOM_DNS_ANNOTATION
                     ),
-                ));
+                );
                 return Ok(Action::Done);
             }
         }
@@ -328,10 +325,7 @@ impl ClusterReconciling<'_> {
         let identity = self.object.spec.identity_ref.clone();
         match self.connect_maas(identity.as_ref()) {
             Ok(()) => {
-                self.set(Desired::true_(
-                    mc_api::CREDENTIALS_READY,
-                    mc_api::CREDENTIALS_READY,
-                ));
+                self.set_true(mc_api::CREDENTIALS_READY, mc_api::CREDENTIALS_READY);
                 Ok(())
             }
             Err(e) => {
@@ -345,11 +339,11 @@ impl ClusterReconciling<'_> {
                         e.message(),
                     );
                 }
-                self.set(Desired::false_(
+                self.set_false(
                     mc_api::CREDENTIALS_READY,
                     mc_api::CREDENTIALS_UNAVAILABLE,
                     e.message(),
-                ));
+                );
                 Err(e.into())
             }
         }
@@ -454,10 +448,7 @@ impl ClusterReconciling<'_> {
             self.object.metadata.name.clone(),
         );
         if self.ctx.api_watch.take_online(&ns, &name) {
-            self.set(Desired::true_(
-                mc_api::API_SERVER_AVAILABLE,
-                mc_api::API_SERVER_AVAILABLE,
-            ));
+            self.set_true(mc_api::API_SERVER_AVAILABLE, mc_api::API_SERVER_AVAILABLE);
             self.event(
                 EventType::Normal,
                 "APIServerAvailable",
@@ -466,11 +457,11 @@ impl ClusterReconciling<'_> {
             return;
         }
         self.ctx.api_watch.watch(&ns, &name, &cluster.metadata.name);
-        self.set(Desired::false_(
+        self.set_false(
             mc_api::API_SERVER_AVAILABLE,
             mc_api::API_SERVER_NOT_READY,
             "waiting for the workload API server to answer",
-        ));
+        );
     }
 
     fn delete(&mut self, owner_name: Option<String>) -> Result<Action, Error> {
@@ -499,11 +490,7 @@ impl ClusterReconciling<'_> {
             if remaining > 0 {
                 let message = format!("waiting for {remaining} MaasMachines to be deleted");
                 self.summarize = false;
-                self.set(Desired::false_(
-                    conditions::READY,
-                    mc_api::DELETING,
-                    message,
-                ));
+                self.set_false(conditions::READY, mc_api::DELETING, message);
                 return Ok(Action::RequeueAfter(DELETE_WAIT));
             }
         }
@@ -517,7 +504,7 @@ impl ClusterReconciling<'_> {
             dns::delete_record(self, cluster_name.as_deref())?;
             "DNS record deleted"
         };
-        self.set(Desired::false_(conditions::READY, mc_api::DELETING, done));
+        self.set_false(conditions::READY, mc_api::DELETING, done);
         self.finish_deletion()
     }
 }

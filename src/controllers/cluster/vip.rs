@@ -29,7 +29,6 @@ use crate::api::maas_cluster::{
     self as mc_api, ControlPlaneVip, ControlPlaneVipStatus, VIP_EXTERNAL, VIP_RESERVED,
     VIP_RESERVING,
 };
-use crate::api::Desired;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{IpReservation, ReserveFrom};
@@ -320,11 +319,7 @@ fn report(r: &mut ClusterReconciling, reason: &str, message: &str) {
     if !reported {
         r.event(EventType::Warning, reason, message);
     }
-    r.set(Desired::false_(
-        mc_api::LOAD_BALANCER_READY,
-        reason,
-        message.to_string(),
-    ));
+    r.set_false(mc_api::LOAD_BALANCER_READY, reason, message.to_string());
 }
 
 /// On deletion (the machines are gone): releases what this cluster

@@ -94,11 +94,11 @@ pub(super) fn find_or_allocate(
         };
     }
     if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
-        r.set(crate::api::Desired::false_(
+        r.set_false(
             mm_api::MACHINE_DEPLOYED,
             mm_api::MACHINE_DEPLOY_STARTED,
             "allocating a machine",
-        ));
+        );
     }
     // A VM is composed for this object alone: never a reused machine.
     let reused = match (maas_cluster, reuse_owner.as_deref()) {
@@ -106,11 +106,10 @@ pub(super) fn find_or_allocate(
             match reuse::allocate(r, cluster, owner, &request)? {
                 reuse::Reuse::Took(host) => Some(*host),
                 reuse::Reuse::Releasing(system_id) => {
-                    r.set(crate::api::Desired::false_(
+                    r.set_false(
                         mm_api::MACHINE_DEPLOYED,
                         mm_api::MACHINE_DEPLOY_STARTED,
-                        format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"),
-                    ));
+                        format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"));
                     return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
                 }
                 reuse::Reuse::Nothing => None,
@@ -142,10 +141,10 @@ pub(super) fn find_or_allocate(
             );
             r.event(EventType::Normal, "MachineAllocated", &message);
             if r.object.spec.failure_domain_fallback && request.zone.as_ref() == Some(&host.zone) {
-                r.set(crate::api::Desired::true_(
+                r.set_true(
                     mm_api::FAILURE_DOMAIN_MATCHED,
                     mm_api::FAILURE_DOMAIN_MATCHED,
-                ));
+                );
             }
             record_allocation(r, &host)?;
             reuse::settle(r, maas_cluster, reuse_owner.as_deref(), &host.system_id)?;
@@ -208,11 +207,11 @@ fn allocate_elsewhere(
                     mm_api::FAILURE_DOMAIN_FALLBACK,
                     &message,
                 );
-                r.set(crate::api::Desired::false_(
+                r.set_false(
                     mm_api::FAILURE_DOMAIN_MATCHED,
                     mm_api::FAILURE_DOMAIN_FALLBACK,
                     message,
-                ));
+                );
                 return Ok(host);
             }
             Err(e) if e.is_conflict() => continue,
@@ -325,11 +324,11 @@ fn gone_from_maas(r: &mut MachineReconciling, system_id: &str) -> Step<maas::Mac
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
         r.event(EventType::Warning, "NoMachineFound", &message);
     }
-    r.set(crate::api::Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_NOT_FOUND,
         message.clone(),
-    ));
+    );
     r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
     r.status.failure_message = Some(message);
     Step::Stop(Action::Done)

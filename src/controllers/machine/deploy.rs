@@ -11,7 +11,6 @@ use std::time::Duration;
 use super::allocate::require_image;
 use super::{retry, MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
-use crate::api::Desired;
 use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -159,11 +158,11 @@ pub(super) fn ensure_deploying(
                 "bootstrap data Secret {namespace}/{bootstrap_secret} has no key \"value\" (yet)"
             );
             r.event(EventType::Warning, "FailedGetBootstrapData", &message);
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::WAITING_FOR_BOOTSTRAP_DATA,
                 message.clone(),
-            ));
+            );
             return Err(Error::Retry(message));
         }
         Err(e) => {
@@ -264,15 +263,15 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
         .disable_swap
         .unwrap_or(!r.ctx.options.no_swap_update);
     if !wanted {
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::SWAP_DISABLED,
             mm_api::SWAP_UPDATE_DISABLED,
             "swap left as MAAS has it (spec.disableSwap: false or --no-swap-update)",
-        ));
+        );
         return Ok(None);
     }
     if host.swap_size == Some(0) {
-        r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
+        r.set_true(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED);
         return Ok(None);
     }
     let swap_off = [("swap_size", "0")];
@@ -280,7 +279,7 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
         client.update_machine(&host.system_id, &swap_off).map(drop)
     }) {
         Ok(()) => {
-            r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
+            r.set_true(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED);
             Ok(None)
         }
         Err(e) if e.is_forbidden() => {
@@ -293,11 +292,7 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
             if r.condition_reason(mm_api::SWAP_DISABLED) != Some(mm_api::SWAP_UPDATE_SKIPPED) {
                 r.event(EventType::Warning, mm_api::SWAP_UPDATE_SKIPPED, &message);
             }
-            r.set(Desired::false_(
-                mm_api::SWAP_DISABLED,
-                mm_api::SWAP_UPDATE_SKIPPED,
-                message,
-            ));
+            r.set_false(mm_api::SWAP_DISABLED, mm_api::SWAP_UPDATE_SKIPPED, message);
             Ok(None)
         }
         Err(e) if e.is_transient() => Err(e.into()),

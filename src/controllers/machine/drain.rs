@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 use super::{MachineReconciling, Owners, DNS_PENDING_REQUEUE};
 use crate::api::capi::{Cluster, Machine};
 use crate::api::maas_machine as mm_api;
-use crate::api::{Desired, MaasCluster};
+use crate::api::MaasCluster;
 use crate::controllers::cluster::{is_running, role, Role};
 use crate::controllers::ports::EventType;
 use crate::controllers::{Context, Error};
@@ -186,14 +186,14 @@ pub(super) fn hold_drain(
         }
         // Back in the record (a hand edit): its TTL wait starts again.
         r.status.left_dns_at = None;
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::DNS_ATTACHED,
             LEAVING_DNS,
             format!(
                 "Machine is being deleted: leaving {fqdn} once another control plane's \
                  API server answers; the drain waits"
             ),
-        ));
+        );
         return Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)));
     }
 
@@ -219,14 +219,14 @@ pub(super) fn hold_drain(
     };
     let drain_at = left_at.saturating_add(ttl);
     if now < drain_at {
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::DNS_ATTACHED,
             LEFT_DNS,
             format!(
                 "left {fqdn}; waiting {} s more (the record's TTL, {ttl} s) before the drain",
                 drain_at - now
             ),
-        ));
+        );
         return Ok(Some(Action::RequeueAfter(Duration::from_secs(
             drain_at - now,
         ))));

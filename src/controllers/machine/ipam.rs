@@ -28,7 +28,7 @@ use super::{poll_interval, retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::ipam::{self, IpAddress, IpAddressClaim, IpAddressSpec, PoolRef};
 use crate::api::maas_machine::{self as mm_api, MachineNetwork, StaticIp};
-use crate::api::{maas_cluster, Desired, MaasCluster, MaasMachine};
+use crate::api::{maas_cluster, MaasCluster, MaasMachine};
 use crate::controllers::identity::{self, Identity, Ownership};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -111,16 +111,12 @@ pub(super) fn ensure_static_addresses(
             if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
                 r.event(EventType::Warning, STATIC_ADDRESS_FAILED, &message);
             }
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
                 message.clone(),
-            ));
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                STATIC_ADDRESS_FAILED,
-                message,
-            ));
+            );
+            r.set_false(mm_api::MACHINE_DEPLOYED, STATIC_ADDRESS_FAILED, message);
             return Ok(Step::Stop(Action::Done));
         }
     };
@@ -131,16 +127,12 @@ pub(super) fn ensure_static_addresses(
         }
         (Blocked(waiting_for), _) | (_, Blocked(waiting_for)) => {
             let message = format!("waiting for {waiting_for}");
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 WAITING_FOR_IP_ADDRESS,
                 message.clone(),
-            ));
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                WAITING_FOR_IP_ADDRESS,
-                message,
-            ));
+            );
+            r.set_false(mm_api::MACHINE_DEPLOYED, WAITING_FOR_IP_ADDRESS, message);
             let age = r.condition_age(STATIC_ADDRESSES_READY);
             return Ok(Step::Stop(Action::RequeueAfter(poll_interval(age))));
         }
@@ -156,10 +148,7 @@ pub(super) fn ensure_static_addresses(
         .filter(|name| !name.is_empty());
     match link_addresses(r, &host, interface.as_deref(), &addresses)? {
         Done(linked) => {
-            r.set(Desired::true_(
-                STATIC_ADDRESSES_READY,
-                STATIC_ADDRESSES_LINKED,
-            ));
+            r.set_true(STATIC_ADDRESSES_READY, STATIC_ADDRESSES_LINKED);
             if !linked.is_empty() {
                 r.event(
                     EventType::Normal,
@@ -174,11 +163,11 @@ pub(super) fn ensure_static_addresses(
             Ok(Step::Continue(host))
         }
         Blocked(message) => {
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
                 message.clone(),
-            ));
+            );
             Ok(Step::Stop(retry::refused(
                 r,
                 STATIC_ADDRESS_FAILED,
@@ -314,11 +303,11 @@ fn claimed_addresses(
                 "IPAddressClaim {namespace}/{name} exists and is not this MaasMachine's; \
                  delete it or rename the MaasMachine"
             );
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
                 message.clone(),
-            ));
+            );
             return Err(Error::Retry(message));
         }
         if claim.metadata.is_being_deleted() {
@@ -649,11 +638,11 @@ fn unlink_addresses(
     match unlink_decision(&host.status, owned_now, observed) {
         Unlink::Now => {}
         Unlink::AfterRelease => {
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 mm_api::DELETED,
                 format!("waiting for MAAS to release {system_id} to unlink its static addresses"),
-            ));
+            );
             return Ok(Some(Action::RequeueAfter(RELEASE_WAIT)));
         }
         Unlink::Never => {

@@ -19,7 +19,7 @@ use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster::API_SERVER_AVAILABLE;
 use crate::api::maas_machine as mm_api;
-use crate::api::{Desired, MaasCluster};
+use crate::api::MaasCluster;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas;
@@ -48,11 +48,11 @@ pub(super) fn ensure_provider_id(
         maas_cluster.is_some_and(|mc| conditions::is_true(mc.conditions(), API_SERVER_AVAILABLE));
     if !api_up {
         // The MaasCluster's update re-queues us when the API comes up.
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::NODE_PROVIDER_ID_SET,
             mm_api::WAITING_FOR_NODE,
             "waiting for the workload API server",
-        ));
+        );
         return Ok(None);
     }
 
@@ -67,11 +67,11 @@ pub(super) fn ensure_provider_id(
             }
             Ok(None) => {}
             Err(e) => {
-                r.set(Desired::false_(
+                r.set_false(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
                     e.to_string(),
-                ));
+                );
                 return Ok(Some(wait(r)));
             }
         }
@@ -81,11 +81,11 @@ pub(super) fn ensure_provider_id(
             "no Node named {:?} in the workload cluster yet",
             hostname.to_lowercase()
         );
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::NODE_PROVIDER_ID_SET,
             mm_api::WAITING_FOR_NODE,
             message,
-        ));
+        );
         return Ok(Some(wait(r)));
     };
     match node.provider_id.as_deref().filter(|p| !p.is_empty()) {
@@ -100,11 +100,11 @@ pub(super) fn ensure_provider_id(
             {
                 r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
             }
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::NODE_PROVIDER_ID_SET,
                 mm_api::NODE_PROVIDER_ID_MISMATCH,
                 message,
-            ));
+            );
             return Ok(None);
         }
         None => {
@@ -116,19 +116,16 @@ pub(super) fn ensure_provider_id(
             ) {
                 let message = e.to_string();
                 r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
-                r.set(Desired::false_(
+                r.set_false(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
                     message,
-                ));
+                );
                 return Err(Error::Workload(e));
             }
         }
     }
-    r.set(Desired::true_(
-        mm_api::NODE_PROVIDER_ID_SET,
-        mm_api::NODE_PROVIDER_ID_SET,
-    ));
+    r.set_true(mm_api::NODE_PROVIDER_ID_SET, mm_api::NODE_PROVIDER_ID_SET);
     Ok(None)
 }
 

@@ -36,10 +36,7 @@ pub(super) fn observe(
 
     let mut next = match (&host.status, powered) {
         (MachineStatus::Deployed, true) => {
-            r.set(Desired::true_(
-                mm_api::MACHINE_DEPLOYED,
-                mm_api::MACHINE_DEPLOYED,
-            ));
+            r.set_true(mm_api::MACHINE_DEPLOYED, mm_api::MACHINE_DEPLOYED);
             r.status.initialization = Some(Initialization {
                 provisioned: Some(true),
             });
@@ -50,11 +47,11 @@ pub(super) fn observe(
         }
         (MachineStatus::Deployed, false) if remediating.is_some() => {
             let message = remediating.unwrap_or_default();
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_POWERED_OFF,
                 message,
-            ));
+            );
             Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deployed, false) if host.power_state == PowerState::Off => {
@@ -67,19 +64,15 @@ pub(super) fn observe(
             } else {
                 mm_api::MACHINE_POWERED_OFF
             };
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                reason,
-                status_message(host),
-            ));
+            r.set_false(mm_api::MACHINE_DEPLOYED, reason, status_message(host));
             transitional(r)
         }
         (MachineStatus::Allocated | MachineStatus::Ready, _) if !provisioned => {
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_DEPLOYING,
                 status_message(host),
-            ));
+            );
             transitional(r)
         }
         (
@@ -254,11 +247,11 @@ fn power_on(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Action, 
         "MachinePoweredOn",
         &format!("Powering on deployed instance {:?}", host.system_id),
     );
-    r.set(Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_POWERED_OFF,
         POWERING_ON,
-    ));
+    );
     Ok(Action::RequeueAfter(POWER_ON_REQUEUE))
 }
 
@@ -280,11 +273,11 @@ fn power_state_unknown(r: &mut MachineReconciling, host: &maas::Machine) -> Acti
     if !said {
         r.event(EventType::Warning, "PowerStateUnknown", &message);
     }
-    r.set(Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_POWER_STATE_UNKNOWN,
         message,
-    ));
+    );
     Action::RequeueAfter(POWER_ON_REQUEUE)
 }
 

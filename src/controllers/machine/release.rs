@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use super::{dns, drain, reuse, MachineReconciling, Owners};
+use crate::api::conditions;
 use crate::api::maas_machine::{self as mm_api, DiskErase};
-use crate::api::{conditions, Desired};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -39,11 +39,11 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         .as_ref()
         .and_then(|c| c.spec.identity_ref.clone());
     if let Err(e) = r.connect_maas(identity_ref.as_ref()) {
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::MACHINE_DEPLOYED,
             mm_api::CREDENTIALS_UNAVAILABLE,
             format!("cannot release the MAAS machine: {e}"),
-        ));
+        );
         return Err(e.into());
     }
 
@@ -69,11 +69,7 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         ToRelease::Machines(ids) => ids,
         ToRelease::AwaitingAdoption(message) => {
             r.summarize = false;
-            r.set(Desired::false_(
-                conditions::READY,
-                mm_api::MACHINE_NOT_OWNED,
-                message,
-            ));
+            r.set_false(conditions::READY, mm_api::MACHINE_NOT_OWNED, message);
             return Ok(Action::RequeueAfter(ADOPTION_WAIT));
         }
     };
@@ -114,17 +110,9 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         return Ok(wait);
     }
 
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
-        mm_api::DELETED,
-        "",
-    ));
+    r.set_false(mm_api::MACHINE_DEPLOYED, mm_api::DELETED, "");
     r.status.ready = false;
-    r.set(Desired::false_(
-        conditions::READY,
-        mm_api::DELETED,
-        "MAAS machine released",
-    ));
+    r.set_false(conditions::READY, mm_api::DELETED, "MAAS machine released");
     r.finish_deletion()
 }
 

@@ -26,7 +26,6 @@ use serde_json::json;
 use super::{retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine as mm_api;
-use crate::api::Desired;
 use crate::controllers::identity::Identity;
 use crate::controllers::ports::EventType;
 use crate::controllers::Error;
@@ -121,11 +120,11 @@ pub(super) fn ready_vm(
 }
 
 fn commissioning(r: &mut MachineReconciling, system_id: &str, hostname: &str) -> Step<String> {
-    r.set(Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_DEPLOY_STARTED,
         format!("VM {system_id} ({hostname}) commissioning"),
-    ));
+    );
     Step::Stop(Action::RequeueAfter(COMMISSIONING_POLL))
 }
 

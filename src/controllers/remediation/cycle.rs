@@ -47,11 +47,7 @@ pub(super) fn start(r: &mut RemediationReconciling, target: &Target) -> Result<A
         r.object.retry_limit(),
         host.system_id
     );
-    r.set(Desired::false_(
-        api::POWER_CYCLED,
-        api::POWERING_OFF,
-        message.clone(),
-    ));
+    r.set_false(api::POWER_CYCLED, api::POWERING_OFF, message.clone());
     r.write_status()?;
     record_history(r, target)?;
     r.event(EventType::Normal, "PowerCycleStarted", &message);
@@ -66,11 +62,7 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
             describe(r.object.timeout())
         );
         r.event(EventType::Warning, api::POWER_CYCLE_TIMED_OUT, &message);
-        r.set(Desired::false_(
-            api::POWER_CYCLED,
-            api::POWER_CYCLE_TIMED_OUT,
-            message,
-        ));
+        r.set_false(api::POWER_CYCLED, api::POWER_CYCLE_TIMED_OUT, message);
         r.status.phase = api::PHASE_WAITING.into();
         return r.wait(target);
     }
@@ -101,11 +93,11 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
         }
         _ if host.power_state == PowerState::Off => {
             super::node::take_out_of_service(r, target, &host)?;
-            r.set(Desired::false_(
+            r.set_false(
                 api::POWER_CYCLED,
                 api::POWERING_ON,
                 format!("MAAS reports {} off; powering it on", host.system_id),
-            ));
+            );
             r.write_status()?;
             power_on(r, &host)
         }
@@ -121,11 +113,11 @@ fn power_off(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Act
             .power_off_with_comment(&host.system_id, Some(&comment))
             .map(drop)
     })?;
-    r.set(Desired::false_(
+    r.set_false(
         api::POWER_CYCLED,
         api::POWER_OFF_REQUESTED,
         format!("asked MAAS to power off {}", host.system_id),
-    ));
+    );
     Ok(poll(r))
 }
 
@@ -137,11 +129,11 @@ fn power_on(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Acti
         "PoweringOn",
         &format!("MAAS machine {} is off; powering it on", host.system_id),
     );
-    r.set(Desired::false_(
+    r.set_false(
         api::POWER_CYCLED,
         api::POWER_ON_REQUESTED,
         format!("asked MAAS to power on {}", host.system_id),
-    ));
+    );
     Ok(poll(r))
 }
 

@@ -322,11 +322,7 @@ impl RemediationReconciling<'_> {
             self.event(EventType::Warning, "RemediationFailed", &message);
         }
         self.status.phase = api::PHASE_FAILED.into();
-        self.set(Desired::false_(
-            api::OWNER_REMEDIATION_REQUESTED,
-            reason,
-            message,
-        ));
+        self.set_false(api::OWNER_REMEDIATION_REQUESTED, reason, message);
         Action::Done
     }
 

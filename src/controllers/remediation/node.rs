@@ -84,11 +84,11 @@ pub(super) fn take_out_of_service(
     }
     let message =
         failure.unwrap_or_else(|| format!("no Node named after MAAS hostname {:?}", host.hostname));
-    r.set(Desired::false_(
+    r.set_false(
         api::NODE_OUT_OF_SERVICE,
         api::OUT_OF_SERVICE_TAINT_FAILED,
         format!("{message}; the power cycle goes on"),
-    ));
+    );
     r.event(
         EventType::Warning,
         api::OUT_OF_SERVICE_TAINT_FAILED,
@@ -163,11 +163,11 @@ pub(super) fn bring_back(
     }
     r.status.out_of_service_node = None;
     let message = format!("Node {node}: out-of-service taint removed");
-    r.set(Desired::false_(
+    r.set_false(
         api::NODE_OUT_OF_SERVICE,
         api::NODE_BACK_IN_SERVICE,
         message.clone(),
-    ));
+    );
     r.event(EventType::Normal, api::NODE_BACK_IN_SERVICE, &message);
     Ok(None)
 }
