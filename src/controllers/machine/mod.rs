@@ -31,7 +31,7 @@ pub mod ipam;
 mod ipam_tests;
 mod node;
 pub(crate) use deploy::{asks_versioned_options, options_missing_from};
-pub(crate) use node::node_names;
+pub(crate) use node::find_node;
 mod observe;
 mod release;
 mod retry;

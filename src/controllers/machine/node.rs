@@ -20,10 +20,10 @@ use crate::api::conditions;
 use crate::api::maas_cluster::API_SERVER_AVAILABLE;
 use crate::api::maas_machine as mm_api;
 use crate::api::MaasCluster;
-use crate::controllers::ports::EventType;
+use crate::controllers::ports::{EventType, NodeInfo, WorkloadApi};
 use crate::controllers::Error;
-use crate::maas;
 use crate::runtime::Action;
+use crate::{kube, maas};
 
 /// The well-known label for the machine's failure domain.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -58,24 +58,17 @@ pub(super) fn ensure_provider_id(
 
     let namespace = r.object.metadata.namespace.clone();
     let cluster_name = cluster.metadata.name.clone();
-    let mut node = None;
-    for candidate in node_names(hostname) {
-        match r.ctx.workload.node(&namespace, &cluster_name, &candidate) {
-            Ok(Some(found)) => {
-                node = Some(found);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                r.set_false(
-                    mm_api::NODE_PROVIDER_ID_SET,
-                    mm_api::WAITING_FOR_NODE,
-                    e.to_string(),
-                );
-                return Ok(Some(wait(r)));
-            }
+    let node = match find_node(r.ctx.workload.as_ref(), &namespace, &cluster_name, hostname) {
+        Ok(node) => node,
+        Err(e) => {
+            r.set_false(
+                mm_api::NODE_PROVIDER_ID_SET,
+                mm_api::WAITING_FOR_NODE,
+                e.to_string(),
+            );
+            return Ok(Some(wait(r)));
         }
-    }
+    };
     let Some(node) = node else {
         let message = format!(
             "no Node named {:?} in the workload cluster yet",
@@ -148,20 +141,18 @@ pub(super) fn ensure_node_labels(
     }
     let namespace = r.object.metadata.namespace.clone();
     let cluster_name = cluster.metadata.name.clone();
-    let mut node = None;
-    for candidate in node_names(&host.hostname) {
-        match r.ctx.workload.node(&namespace, &cluster_name, &candidate) {
-            Ok(Some(found)) => {
-                node = Some(found);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                log::info!("{}: labelling the Node waits: {e}", r.key());
-                return Ok(Some(wait(r)));
-            }
+    let node = match find_node(
+        r.ctx.workload.as_ref(),
+        &namespace,
+        &cluster_name,
+        &host.hostname,
+    ) {
+        Ok(node) => node,
+        Err(e) => {
+            log::info!("{}: labelling the Node waits: {e}", r.key());
+            return Ok(Some(wait(r)));
         }
-    }
+    };
     // The Node is gone (deleted by hand, or being replaced): nothing to
     // label; the providerID step notices a recreated one.
     let Some(node) = node else {
@@ -239,8 +230,24 @@ fn wait(r: &MachineReconciling) -> Action {
     Action::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
 }
 
+/// The workload cluster's Node of the MAAS machine `hostname` (see
+/// [`node_names`]); the first error ends the search.
+pub(crate) fn find_node(
+    workload: &dyn WorkloadApi,
+    namespace: &str,
+    cluster: &str,
+    hostname: &str,
+) -> Result<Option<NodeInfo>, kube::Error> {
+    for candidate in node_names(hostname) {
+        if let Some(node) = workload.node(namespace, cluster, &candidate)? {
+            return Ok(Some(node));
+        }
+    }
+    Ok(None)
+}
+
 /// The Node is named after the MAAS hostname: exactly, else its short name.
-pub(crate) fn node_names(hostname: &str) -> Vec<String> {
+fn node_names(hostname: &str) -> Vec<String> {
     let exact = hostname.to_lowercase();
     let mut names = vec![exact.clone()];
     if let Some((short, _domain)) = exact.split_once('.') {
