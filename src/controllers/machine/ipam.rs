@@ -111,12 +111,7 @@ pub(super) fn ensure_static_addresses(
             if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
                 r.event(EventType::Warning, STATIC_ADDRESS_FAILED, &message);
             }
-            r.set_false(
-                STATIC_ADDRESSES_READY,
-                STATIC_ADDRESS_FAILED,
-                message.clone(),
-            );
-            r.set_false(mm_api::MACHINE_DEPLOYED, STATIC_ADDRESS_FAILED, message);
+            not_ready(r, STATIC_ADDRESS_FAILED, message);
             return Ok(Step::Stop(Action::Done));
         }
     };
@@ -127,12 +122,7 @@ pub(super) fn ensure_static_addresses(
         }
         (Blocked(waiting_for), _) | (_, Blocked(waiting_for)) => {
             let message = format!("waiting for {waiting_for}");
-            r.set_false(
-                STATIC_ADDRESSES_READY,
-                WAITING_FOR_IP_ADDRESS,
-                message.clone(),
-            );
-            r.set_false(mm_api::MACHINE_DEPLOYED, WAITING_FOR_IP_ADDRESS, message);
+            not_ready(r, WAITING_FOR_IP_ADDRESS, message);
             let age = r.condition_age(STATIC_ADDRESSES_READY);
             return Ok(Step::Stop(Action::RequeueAfter(poll_interval(age))));
         }
@@ -175,6 +165,12 @@ pub(super) fn ensure_static_addresses(
             )))
         }
     }
+}
+
+/// The addresses are not ready, and so the machine is not deployed.
+fn not_ready(r: &mut MachineReconciling, reason: &str, message: String) {
+    r.set_false(STATIC_ADDRESSES_READY, reason, message.clone());
+    r.set_false(mm_api::MACHINE_DEPLOYED, reason, message);
 }
 
 /// How a part of the address work ended: done, or blocked, with why (a
