@@ -148,6 +148,16 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         })
     }
 
+    /// [`event`](Self::event) of type Normal.
+    pub fn normal_event(&self, reason: &str, message: &str) {
+        self.event(EventType::Normal, reason, message);
+    }
+
+    /// [`event`](Self::event) of type Warning.
+    pub fn warning_event(&self, reason: &str, message: &str) {
+        self.event(EventType::Warning, reason, message);
+    }
+
     /// Records an Event on the object: logged, sent to the API server
     /// (de-duplicated there by the recorder) and counted on `/metrics`.
     pub fn event(&self, type_: EventType, reason: &str, message: &str) {

@@ -38,7 +38,7 @@ use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine::{self as mm_api, MaasMachineStatus};
 use crate::api::{MaasCluster, MaasMachine};
 use crate::controllers::identity::{Identity, Recorded};
-use crate::controllers::ports::{EventType, KubeApi};
+use crate::controllers::ports::KubeApi;
 use crate::controllers::Error;
 use crate::maas::DnsResource;
 
@@ -62,7 +62,7 @@ pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Resu
                 .condition(mc_api::LOAD_BALANCER_READY)
                 .is_some_and(|c| c.message == message);
             if !reported {
-                r.event(EventType::Warning, mc_api::DNS_NAME_IN_USE, &message);
+                r.warning_event(mc_api::DNS_NAME_IN_USE, &message);
             }
             r.set_false(
                 mc_api::LOAD_BALANCER_READY,
@@ -145,7 +145,7 @@ fn not_ours(r: &mut ClusterReconciling, fqdn: &str) -> Error {
         .condition(mc_api::LOAD_BALANCER_READY)
         .is_some_and(|c| c.message == message);
     if !reported {
-        r.event(EventType::Warning, mc_api::DNS_RECORD_NOT_OURS, &message);
+        r.warning_event(mc_api::DNS_RECORD_NOT_OURS, &message);
     }
     r.set_false(
         mc_api::LOAD_BALANCER_READY,
@@ -230,8 +230,7 @@ pub(super) fn ensure_record(
     match found.len() {
         0 => {
             let record = r.maas()?.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "DNSRecordCreated",
                 &format!("Created DNS record {fqdn} (TTL {TTL_SECONDS})"),
             );
@@ -248,8 +247,7 @@ pub(super) fn ensure_record(
                 // marks).
                 Owner::Unmarked => {
                     mark_record(r, fqdn, &mark)?;
-                    r.event(
-                        EventType::Normal,
+                    r.normal_event(
                         "DNSRecordMarked",
                         &format!("Marked DNS record {fqdn} as this cluster's"),
                     );
@@ -436,7 +434,7 @@ pub(super) fn update_attachments(
         desired.join(", "),
         current.join(", ")
     );
-    r.event(EventType::Normal, "DNSRecordUpdated", &message);
+    r.normal_event("DNSRecordUpdated", &message);
     Ok(true)
 }
 
@@ -452,8 +450,7 @@ pub(super) fn delete_record(
     let Some(fqdn) = name else { return Ok(()) };
     let adopting = r.object.dns_name().is_none();
     if let Some(other) = claimed_elsewhere(r, &fqdn, adopting) {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             mc_api::DNS_NAME_IN_USE,
             &format!("DNS record {fqdn} is MaasCluster {other}'s; left alone"),
         );
@@ -476,19 +473,14 @@ pub(super) fn delete_record(
             Owner::Other => false,
         };
         if !ours {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 mc_api::DNS_RECORD_NOT_OURS,
                 &format!("DNS record {fqdn} is not this cluster's (no mark of it): left alone"),
             );
             continue;
         }
         match r.maas()?.delete_dns_resource(record.id) {
-            Ok(()) => r.event(
-                EventType::Normal,
-                "DNSRecordDeleted",
-                &format!("Deleted DNS record {fqdn}"),
-            ),
+            Ok(()) => r.normal_event("DNSRecordDeleted", &format!("Deleted DNS record {fqdn}")),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }

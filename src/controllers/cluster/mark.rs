@@ -17,7 +17,6 @@ use serde_json::json;
 
 use super::ClusterReconciling;
 use crate::controllers::identity::{self, Identity, Recorded};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 
 /// The cluster's identity, chosen and persisted (guarded by
@@ -35,8 +34,7 @@ pub(super) fn ensure_identity(r: &mut ClusterReconciling) -> Result<Identity, Er
         )));
     };
     if let Some(foreign) = foreign {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             "IdentityReplaced",
             &format!(
                 "annotation {} named another object ({foreign:?}); this MaasCluster's identity \

@@ -27,7 +27,7 @@ pub(crate) use dns::{is_running, role, Role};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ports::{EventType, Kind};
+use super::ports::Kind;
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
@@ -143,11 +143,7 @@ impl ClusterReconciling<'_> {
                 Ok(record) => record,
                 Err(e) if e.is_maas_unavailable() => return Err(e),
                 Err(e) => {
-                    self.event(
-                        EventType::Warning,
-                        mc_api::LOAD_BALANCER_FAILED,
-                        &e.to_string(),
-                    );
+                    self.warning_event(mc_api::LOAD_BALANCER_FAILED, &e.to_string());
                     self.set_false(
                         mc_api::LOAD_BALANCER_READY,
                         mc_api::LOAD_BALANCER_FAILED,
@@ -225,7 +221,7 @@ impl ClusterReconciling<'_> {
         let message = "spec.lxdConfig.enabled asks for LXD VM hosts; capmaas deploys \
                        bare-metal MAAS machines only: remove the field (nothing was made in MAAS)";
         if self.condition_reason(mc_api::LOAD_BALANCER_READY) != Some(mc_api::UNSUPPORTED_FIELD) {
-            self.event(EventType::Warning, mc_api::UNSUPPORTED_FIELD, message);
+            self.warning_event(mc_api::UNSUPPORTED_FIELD, message);
         }
         self.set_false(
             mc_api::LOAD_BALANCER_READY,
@@ -333,11 +329,7 @@ impl ClusterReconciling<'_> {
                     .condition(mc_api::CREDENTIALS_READY)
                     .is_some_and(|c| c.message == e.message());
                 if !reported {
-                    self.event(
-                        EventType::Warning,
-                        mc_api::CREDENTIALS_UNAVAILABLE,
-                        e.message(),
-                    );
+                    self.warning_event(mc_api::CREDENTIALS_UNAVAILABLE, e.message());
                 }
                 self.set_false(
                     mc_api::CREDENTIALS_READY,
@@ -449,8 +441,7 @@ impl ClusterReconciling<'_> {
         );
         if self.ctx.api_watch.take_online(&ns, &name) {
             self.set_true(mc_api::API_SERVER_AVAILABLE, mc_api::API_SERVER_AVAILABLE);
-            self.event(
-                EventType::Normal,
+            self.normal_event(
                 "APIServerAvailable",
                 "The workload cluster's API server answers",
             );

@@ -29,7 +29,6 @@ use crate::api::maas_cluster::{
     self as mc_api, ControlPlaneVip, ControlPlaneVipStatus, VIP_EXTERNAL, VIP_RESERVED,
     VIP_RESERVING,
 };
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{IpReservation, ReserveFrom};
 
@@ -68,8 +67,7 @@ fn keep(
         return Ok(rec.address);
     }
     if rec.phase != VIP_RESERVING {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             "ControlPlaneVIPLost",
             &format!(
                 "control-plane VIP {} is no longer reserved in MAAS (released outside \
@@ -145,8 +143,7 @@ fn marked_in_subnet(
 fn adopt(r: &mut ClusterReconciling, address: &str, ours: bool) -> Result<(), Error> {
     if ours {
         record(r, address, VIP_RESERVED, &[])?;
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "ControlPlaneVIPReserved",
             &format!(
                 "control-plane VIP {address}, reserved in MAAS with this cluster's mark (a \
@@ -156,8 +153,7 @@ fn adopt(r: &mut ClusterReconciling, address: &str, ours: bool) -> Result<(), Er
         return Ok(());
     }
     record(r, address, VIP_EXTERNAL, &[])?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "ControlPlaneVIPAdopted",
         &format!(
             "control-plane VIP {address} was already reserved in MAAS for this MAAS user, not \
@@ -248,8 +244,7 @@ fn reserve(r: &mut ClusterReconciling, from: ReserveFrom, mark: &str) -> Result<
 }
 
 fn reserved_event(r: &ClusterReconciling, address: &str) {
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "ControlPlaneVIPReserved",
         &format!("Reserved control-plane VIP {address} in MAAS"),
     );
@@ -317,7 +312,7 @@ fn report(r: &mut ClusterReconciling, reason: &str, message: &str) {
         .condition(mc_api::LOAD_BALANCER_READY)
         .is_some_and(|c| c.message == message);
     if !reported {
-        r.event(EventType::Warning, reason, message);
+        r.warning_event(reason, message);
     }
     r.set_false(mc_api::LOAD_BALANCER_READY, reason, message.to_string());
 }
@@ -330,8 +325,7 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
         return Ok(());
     };
     let address = if rec.phase == VIP_EXTERNAL {
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "ControlPlaneVIPKept",
             &format!(
                 "control-plane VIP {} was reserved in MAAS before this cluster: left reserved",
@@ -357,18 +351,13 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
             [ip] => ip.clone(),
             several => {
                 let message = ambiguous(several);
-                r.event(
-                    EventType::Warning,
-                    mc_api::CONTROL_PLANE_VIP_FAILED,
-                    &message,
-                );
+                r.warning_event(mc_api::CONTROL_PLANE_VIP_FAILED, &message);
                 return Ok(());
             }
         }
     };
     if let Some(other) = claimed_by(r, &address) {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             mc_api::CONTROL_PLANE_VIP_IN_USE,
             &format!("control-plane VIP {address} is MaasCluster {other}'s; left reserved"),
         );
@@ -378,8 +367,7 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
         return Ok(());
     }
     r.maas()?.client().release_ip(&address)?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "ControlPlaneVIPReleased",
         &format!("Released control-plane VIP {address} in MAAS"),
     );

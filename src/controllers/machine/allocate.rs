@@ -32,7 +32,6 @@ use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::api::MaasCluster;
 use crate::controllers::identity::{self, Identity, Ownership};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::watch::Lookup;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
@@ -139,7 +138,7 @@ pub(super) fn find_or_allocate(
                 "Allocated MAAS machine {} ({}) in zone {:?}",
                 host.system_id, host.hostname, host.zone
             );
-            r.event(EventType::Normal, "MachineAllocated", &message);
+            r.normal_event("MachineAllocated", &message);
             if r.object.spec.failure_domain_fallback && request.zone.as_ref() == Some(&host.zone) {
                 r.set_true(
                     mm_api::FAILURE_DOMAIN_MATCHED,
@@ -202,11 +201,7 @@ fn allocate_elsewhere(
                      instead (spec.failureDomainFallback)",
                     host.system_id, host.zone
                 );
-                r.event(
-                    EventType::Warning,
-                    mm_api::FAILURE_DOMAIN_FALLBACK,
-                    &message,
-                );
+                r.warning_event(mm_api::FAILURE_DOMAIN_FALLBACK, &message);
                 r.set_false(
                     mm_api::FAILURE_DOMAIN_MATCHED,
                     mm_api::FAILURE_DOMAIN_FALLBACK,
@@ -322,7 +317,7 @@ fn released_out_of_band(r: &mut MachineReconciling, host: &maas::Machine) -> Ste
 fn gone_from_maas(r: &mut MachineReconciling, system_id: &str) -> Step<maas::Machine> {
     let message = format!("MAAS machine {system_id} no longer exists");
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
-        r.event(EventType::Warning, "NoMachineFound", &message);
+        r.warning_event("NoMachineFound", &message);
     }
     r.set_false(
         mm_api::MACHINE_DEPLOYED,
@@ -462,8 +457,7 @@ fn release_duplicate(r: &MachineReconciling, host: &maas::Machine) {
         Err(e) => Err(e),
     };
     match released {
-        Ok(()) => r.event(
-            EventType::Normal,
+        Ok(()) => r.normal_event(
             "SuccessfulRelease",
             &format!("Released duplicate instance {:?}", host.system_id),
         ),

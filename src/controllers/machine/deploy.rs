@@ -12,7 +12,6 @@ use super::allocate::require_image;
 use super::{retry, MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
 use crate::controllers::identity::Identity;
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, DeployRequest, MaasVersion, MachineStatus};
 use crate::runtime::Action;
@@ -157,7 +156,7 @@ pub(super) fn ensure_deploying(
             let message = format!(
                 "bootstrap data Secret {namespace}/{bootstrap_secret} has no key \"value\" (yet)"
             );
-            r.event(EventType::Warning, "FailedGetBootstrapData", &message);
+            r.warning_event("FailedGetBootstrapData", &message);
             r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::WAITING_FOR_BOOTSTRAP_DATA,
@@ -166,7 +165,7 @@ pub(super) fn ensure_deploying(
             return Err(Error::Retry(message));
         }
         Err(e) => {
-            r.event(EventType::Warning, "FailedGetBootstrapData", &e.to_string());
+            r.warning_event("FailedGetBootstrapData", &e.to_string());
             return Err(e.into());
         }
     };
@@ -195,7 +194,7 @@ pub(super) fn ensure_deploying(
                 "Deploying MAAS machine {system_id} with image {:?}",
                 r.object.spec.image
             );
-            r.event(EventType::Normal, "MachineDeployStarted", &message);
+            r.normal_event("MachineDeployStarted", &message);
             Ok(Step::Continue(deploying))
         }
         Err(e) if e.is_refused() => deploy_failed(
@@ -290,7 +289,7 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
                 e.message()
             );
             if r.condition_reason(mm_api::SWAP_DISABLED) != Some(mm_api::SWAP_UPDATE_SKIPPED) {
-                r.event(EventType::Warning, mm_api::SWAP_UPDATE_SKIPPED, &message);
+                r.warning_event(mm_api::SWAP_UPDATE_SKIPPED, &message);
             }
             r.set_false(mm_api::SWAP_DISABLED, mm_api::SWAP_UPDATE_SKIPPED, message);
             Ok(None)

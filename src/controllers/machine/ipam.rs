@@ -30,7 +30,6 @@ use crate::api::ipam::{self, IpAddress, IpAddressClaim, IpAddressSpec, PoolRef};
 use crate::api::maas_machine::{self as mm_api, MachineNetwork, StaticIp};
 use crate::api::{maas_cluster, MaasCluster, MaasMachine};
 use crate::controllers::identity::{self, Identity, Ownership};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, LinkMode, MachineStatus};
 use crate::runtime::Action;
@@ -109,7 +108,7 @@ pub(super) fn ensure_static_addresses(
         // Set after allocation (the address filled in late): said here.
         Some(StaticAddress::Refused(message)) => {
             if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
-                r.event(EventType::Warning, STATIC_ADDRESS_FAILED, &message);
+                r.warning_event(STATIC_ADDRESS_FAILED, &message);
             }
             not_ready(r, STATIC_ADDRESS_FAILED, message);
             return Ok(Step::Stop(Action::Done));
@@ -140,8 +139,7 @@ pub(super) fn ensure_static_addresses(
         Done(linked) => {
             r.set_true(STATIC_ADDRESSES_READY, STATIC_ADDRESSES_LINKED);
             if !linked.is_empty() {
-                r.event(
-                    EventType::Normal,
+                r.normal_event(
                     STATIC_ADDRESSES_LINKED,
                     &format!(
                         "Linked {} STATIC on MAAS machine {}",
@@ -384,8 +382,7 @@ fn create_claim(
         Err(e) if e.is_already_exists() => Ok(()),
         Err(e) => Err(e.into()),
         Ok(()) => {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "IPAddressClaimCreated",
                 &format!("Claimed an address from {} {}", pool.kind, pool.name),
             );
@@ -594,8 +591,7 @@ pub(super) fn release_static_addresses(
     }
     for name in claims {
         r.ctx.kube.delete_ip_address_claim(&namespace, &name)?;
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "IPAddressClaimDeleted",
             &format!("Deleted IPAddressClaim {name}"),
         );
@@ -647,8 +643,7 @@ fn unlink_addresses(
             } else {
                 "was never this MaasMachine's".to_string()
             };
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 STATIC_ADDRESS_FAILED,
                 &format!(
                     "MAAS machine {system_id} {whose}: its static addresses {} stay linked",
@@ -663,8 +658,7 @@ fn unlink_addresses(
             client.unlink_subnet(system_id, interface_id, link_id)
         }) {
             Ok(()) => {}
-            Err(e) if e.is_refused() => r.event(
-                EventType::Warning,
+            Err(e) if e.is_refused() => r.warning_event(
                 STATIC_ADDRESS_FAILED,
                 &format!(
                     "unlinking {ip} from MAAS machine {system_id}: {}",

@@ -48,7 +48,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::identity::{self, Identity, Recorded};
-use super::ports::{EventType, Kind};
+use super::ports::Kind;
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
@@ -313,7 +313,7 @@ impl MachineReconciling<'_> {
             .condition(mm_api::MACHINE_DEPLOYED)
             .is_some_and(|c| c.reason == reason && c.message == message);
         if !reported {
-            self.event(EventType::Warning, event_reason, &message);
+            self.warning_event(event_reason, &message);
         }
         self.set_false(mm_api::MACHINE_DEPLOYED, reason, message);
     }
@@ -348,9 +348,7 @@ impl MachineReconciling<'_> {
             return Err(Error::Retry(format!("{}: {message}", self.key())));
         };
         if let Some(foreign) = foreign {
-            self.event(
-                EventType::Warning,
-                "IdentityReplaced",
+            self.warning_event("IdentityReplaced",
                 &format!(
                     "annotation {} named another object ({foreign:?}); this MaasMachine's identity is {identity}",
                     identity::ANNOTATION

@@ -20,7 +20,7 @@ use crate::api::conditions;
 use crate::api::maas_cluster::API_SERVER_AVAILABLE;
 use crate::api::maas_machine as mm_api;
 use crate::api::MaasCluster;
-use crate::controllers::ports::{EventType, NodeInfo, WorkloadApi};
+use crate::controllers::ports::{NodeInfo, WorkloadApi};
 use crate::controllers::Error;
 use crate::runtime::Action;
 use crate::{kube, maas};
@@ -91,7 +91,7 @@ pub(super) fn ensure_provider_id(
             if r.condition_reason(mm_api::NODE_PROVIDER_ID_SET)
                 != Some(mm_api::NODE_PROVIDER_ID_MISMATCH)
             {
-                r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
+                r.warning_event("NodeProviderUpdateFailed", &message);
             }
             r.set_false(
                 mm_api::NODE_PROVIDER_ID_SET,
@@ -108,7 +108,7 @@ pub(super) fn ensure_provider_id(
                 &provider_id,
             ) {
                 let message = e.to_string();
-                r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
+                r.warning_event("NodeProviderUpdateFailed", &message);
                 r.set_false(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
@@ -172,8 +172,7 @@ pub(super) fn ensure_node_labels(
         .label_node(&namespace, &cluster_name, &node.name, &patch)
     {
         Ok(()) => {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "NodeLabelled",
                 &format!(
                     "Node {} labelled with MAAS's zone, pool and tags ({} labels)",
@@ -185,8 +184,7 @@ pub(super) fn ensure_node_labels(
             Ok(None)
         }
         Err(e) => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 "NodeLabelsFailed",
                 &format!("labelling Node {}: {e}", node.name),
             );

@@ -12,7 +12,6 @@ use std::time::Duration;
 use super::{dns, next_look, node, poll_interval, MachineReconciling, Owners};
 use crate::api::maas_machine::{self as mm_api, AddressSelector};
 use crate::api::{Desired, Initialization, MachineAddress};
-use crate::controllers::ports::EventType;
 use crate::controllers::{remediation, Error};
 use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -242,8 +241,7 @@ fn power_on(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Action, 
             .power_on_with_comment(&host.system_id, Some(comment))
             .map(drop)
     })?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "MachinePoweredOn",
         &format!("Powering on deployed instance {:?}", host.system_id),
     );
@@ -271,7 +269,7 @@ fn power_state_unknown(r: &mut MachineReconciling, host: &maas::Machine) -> Acti
         .condition(mm_api::MACHINE_DEPLOYED)
         .is_some_and(|c| c.reason == mm_api::MACHINE_POWER_STATE_UNKNOWN && c.message == message);
     if !said {
-        r.event(EventType::Warning, "PowerStateUnknown", &message);
+        r.warning_event("PowerStateUnknown", &message);
     }
     r.set_false(
         mm_api::MACHINE_DEPLOYED,
@@ -290,7 +288,7 @@ pub(super) fn failed(
     message: String,
 ) {
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
-        r.event(EventType::Warning, event_reason, &message);
+        r.warning_event(event_reason, &message);
     }
     let desired = if reason == mm_api::MACHINE_STATE_UNDEFINED {
         Desired::unknown(mm_api::MACHINE_DEPLOYED, reason, message.clone())

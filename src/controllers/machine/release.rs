@@ -13,7 +13,6 @@ use super::{dns, drain, reuse, MachineReconciling, Owners};
 use crate::api::conditions;
 use crate::api::maas_machine::{self as mm_api, DiskErase};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, MachineStatus, ReleaseRequest};
 use crate::runtime::Action;
@@ -154,8 +153,7 @@ fn machines_to_release(
     let host = match r.maas()?.machine(&recorded) {
         Ok(host) => host,
         Err(e) if e.is_not_found() => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 "NoMachineFound",
                 &format!("MAAS machine {recorded:?} no longer exists"),
             );
@@ -163,8 +161,7 @@ fn machines_to_release(
         }
         // Another MAAS user's machine: not ours to release.
         Err(e) if e.is_forbidden() => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 mm_api::MACHINE_NOT_OWNED,
                 &identity::not_ours_message(&recorded, None),
             );
@@ -177,9 +174,7 @@ fn machines_to_release(
         // Released already by an earlier reconcile (that waits for MAAS to
         // finish, e.g. to unlink static addresses): not again.
         Some(Ownership::Ours) if being_released(&host) => {}
-        Some(Ownership::Ours) if host.status == MachineStatus::Broken => r.event(
-            EventType::Normal,
-            "MachineLeftBroken",
+        Some(Ownership::Ours) if host.status == MachineStatus::Broken => r.normal_event("MachineLeftBroken",
             &format!(
                 "MAAS machine {recorded} is Broken: not released, so that nobody allocates it before an administrator marks it fixed"
             ),
@@ -198,9 +193,7 @@ fn machines_to_release(
                 Some(&host),
             )));
         }
-        _ => r.event(
-            EventType::Warning,
-            mm_api::MACHINE_NOT_OWNED,
+        _ => r.warning_event(mm_api::MACHINE_NOT_OWNED,
             &identity::not_ours_message(&recorded, Some(&host)),
         ),
     }
@@ -244,16 +237,14 @@ fn release(r: &mut MachineReconciling, system_id: &str, mark: Option<&str>) -> R
             } else {
                 ""
             };
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "SuccessfulRelease",
                 &format!("Released instance {system_id:?}{how}"),
             );
             Ok(())
         }
         Err(e) if e.is_not_found() => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 "NoMachineFound",
                 &format!("MAAS machine {system_id:?} no longer exists"),
             );
@@ -270,7 +261,7 @@ fn release(r: &mut MachineReconciling, system_id: &str, mark: Option<&str>) -> R
             }
             Err(get) if get.is_not_found() => Ok(()),
             _ => {
-                r.event(EventType::Warning, "MachineReleaseFailed", &e.message());
+                r.warning_event("MachineReleaseFailed", &e.message());
                 Err(e.into())
             }
         },

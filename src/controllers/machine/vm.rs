@@ -27,7 +27,6 @@ use super::{retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine as mm_api;
 use crate::controllers::identity::Identity;
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, ComposeRequest, MachineStatus, VmHost};
 use crate::runtime::Action;
@@ -203,8 +202,7 @@ fn compose(
     };
     match r.maas()?.client().compose(host.id, &request) {
         Ok(system_id) => {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "VMComposed",
                 &format!(
                     "Composed VM {system_id} ({hostname}) on VM host {:?}",
@@ -304,11 +302,7 @@ pub(super) fn decompose_ours(
             continue;
         }
         match r.maas()?.write(&id, |client| client.delete_machine(&id)) {
-            Ok(()) => r.event(
-                EventType::Normal,
-                "VMDecomposed",
-                &format!("Deleted VM {id:?}"),
-            ),
+            Ok(()) => r.normal_event("VMDecomposed", &format!("Deleted VM {id:?}")),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }

@@ -21,7 +21,7 @@ use super::{RemediationReconciling, Target};
 use crate::api::conditions::Desired;
 use crate::api::maas_remediation::{self as api, SavedNode};
 use crate::controllers::machine::find_node;
-use crate::controllers::ports::{EventType, NodeInfo, OUT_OF_SERVICE_TAINT};
+use crate::controllers::ports::{NodeInfo, OUT_OF_SERVICE_TAINT};
 use crate::controllers::Error;
 use crate::{kube, maas};
 
@@ -62,7 +62,7 @@ pub(super) fn take_out_of_service(
                         Desired::true_(api::NODE_OUT_OF_SERVICE, api::OUT_OF_SERVICE_TAINT_ADDED)
                             .with_message(&message),
                     );
-                    r.event(EventType::Normal, "NodeOutOfService", &message);
+                    r.normal_event("NodeOutOfService", &message);
                     return Ok(());
                 }
                 Err(e) => format!("tainting Node {candidate}: {e}"),
@@ -76,11 +76,7 @@ pub(super) fn take_out_of_service(
         api::OUT_OF_SERVICE_TAINT_FAILED,
         format!("{message}; the power cycle goes on"),
     );
-    r.event(
-        EventType::Warning,
-        api::OUT_OF_SERVICE_TAINT_FAILED,
-        &message,
-    );
+    r.warning_event(api::OUT_OF_SERVICE_TAINT_FAILED, &message);
     Ok(())
 }
 
@@ -155,7 +151,7 @@ pub(super) fn bring_back(
         api::NODE_BACK_IN_SERVICE,
         message.clone(),
     );
-    r.event(EventType::Normal, api::NODE_BACK_IN_SERVICE, &message);
+    r.normal_event(api::NODE_BACK_IN_SERVICE, &message);
     Ok(None)
 }
 
@@ -223,6 +219,6 @@ fn restore(r: &mut RemediationReconciling, cluster: &str, now: &NodeInfo) -> Res
         labels.len(),
         annotations.len()
     );
-    r.event(EventType::Normal, "NodeMetadataRestored", &message);
+    r.normal_event("NodeMetadataRestored", &message);
     Ok(())
 }
