@@ -58,16 +58,10 @@ pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Resu
                 "DNS name {name} is already the API endpoint of MaasCluster {other}; \
                  this cluster will not use or change its record"
             );
-            let reported = r
-                .condition(mc_api::LOAD_BALANCER_READY)
-                .is_some_and(|c| c.message == message);
-            if !reported {
-                r.warning_event(mc_api::DNS_NAME_IN_USE, &message);
-            }
-            r.set_false(
+            r.report(
                 mc_api::LOAD_BALANCER_READY,
                 mc_api::DNS_NAME_IN_USE,
-                message.clone(),
+                &message,
             );
             return Err(Error::Retry(format!("{}: {message}", r.key())));
         }
@@ -141,16 +135,10 @@ fn not_ours(r: &mut ClusterReconciling, fqdn: &str) -> Error {
          {}...): it is not this cluster's, and capmaas will not use, change or delete it",
         mark::DNS_MARK_PREFIX
     );
-    let reported = r
-        .condition(mc_api::LOAD_BALANCER_READY)
-        .is_some_and(|c| c.message == message);
-    if !reported {
-        r.warning_event(mc_api::DNS_RECORD_NOT_OURS, &message);
-    }
-    r.set_false(
+    r.report(
         mc_api::LOAD_BALANCER_READY,
         mc_api::DNS_RECORD_NOT_OURS,
-        message.clone(),
+        &message,
     );
     Error::Retry(format!("{}: {message}", r.key()))
 }

@@ -325,13 +325,7 @@ impl ClusterReconciling<'_> {
                 Ok(())
             }
             Err(e) => {
-                let reported = self
-                    .condition(mc_api::CREDENTIALS_READY)
-                    .is_some_and(|c| c.message == e.message());
-                if !reported {
-                    self.warning_event(mc_api::CREDENTIALS_UNAVAILABLE, e.message());
-                }
-                self.set_false(
+                self.report(
                     mc_api::CREDENTIALS_READY,
                     mc_api::CREDENTIALS_UNAVAILABLE,
                     e.message(),
@@ -339,6 +333,17 @@ impl ClusterReconciling<'_> {
                 Err(e.into())
             }
         }
+    }
+
+    /// Condition `type_` False for `reason`, with a Warning event (of the
+    /// same reason) when the message is new: a failure every reconcile
+    /// repeats is one Event, not one per reconcile.
+    fn report(&mut self, type_: &str, reason: &str, message: &str) {
+        let reported = self.condition(type_).is_some_and(|c| c.message == message);
+        if !reported {
+            self.warning_event(reason, message);
+        }
+        self.set_false(type_, reason, message);
     }
 
     /// Another MaasCluster of this controller for which `is` holds, as

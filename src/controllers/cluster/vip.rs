@@ -296,25 +296,23 @@ fn refuse_if_claimed(r: &mut ClusterReconciling, address: &str) -> Result<(), Er
         "control-plane VIP {address} is already the endpoint of MaasCluster {other}; this \
          cluster will not reserve, use or release it"
     );
-    report(r, mc_api::CONTROL_PLANE_VIP_IN_USE, &message);
+    r.report(
+        mc_api::LOAD_BALANCER_READY,
+        mc_api::CONTROL_PLANE_VIP_IN_USE,
+        &message,
+    );
     Err(Error::Retry(format!("{}: {message}", r.key())))
 }
 
 /// `LoadBalancerReady=False` with MAAS's words, a Warning event when the
 /// message is new; the error to retry with backoff.
 pub(super) fn failed(r: &mut ClusterReconciling, message: String) -> Error {
-    report(r, mc_api::CONTROL_PLANE_VIP_FAILED, &message);
+    r.report(
+        mc_api::LOAD_BALANCER_READY,
+        mc_api::CONTROL_PLANE_VIP_FAILED,
+        &message,
+    );
     Error::Retry(format!("{}: {message}", r.key()))
-}
-
-fn report(r: &mut ClusterReconciling, reason: &str, message: &str) {
-    let reported = r
-        .condition(mc_api::LOAD_BALANCER_READY)
-        .is_some_and(|c| c.message == message);
-    if !reported {
-        r.warning_event(reason, message);
-    }
-    r.set_false(mc_api::LOAD_BALANCER_READY, reason, message.to_string());
 }
 
 /// On deletion (the machines are gone): releases what this cluster

@@ -265,15 +265,9 @@ fn power_state_unknown(r: &mut MachineReconciling, host: &maas::Machine) -> Acti
         host.power_state.as_str(),
         host.system_id
     );
-    let said = r
-        .condition(mm_api::MACHINE_DEPLOYED)
-        .is_some_and(|c| c.reason == mm_api::MACHINE_POWER_STATE_UNKNOWN && c.message == message);
-    if !said {
-        r.warning_event("PowerStateUnknown", &message);
-    }
-    r.set_false(
-        mm_api::MACHINE_DEPLOYED,
+    r.not_deployed(
         mm_api::MACHINE_POWER_STATE_UNKNOWN,
+        "PowerStateUnknown",
         message,
     );
     Action::RequeueAfter(POWER_ON_REQUEUE)
