@@ -265,14 +265,19 @@ impl RemediationReconciling<'_> {
     /// Time left of the current attempt: a power cycle and the Node's
     /// recovery share `timeout` from `lastRemediated` (CAPM3's clock).
     fn attempt_left(&self) -> Duration {
-        let started = self
-            .status
+        let ends = self
+            .cycle_started()
+            .saturating_add(self.object.timeout().as_secs());
+        Duration::from_secs(ends.saturating_sub(self.ctx.clock.now()))
+    }
+
+    /// When the current power cycle started (Unix seconds; 0 before any).
+    fn cycle_started(&self) -> u64 {
+        self.status
             .last_remediated
             .as_deref()
             .and_then(kube::time::unix_seconds)
-            .unwrap_or(0);
-        let ends = started.saturating_add(self.object.timeout().as_secs());
-        Duration::from_secs(ends.saturating_sub(self.ctx.clock.now()))
+            .unwrap_or(0)
     }
 
     /// Gives the Machine back to its owner: `OwnerRemediated=False` on the

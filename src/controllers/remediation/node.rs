@@ -108,12 +108,7 @@ pub(super) fn bring_back(
             .workload
             .node(&ns, target_cluster, &node)
             .map_err(Error::Workload)?;
-        let cycle_started = r
-            .status
-            .last_remediated
-            .as_deref()
-            .and_then(kube::time::unix_seconds)
-            .unwrap_or(0);
+        let cycle_started = r.cycle_started();
         let back = |info: &NodeInfo| {
             info.ready_since
                 .as_deref()
