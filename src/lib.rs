@@ -46,3 +46,4 @@ pub mod metrics;
 pub mod operator;
 pub mod runtime;
 pub mod serve;
+pub mod sync;

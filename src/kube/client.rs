@@ -3,7 +3,7 @@
 //! status. The verbs only choose method, path, query and body, and decode.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -20,6 +20,7 @@ use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
 use crate::clock::peer_seconds;
+use crate::sync::lock;
 
 /// client-go's file token source re-reads the token this often.
 const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
@@ -805,10 +806,7 @@ impl Client {
         let response = result?;
         for warning in response.headers().get_all("warning") {
             let text = String::from_utf8_lossy(warning.as_bytes());
-            let first = first_sighting(
-                &mut WARNINGS_SEEN.lock().unwrap_or_else(PoisonError::into_inner),
-                &text,
-            );
+            let first = first_sighting(&mut lock(&WARNINGS_SEEN), &text);
             if first {
                 log::warn!("{}: API server warning: {text}", req.what);
             } else {
@@ -880,11 +878,7 @@ impl Client {
             Auth::Bearer(token) => return Ok(Some(token.clone())),
             Auth::TokenFile(path) => path,
         };
-        let mut cache = self
-            .inner
-            .token_cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut cache = lock(&self.inner.token_cache);
         if let Some(cached) = cache.as_ref() {
             if !cached.stale && cached.read_at.elapsed() < TOKEN_REREAD_INTERVAL {
                 return Ok(Some(cached.token.clone()));
@@ -910,11 +904,7 @@ impl Client {
     }
 
     fn mark_token_stale(&self) {
-        let mut cache = self
-            .inner
-            .token_cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut cache = lock(&self.inner.token_cache);
         if let Some(cached) = cache.as_mut() {
             cached.stale = true;
         }

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -33,6 +33,7 @@ use super::version::{AnnotationsOp, VersionInfo};
 use crate::backoff::Backoff;
 use crate::clock::peer_seconds;
 use crate::metrics;
+use crate::sync::lock;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -1133,11 +1134,7 @@ static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 fn warn_once(root: &str, warning: &str) {
     let key = format!("{root} {warning}");
-    if WARNED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(key)
-    {
+    if lock(&WARNED).insert(key) {
         log::warn!("{warning}");
     }
 }
