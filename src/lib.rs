@@ -47,3 +47,4 @@ pub mod metrics;
 pub mod operator;
 pub mod runtime;
 pub mod serve;
+pub mod sync;

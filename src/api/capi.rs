@@ -32,59 +32,47 @@ pub fn kubeconfig_secret_name(cluster: &str) -> String {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct Cluster {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: ClusterSpec,
-    #[serde(default)]
     pub status: ClusterStatus,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ClusterSpec {
-    #[serde(default)]
     pub paused: Option<bool>,
-    #[serde(default)]
     pub control_plane_endpoint: Option<ApiEndpoint>,
-    #[serde(default)]
     pub cluster_network: Option<ClusterNetwork>,
-    #[serde(default)]
     pub infrastructure_ref: Option<ObjectRef>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ClusterNetwork {
-    #[serde(default)]
     pub api_server_port: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct ObjectRef {
-    #[serde(default)]
     pub kind: String,
-    #[serde(default)]
     pub name: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ClusterStatus {
-    #[serde(default)]
     pub initialization: Option<ClusterInitialization>,
     /// v1beta1 field, still honoured when a v1beta1 object is served.
-    #[serde(default)]
     pub infrastructure_ready: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ClusterInitialization {
-    #[serde(default)]
     pub infrastructure_provisioned: Option<bool>,
-    #[serde(default)]
     pub control_plane_initialized: Option<bool>,
 }
 
@@ -116,30 +104,24 @@ impl Cluster {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct Machine {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: MachineSpec,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct MachineSpec {
-    #[serde(default)]
     pub cluster_name: String,
-    #[serde(default)]
     pub bootstrap: Bootstrap,
-    #[serde(default)]
     pub failure_domain: Option<String>,
-    #[serde(default)]
     pub infrastructure_ref: Option<ObjectRef>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Bootstrap {
-    #[serde(default)]
     pub data_secret_name: Option<String>,
 }
 

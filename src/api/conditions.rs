@@ -97,11 +97,6 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     get(conditions, type_).is_some_and(|c| c.status == Status::True)
 }
 
-/// Has the condition this status and reason already?
-pub fn has_reason(conditions: &[Condition], type_: &str, reason: &str) -> bool {
-    get(conditions, type_).is_some_and(|c| c.reason == reason)
-}
-
 /// Sets a condition. `now` (RFC 3339) is used only when the status changes or
 /// the condition is new.
 pub fn set(conditions: &mut Vec<Condition>, desired: Desired<'_>, generation: i64, now: &str) {

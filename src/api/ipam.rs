@@ -25,10 +25,9 @@ pub struct PoolRef {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct IpAddressClaim {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub status: IpAddressClaimStatus,
 }
 
@@ -39,25 +38,22 @@ pub struct IpAddressClaimStatus {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct LocalRef {
-    #[serde(default)]
     pub name: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct IpAddress {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: IpAddressSpec,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct IpAddressSpec {
-    #[serde(default)]
     pub address: String,
-    #[serde(default)]
     pub prefix: u8,
-    #[serde(default)]
     pub gateway: Option<String>,
 }

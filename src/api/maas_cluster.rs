@@ -137,10 +137,9 @@ pub struct ControlPlaneVipStatus {
 /// contract's `identityRef` (CAPA, CAPV, CAPZ call it so). Only `Secret`
 /// exists today; the kind leaves room for a cluster-scoped identity kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct IdentityRef {
-    #[serde(default)]
     pub kind: String,
-    #[serde(default)]
     pub name: String,
 }
 
@@ -148,10 +147,9 @@ pub struct IdentityRef {
 pub const IDENTITY_KIND_SECRET: &str = "Secret";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ApiEndpoint {
-    #[serde(default)]
     pub host: String,
-    #[serde(default)]
     pub port: i64,
 }
 

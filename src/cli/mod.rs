@@ -59,16 +59,10 @@ impl std::fmt::Display for Error {
 /// run.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, Error> {
     let mut args = args.into_iter().peekable();
-    let subcommand = args.peek().and_then(|a| a.to_str()).and_then(|a| match a {
-        "adopt" | "doctor" => Some(a.to_string()),
-        _ => None,
-    });
-    if subcommand.is_some() {
-        args.next();
-    }
-    match subcommand.as_deref() {
-        Some("adopt") => command(args, &adopt::COMMAND, Command::Adopt),
-        Some("doctor") => command(args, &doctor::COMMAND, Command::Doctor),
+    let first = args.peek().and_then(|a| a.to_str()).map(str::to_string);
+    match first.as_deref() {
+        Some("adopt") => command(args.skip(1), &adopt::COMMAND, Command::Adopt),
+        Some("doctor") => command(args.skip(1), &doctor::COMMAND, Command::Doctor),
         _ => command(args, &operator::COMMAND, |c| Command::Run(Box::new(c))),
     }
 }
@@ -128,9 +122,8 @@ impl<C> Flag<C> {
         set: fn(&mut C, &str, &str) -> Result<(), String>,
     ) -> Flag<C> {
         Flag {
-            name,
-            takes: Takes::Value(set),
             repeats: true,
+            ..Flag::value(name, set)
         }
     }
 }

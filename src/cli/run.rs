@@ -133,20 +133,8 @@ pub fn adopt(config: &adopt::Config) -> ExitCode {
         };
         adopt::run(&kube, &credentials, &scope, config.apply)
     };
-    match run() {
-        Ok(report) => {
-            print!("{}", report.render(config.apply));
-            if report.is_clean() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("capmaas adopt: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let outcome = run().map(|report| (report.render(config.apply), report.is_clean()));
+    finish("adopt", outcome)
 }
 
 /// `capmaas doctor`: the report, and its verdict as the exit status.
@@ -175,17 +163,24 @@ pub fn doctor(config: &doctor::Config) -> ExitCode {
         );
         Ok(doctor::run(&kube, &maas, &credentials, release))
     };
-    match run() {
-        Ok(report) => {
-            print!("{}", report.render(release));
-            if report.is_healthy() {
+    let outcome = run().map(|report| (report.render(release), report.is_healthy()));
+    finish("doctor", outcome)
+}
+
+/// Prints a command's report, exiting 0 when it is `good`, else 1; a
+/// failure to run at all is printed as an error (exit 1).
+fn finish(command: &str, outcome: Result<(String, bool), String>) -> ExitCode {
+    match outcome {
+        Ok((report, good)) => {
+            print!("{report}");
+            if good {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             }
         }
         Err(e) => {
-            eprintln!("capmaas doctor: {e}");
+            eprintln!("capmaas {command}: {e}");
             ExitCode::FAILURE
         }
     }

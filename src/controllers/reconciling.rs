@@ -99,6 +99,16 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         conditions::set(conditions, desired, generation, &self.now);
     }
 
+    /// Sets a condition False: `reason`, and `message` saying why.
+    pub fn set_false(&mut self, type_: &str, reason: &str, message: impl Into<String>) {
+        self.set(Desired::false_(type_, reason, message));
+    }
+
+    /// Sets a condition True, for `reason`.
+    pub fn set_true(&mut self, type_: &str, reason: &str) {
+        self.set(Desired::true_(type_, reason));
+    }
+
     /// A condition of the status being built, if it is set.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         conditions::get(K::conditions(&self.status), type_)
@@ -138,6 +148,16 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         })
     }
 
+    /// [`event`](Self::event) of type Normal.
+    pub fn normal_event(&self, reason: &str, message: &str) {
+        self.event(EventType::Normal, reason, message);
+    }
+
+    /// [`event`](Self::event) of type Warning.
+    pub fn warning_event(&self, reason: &str, message: &str) {
+        self.event(EventType::Warning, reason, message);
+    }
+
     /// Records an Event on the object: logged, sent to the API server
     /// (de-duplicated there by the recorder) and counted on `/metrics`.
     pub fn event(&self, type_: EventType, reason: &str, message: &str) {
@@ -167,11 +187,7 @@ impl<'c, K: OwnKind> Reconciling<'c, K> {
         let annotation = capi::PAUSED_ANNOTATION;
         let why = match (by_cluster, by_annotation) {
             (false, false) => {
-                self.set(Desired::false_(
-                    conditions::PAUSED,
-                    conditions::NOT_PAUSED_REASON,
-                    "",
-                ));
+                self.set_false(conditions::PAUSED, conditions::NOT_PAUSED_REASON, "");
                 return false;
             }
             (true, false) => "Cluster spec.paused is set to true".to_string(),

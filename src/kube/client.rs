@@ -3,7 +3,7 @@
 //! status. The verbs only choose method, path, query and body, and decode.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -20,6 +20,7 @@ use super::meta;
 use super::resources::{encode, Resource};
 use super::watch::WatchStream;
 use crate::clock::peer_seconds;
+use crate::sync::lock;
 
 /// client-go's file token source re-reads the token this often.
 const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
@@ -301,12 +302,8 @@ impl Client {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "SelfSubjectReview",
         });
-        let answer: Result<Value, Error> = self.json(
-            Method::POST,
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews".to_string(),
-            Vec::new(),
-            Some((JSON, to_bytes(&review)?)),
-        );
+        let path = "/apis/authentication.k8s.io/v1/selfsubjectreviews".to_string();
+        let answer = self.send_value(Method::POST, path, Vec::new(), JSON, &review);
         match answer {
             Ok(review) => Ok(Some(
                 review
@@ -453,7 +450,7 @@ impl Client {
     /// Creates `obj` (POST to the collection). `AlreadyExists` if taken.
     pub fn create(&self, r: &Resource, ns: Option<&str>, obj: &Value) -> Result<Value, Error> {
         let path = r.path(ns, None, None);
-        self.json(Method::POST, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+        self.send_value(Method::POST, path, Vec::new(), JSON, obj)
     }
 
     /// POST to a subresource of an existing object, e.g. a ServiceAccount's
@@ -467,7 +464,7 @@ impl Client {
         obj: &Value,
     ) -> Result<Value, Error> {
         let path = object_path(r, ns, name, Some(subresource))?;
-        self.json(Method::POST, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+        self.send_value(Method::POST, path, Vec::new(), JSON, obj)
     }
 
     /// Replaces the whole object (PUT). `obj` must carry the
@@ -481,7 +478,7 @@ impl Client {
         obj: &Value,
     ) -> Result<Value, Error> {
         let path = object_path(r, ns, name, None)?;
-        self.json(Method::PUT, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+        self.send_value(Method::PUT, path, Vec::new(), JSON, obj)
     }
 
     /// RFC 7386 merge patch: maps merge, lists are replaced, `null` deletes.
@@ -494,12 +491,7 @@ impl Client {
         patch: &Value,
     ) -> Result<Value, Error> {
         let path = object_path(r, ns, name, None)?;
-        self.json(
-            Method::PATCH,
-            path,
-            Vec::new(),
-            Some((MERGE_PATCH, to_bytes(patch)?)),
-        )
+        self.send_value(Method::PATCH, path, Vec::new(), MERGE_PATCH, patch)
     }
 
     /// RFC 6902 JSON patch (`ops` is an array of operations). A failing
@@ -513,12 +505,7 @@ impl Client {
         ops: &Value,
     ) -> Result<Value, Error> {
         let path = object_path(r, ns, name, None)?;
-        self.json(
-            Method::PATCH,
-            path,
-            Vec::new(),
-            Some((JSON_PATCH, to_bytes(ops)?)),
-        )
+        self.send_value(Method::PATCH, path, Vec::new(), JSON_PATCH, ops)
     }
 
     /// Merge patch on the `status` subresource (only `.status` is applied).
@@ -530,12 +517,7 @@ impl Client {
         patch: &Value,
     ) -> Result<Value, Error> {
         let path = object_path(r, ns, name, Some("status"))?;
-        self.json(
-            Method::PATCH,
-            path,
-            Vec::new(),
-            Some((MERGE_PATCH, to_bytes(patch)?)),
-        )
+        self.send_value(Method::PATCH, path, Vec::new(), MERGE_PATCH, patch)
     }
 
     /// Server-side apply on the `status` subresource as `field_manager`,
@@ -556,12 +538,7 @@ impl Client {
             ("fieldManager", field_manager.to_string()),
             ("force", "true".to_string()),
         ];
-        self.json(
-            Method::PATCH,
-            path,
-            query,
-            Some((APPLY_PATCH, to_bytes(obj)?)),
-        )
+        self.send_value(Method::PATCH, path, query, APPLY_PATCH, obj)
     }
 
     /// PUT on the `status` subresource: replaces `.status`, guarded by the
@@ -575,7 +552,7 @@ impl Client {
         obj: &Value,
     ) -> Result<Value, Error> {
         let path = object_path(r, ns, name, Some("status"))?;
-        self.json(Method::PUT, path, Vec::new(), Some((JSON, to_bytes(obj)?)))
+        self.send_value(Method::PUT, path, Vec::new(), JSON, obj)
     }
 
     /// Deletes the object. With finalizers it stays (with a
@@ -692,6 +669,20 @@ impl Client {
             }),
             other => other,
         }
+    }
+
+    /// [`json`](Client::json) with `body` encoded as the request body.
+    fn send_value(
+        &self,
+        method: Method,
+        path: String,
+        query: Vec<(&'static str, String)>,
+        content_type: &'static str,
+        body: &Value,
+    ) -> Result<Value, Error> {
+        let bytes = serde_json::to_vec(body)
+            .map_err(|e| Error::Config(format!("encoding request body: {e}")))?;
+        self.json(method, path, query, Some((content_type, bytes)))
     }
 
     /// Sends and decodes a JSON answer of one object (an empty body reads as
@@ -815,10 +806,7 @@ impl Client {
         let response = result?;
         for warning in response.headers().get_all("warning") {
             let text = String::from_utf8_lossy(warning.as_bytes());
-            let first = first_sighting(
-                &mut WARNINGS_SEEN.lock().unwrap_or_else(PoisonError::into_inner),
-                &text,
-            );
+            let first = first_sighting(&mut lock(&WARNINGS_SEEN), &text);
             if first {
                 log::warn!("{}: API server warning: {text}", req.what);
             } else {
@@ -890,11 +878,7 @@ impl Client {
             Auth::Bearer(token) => return Ok(Some(token.clone())),
             Auth::TokenFile(path) => path,
         };
-        let mut cache = self
-            .inner
-            .token_cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut cache = lock(&self.inner.token_cache);
         if let Some(cached) = cache.as_ref() {
             if !cached.stale && cached.read_at.elapsed() < TOKEN_REREAD_INTERVAL {
                 return Ok(Some(cached.token.clone()));
@@ -920,11 +904,7 @@ impl Client {
     }
 
     fn mark_token_stale(&self) {
-        let mut cache = self
-            .inner
-            .token_cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut cache = lock(&self.inner.token_cache);
         if let Some(cached) = cache.as_mut() {
             cached.stale = true;
         }
@@ -985,10 +965,6 @@ fn object_path(
         )));
     }
     Ok(r.path(ns, Some(name), sub))
-}
-
-fn to_bytes(value: &Value) -> Result<Vec<u8>, Error> {
-    serde_json::to_vec(value).map_err(|e| Error::Config(format!("encoding request body: {e}")))
 }
 
 /// Classifies a failure to get an answer at all.

@@ -127,8 +127,6 @@ pub const MAAS_CLUSTERS: Resource = infra("maasclusters", "MaasCluster");
 pub const MAAS_MACHINES: Resource = infra("maasmachines", "MaasMachine");
 pub const MAAS_MACHINE_TEMPLATES: Resource = infra("maasmachinetemplates", "MaasMachineTemplate");
 pub const MAAS_REMEDIATIONS: Resource = infra("maasremediations", "MaasRemediation");
-pub const MAAS_REMEDIATION_TEMPLATES: Resource =
-    infra("maasremediationtemplates", "MaasRemediationTemplate");
 
 /// Every byte but RFC 3986's unreserved `A-Z a-z 0-9 - . _ ~` is encoded
 /// (the same set the MAAS client uses; the encoder is the

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -33,6 +33,7 @@ use super::version::{AnnotationsOp, VersionInfo};
 use crate::backoff::Backoff;
 use crate::clock::peer_seconds;
 use crate::metrics;
+use crate::sync::lock;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -188,6 +189,52 @@ struct Call<'a> {
     /// Form body for POST/PUT.
     form: Vec<(&'a str, String)>,
     repeat: Repeat,
+}
+
+impl<'a> Call<'a> {
+    /// A call with no query and no form.
+    fn new(op: &'static str, method: Method, path: impl Into<String>, repeat: Repeat) -> Call<'a> {
+        Call {
+            op,
+            method,
+            path: path.into(),
+            query: Vec::new(),
+            form: Vec::new(),
+            repeat,
+        }
+    }
+
+    /// A GET, which is always safe to repeat.
+    fn get(op: &'static str, path: impl Into<String>) -> Call<'a> {
+        Call::new(op, Method::Get, path, Repeat::Safe)
+    }
+
+    /// A DELETE: safe to repeat (a gone object answers 404).
+    fn delete(op: &'static str, path: impl Into<String>) -> Call<'a> {
+        Call::new(op, Method::Delete, path, Repeat::Safe)
+    }
+
+    fn post(op: &'static str, path: impl Into<String>, repeat: Repeat) -> Call<'a> {
+        Call::new(op, Method::Post, path, repeat)
+    }
+
+    /// A PUT: it sets values, so it is safe to repeat.
+    fn put(op: &'static str, path: impl Into<String>) -> Call<'a> {
+        Call::new(op, Method::Put, path, Repeat::Safe)
+    }
+
+    fn query(self, query: Vec<(&'a str, String)>) -> Call<'a> {
+        Call { query, ..self }
+    }
+
+    /// `?op=<name>`: which of the endpoint's operations (as the MAAS CLI sends it).
+    fn operation(self, name: &str) -> Call<'a> {
+        self.query(vec![("op", name.to_owned())])
+    }
+
+    fn form(self, form: Vec<(&'a str, String)>) -> Call<'a> {
+        Call { form, ..self }
+    }
 }
 
 /// What [`Client::start_check`] found.
@@ -448,15 +495,7 @@ impl Client {
     /// `whoami` without the client's retries: a start-up check reports at
     /// once and retries on its own schedule.
     fn whoami_once(&self) -> Result<User, Error> {
-        let call = Call {
-            op: "whoami",
-            method: Method::Get,
-            path: "users/".into(),
-            query: vec![("op", "whoami".into())],
-            form: vec![],
-            repeat: Repeat::Safe,
-        };
-        let body = self.attempt(&call)?;
+        let body = self.attempt(&whoami_call())?;
         serde_json::from_str(&body).map_err(|e| {
             Error::new(
                 "whoami",
@@ -479,14 +518,7 @@ impl Client {
 
     /// The user the API key belongs to.
     pub fn whoami(&self) -> Result<User, Error> {
-        self.json(Call {
-            op: "whoami",
-            method: Method::Get,
-            path: "users/".into(),
-            query: vec![("op", "whoami".into())],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        self.json(whoami_call())
     }
 
     // ---- machines --------------------------------------------------------
@@ -519,15 +551,9 @@ impl Client {
     }
 
     fn shared_machines(&self, filter: &MachineFilter) -> Result<Vec<Arc<Machine>>, Error> {
+        let call = Call::get("machines_list", "machines/").query(filter.query());
         let Charged::<decode::SharedMachine, MAX_LISTED_MACHINES>(machines) =
-            self.json_streamed(Call {
-                op: "machines_list",
-                method: Method::Get,
-                path: "machines/".into(),
-                query: filter.query(),
-                form: vec![],
-                repeat: Repeat::Safe,
-            })?;
+            self.json_streamed(call)?;
         Ok(machines
             .into_iter()
             .map(|decode::SharedMachine(machine)| machine)
@@ -555,14 +581,8 @@ impl Client {
         struct Answer {
             state: PowerState,
         }
-        let answer: Answer = self.json(Call {
-            op: "query_power_state",
-            method: Method::Get,
-            path: machine_path(system_id),
-            query: vec![("op", "query_power_state".into())],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
+        let call = Call::get("query_power_state", machine_path(system_id));
+        let answer: Answer = self.json(call.operation("query_power_state"))?;
         Ok(answer.state)
     }
 
@@ -583,14 +603,7 @@ impl Client {
     // ---- DNS -------------------------------------------------------------
 
     pub fn dns_resource(&self, id: i64) -> Result<DnsResource, Error> {
-        self.json(Call {
-            op: "dnsresource_read",
-            method: Method::Get,
-            path: format!("dnsresources/{id}/"),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        self.json(Call::get("dnsresource_read", format!("dnsresources/{id}/")))
     }
 
     // ---- IP reservations ---------------------------------------------------
@@ -611,14 +624,8 @@ impl Client {
         if let Some(mac) = mac {
             form.push(("mac", mac.to_string()));
         }
-        self.json(Call {
-            op: "ipaddresses_reserve",
-            method: Method::Post,
-            path: "ipaddresses/".into(),
-            query: vec![("op", "reserve".into())],
-            form,
-            repeat: Repeat::AtMostOnce,
-        })
+        let call = Call::post("ipaddresses_reserve", "ipaddresses/", Repeat::AtMostOnce);
+        self.json(call.operation("reserve").form(form))
     }
 
     // ---- inventory -------------------------------------------------------
@@ -643,14 +650,7 @@ impl Client {
     // ---- plumbing --------------------------------------------------------
 
     fn list<T: DeserializeOwned>(&self, op: &'static str, path: &str) -> Result<Vec<T>, Error> {
-        self.json(Call {
-            op,
-            method: Method::Get,
-            path: path.into(),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        self.json(Call::get(op, path))
     }
 
     fn machine_op<T: DeserializeOwned>(
@@ -660,14 +660,8 @@ impl Client {
         form: Vec<(&str, String)>,
         repeat: Repeat,
     ) -> Result<T, Error> {
-        self.json(Call {
-            op,
-            method: Method::Post,
-            path: machine_path(system_id),
-            query: vec![("op", op.into())],
-            form,
-            repeat,
-        })
+        let call = Call::post(op, machine_path(system_id), repeat);
+        self.json(call.operation(op).form(form))
     }
 
     fn json<T: DeserializeOwned>(&self, call: Call<'_>) -> Result<T, Error> {
@@ -872,14 +866,7 @@ impl MaasApi for Client {
 
     fn vm_hosts(&self) -> Result<Vec<VmHost>, Error> {
         // One JSON value, read field by field: no decoder of its own.
-        let hosts: serde_json::Value = self.json(Call {
-            op: "vmhosts_list",
-            method: Method::Get,
-            path: "vm-hosts/".into(),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
+        let hosts: serde_json::Value = self.json(Call::get("vmhosts_list", "vm-hosts/"))?;
         let hosts = hosts.as_array().map(Vec::as_slice).unwrap_or_default();
         Ok(hosts.iter().map(VmHost::from_json).collect())
     }
@@ -888,28 +875,19 @@ impl MaasApi for Client {
     /// answers `{system_id, resource_uri}`). Sent at most once: on a
     /// transient error look for the VM by its hostname first.
     fn compose(&self, host_id: i64, req: &ComposeRequest) -> Result<String, Error> {
-        let composed: Machine = self.json(Call {
-            op: "vmhost_compose",
-            method: Method::Post,
-            path: format!("vm-hosts/{host_id}/"),
-            query: vec![("op", "compose".into())],
-            form: req.form(),
-            repeat: Repeat::AtMostOnce,
-        })?;
+        let call = Call::post(
+            "vmhost_compose",
+            format!("vm-hosts/{host_id}/"),
+            Repeat::AtMostOnce,
+        );
+        let composed: Machine = self.json(call.operation("compose").form(req.form()))?;
         Ok(composed.system_id)
     }
 
     /// `DELETE machines/<id>/`: a composed VM is decomposed on its host.
     fn delete_machine(&self, system_id: &str) -> Result<(), Error> {
-        self.call(Call {
-            op: "machine_delete",
-            method: Method::Delete,
-            path: machine_path(system_id),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
-        .map(|_| ())
+        self.call(Call::delete("machine_delete", machine_path(system_id)))
+            .map(|_| ())
     }
 
     /// `GET events/?op=query`: the machines' event log, **newest first**
@@ -922,37 +900,17 @@ impl MaasApi for Client {
             // Never more than asked for (at most MAX_EVENT_LIMIT).
             events: Charged<Event, { MAX_EVENT_LIMIT as usize }>,
         }
-        let answer: Answer = self.json(Call {
-            op: "events_query",
-            method: Method::Get,
-            path: "events/".into(),
-            query: query.query(),
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
+        let answer: Answer =
+            self.json(Call::get("events_query", "events/").query(query.query()))?;
         Ok(answer.events.0)
     }
 
     fn version(&self) -> Result<VersionInfo, Error> {
-        self.json(Call {
-            op: "version",
-            method: Method::Get,
-            path: "version/".into(),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        self.json(Call::get("version", "version/"))
     }
 
     fn machine(&self, system_id: &str) -> Result<Machine, Error> {
-        self.json(Call {
-            op: "machine_read",
-            method: Method::Get,
-            path: machine_path(system_id),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        self.json(Call::get("machine_read", machine_path(system_id)))
     }
 
     fn machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, Error> {
@@ -961,14 +919,8 @@ impl MaasApi for Client {
     }
 
     fn allocate(&self, req: &AllocateRequest) -> Result<Machine, Error> {
-        self.json(Call {
-            op: "allocate",
-            method: Method::Post,
-            path: "machines/".into(),
-            query: vec![("op", "allocate".into())],
-            form: req.form(),
-            repeat: Repeat::AtMostOnce,
-        })
+        let call = Call::post("allocate", "machines/", Repeat::AtMostOnce);
+        self.json(call.operation("allocate").form(req.form()))
     }
 
     fn deploy(&self, system_id: &str, req: &DeployRequest) -> Result<Machine, Error> {
@@ -984,10 +936,7 @@ impl MaasApi for Client {
         system_id: &str,
         comment: Option<&str>,
     ) -> Result<Machine, Error> {
-        let form = comment
-            .map(|c| vec![("comment", c.to_owned())])
-            .unwrap_or_default();
-        self.machine_op("power_on", system_id, form, Repeat::Safe)
+        self.machine_op("power_on", system_id, comment_form(comment), Repeat::Safe)
     }
 
     fn power_off_with_comment(
@@ -995,9 +944,7 @@ impl MaasApi for Client {
         system_id: &str,
         comment: Option<&str>,
     ) -> Result<Machine, Error> {
-        let form = comment
-            .map(|c| vec![("comment", c.to_owned())])
-            .unwrap_or_default();
+        let form = comment_form(comment);
         let answer: Option<Machine> =
             self.machine_op("power_off", system_id, form, Repeat::Safe)?;
         match answer {
@@ -1012,14 +959,8 @@ impl MaasApi for Client {
     }
 
     fn update_machine(&self, system_id: &str, fields: &[(&str, &str)]) -> Result<Machine, Error> {
-        self.json(Call {
-            op: "machine_update",
-            method: Method::Put,
-            path: machine_path(system_id),
-            query: vec![],
-            form: fields.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
-            repeat: Repeat::Safe,
-        })
+        let form = fields.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        self.json(Call::put("machine_update", machine_path(system_id)).form(form))
     }
 
     fn set_annotations(
@@ -1046,42 +987,30 @@ impl MaasApi for Client {
         subnet_id: i64,
         ip: &str,
     ) -> Result<(), Error> {
-        self.call(Call {
-            op: "interface_link_subnet",
-            method: Method::Post,
-            path: interface_path(system_id, interface_id),
-            query: vec![("op", "link_subnet".into())],
-            form: vec![
-                ("mode", "STATIC".into()),
-                ("subnet", subnet_id.to_string()),
-                ("ip_address", ip.to_owned()),
-            ],
-            repeat: Repeat::AtMostOnce,
-        })
+        let path = interface_path(system_id, interface_id);
+        let call = Call::post("interface_link_subnet", path, Repeat::AtMostOnce);
+        self.call(call.operation("link_subnet").form(vec![
+            ("mode", "STATIC".into()),
+            ("subnet", subnet_id.to_string()),
+            ("ip_address", ip.to_owned()),
+        ]))
         .map(|_| ())
     }
 
     fn unlink_subnet(&self, system_id: &str, interface_id: i64, link_id: i64) -> Result<(), Error> {
-        self.call(Call {
-            op: "interface_unlink_subnet",
-            method: Method::Post,
-            path: interface_path(system_id, interface_id),
-            query: vec![("op", "unlink_subnet".into())],
-            form: vec![("id", link_id.to_string())],
-            repeat: Repeat::AtMostOnce,
-        })
+        let path = interface_path(system_id, interface_id);
+        let call = Call::post("interface_unlink_subnet", path, Repeat::AtMostOnce);
+        self.call(
+            call.operation("unlink_subnet")
+                .form(vec![("id", link_id.to_string())]),
+        )
         .map(|_| ())
     }
 
     fn dns_resources(&self, fqdn: &str) -> Result<Vec<DnsResource>, Error> {
-        let found: Vec<DnsResource> = self.json(Call {
-            op: "dnsresources_list",
-            method: Method::Get,
-            path: "dnsresources/".into(),
-            query: vec![("fqdn", fqdn.to_owned())],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })?;
+        let call =
+            Call::get("dnsresources_list", "dnsresources/").query(vec![("fqdn", fqdn.to_owned())]);
+        let found: Vec<DnsResource> = self.json(call)?;
         // MAAS filters by name and domain; compare whole names ourselves in
         // case a version matches more loosely.
         Ok(found
@@ -1100,68 +1029,44 @@ impl MaasApi for Client {
         ttl: u32,
         ips: &[String],
     ) -> Result<DnsResource, Error> {
-        self.json(Call {
-            op: "dnsresource_create",
-            method: Method::Post,
-            path: "dnsresources/".into(),
-            query: vec![],
-            form: vec![
-                ("fqdn", fqdn.to_owned()),
-                ("address_ttl", ttl.to_string()),
-                ("ip_addresses", ips.join(" ")),
-            ],
-            repeat: Repeat::AtMostOnce,
-        })
+        let call = Call::post("dnsresource_create", "dnsresources/", Repeat::AtMostOnce);
+        self.json(call.form(vec![
+            ("fqdn", fqdn.to_owned()),
+            ("address_ttl", ttl.to_string()),
+            ("ip_addresses", ips.join(" ")),
+        ]))
     }
 
     fn create_dns_txt(&self, fqdn: &str, rrdata: &str) -> Result<(), Error> {
-        self.call(Call {
-            op: "dnsresourcerecord_create",
-            method: Method::Post,
-            path: "dnsresourcerecords/".into(),
-            query: vec![],
-            form: vec![
-                ("fqdn", fqdn.to_owned()),
-                ("rrtype", "TXT".to_owned()),
-                ("rrdata", rrdata.to_owned()),
-            ],
-            repeat: Repeat::AtMostOnce,
-        })
+        let call = Call::post(
+            "dnsresourcerecord_create",
+            "dnsresourcerecords/",
+            Repeat::AtMostOnce,
+        );
+        self.call(call.form(vec![
+            ("fqdn", fqdn.to_owned()),
+            ("rrtype", "TXT".to_owned()),
+            ("rrdata", rrdata.to_owned()),
+        ]))
         .map(|_| ())
     }
 
     fn set_dns_resource_ips(&self, id: i64, ips: &[String]) -> Result<DnsResource, Error> {
-        self.json(Call {
-            op: "dnsresource_update",
-            method: Method::Put,
-            path: format!("dnsresources/{id}/"),
-            query: vec![],
-            form: vec![("ip_addresses", ips.join(" "))],
-            repeat: Repeat::Safe,
-        })
+        let call = Call::put("dnsresource_update", format!("dnsresources/{id}/"));
+        self.json(call.form(vec![("ip_addresses", ips.join(" "))]))
     }
 
     fn delete_dns_resource(&self, id: i64) -> Result<(), Error> {
-        self.call(Call {
-            op: "dnsresource_delete",
-            method: Method::Delete,
-            path: format!("dnsresources/{id}/"),
-            query: vec![],
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        self.call(Call::delete(
+            "dnsresource_delete",
+            format!("dnsresources/{id}/"),
+        ))
         .map(|_| ())
     }
 
     fn ip_reservations(&self, ip: Option<&str>) -> Result<Vec<IpReservation>, Error> {
-        self.json(Call {
-            op: "ipaddresses_list",
-            method: Method::Get,
-            path: "ipaddresses/".into(),
-            query: ip.map(|ip| vec![("ip", ip.to_owned())]).unwrap_or_default(),
-            form: vec![],
-            repeat: Repeat::Safe,
-        })
+        let query = ip.map(|ip| vec![("ip", ip.to_owned())]).unwrap_or_default();
+        self.json(Call::get("ipaddresses_list", "ipaddresses/").query(query))
     }
 
     fn reserve_ip_marked(&self, from: &ReserveFrom, mac: &str) -> Result<IpReservation, Error> {
@@ -1169,15 +1074,9 @@ impl MaasApi for Client {
     }
 
     fn release_ip(&self, ip: &str) -> Result<(), Error> {
-        self.call(Call {
-            op: "ipaddresses_release",
-            method: Method::Post,
-            path: "ipaddresses/".into(),
-            query: vec![("op", "release".into())],
-            form: vec![("ip", ip.to_owned())],
-            repeat: Repeat::Safe,
-        })
-        .map(|_| ())
+        let call = Call::post("ipaddresses_release", "ipaddresses/", Repeat::Safe);
+        self.call(call.operation("release").form(vec![("ip", ip.to_owned())]))
+            .map(|_| ())
     }
 
     fn zones(&self) -> Result<Vec<Zone>, Error> {
@@ -1247,13 +1146,19 @@ static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 fn warn_once(root: &str, warning: &str) {
     let key = format!("{root} {warning}");
-    if WARNED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(key)
-    {
+    if lock(&WARNED).insert(key) {
         log::warn!("{warning}");
     }
+}
+
+fn comment_form(comment: Option<&str>) -> Vec<(&'static str, String)> {
+    comment
+        .map(|c| vec![("comment", c.to_owned())])
+        .unwrap_or_default()
+}
+
+fn whoami_call() -> Call<'static> {
+    Call::get("whoami", "users/").operation("whoami")
 }
 
 fn machine_path(system_id: &str) -> String {

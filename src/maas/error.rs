@@ -166,13 +166,10 @@ impl Error {
         retry_after: Option<Duration>,
     ) -> Error {
         Error {
-            op,
-            kind: ErrorKind::Status,
             status: Some(status),
             body,
             retry_after,
-            detail: String::new(),
-            attempts: 1,
+            ..Error::new(op, ErrorKind::Status, "")
         }
     }
 

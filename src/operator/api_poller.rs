@@ -22,7 +22,7 @@
 //! stops (at most [`PROBES_STOP`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ use crate::clock::later;
 use crate::controllers::ports::{ApiWatch, WorkloadApi};
 use crate::kube;
 use crate::runtime;
+use crate::sync::lock;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
 /// How long the poller waits for running probes when it stops: a probe's
@@ -139,7 +140,7 @@ impl ApiPoller {
     }
 
     fn online(&self) -> std::sync::MutexGuard<'_, HashSet<Key>> {
-        self.online.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.online)
     }
 }
 
@@ -311,7 +312,7 @@ fn run(
                 }
                 Ok(Command::ForgetAll) => {
                     schedule.forget_all();
-                    online.lock().unwrap_or_else(PoisonError::into_inner).clear();
+                    lock(online).clear();
                 }
                 Err(_) => break,
             },
@@ -321,10 +322,7 @@ fn run(
                     Ok(()) => {
                         if schedule.answered(&key) {
                             log::info!("{} answers", what(&key, &cluster));
-                            online
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .insert(key.clone());
+                            lock(online).insert(key.clone());
                             on_online(&key.namespace, &key.maas_cluster);
                         }
                     }

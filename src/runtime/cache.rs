@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::ObjectKey;
 use crate::clock::later;
+use crate::sync::lock;
 
 /// A read-mostly map `namespace/name → object` for one kind.
 ///
@@ -115,11 +116,7 @@ impl<T> Store<T> {
     /// returns whether the store is synced.
     pub fn wait_until_synced(&self, timeout: Duration) -> bool {
         let deadline = later(Instant::now(), timeout);
-        let mut guard = self
-            .inner
-            .synced_lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut guard = lock(&self.inner.synced_lock);
         while !self.is_synced() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -155,11 +152,7 @@ impl<T> Store<T> {
     }
 
     pub(crate) fn mark_synced(&self) {
-        let _guard = self
-            .inner
-            .synced_lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _guard = lock(&self.inner.synced_lock);
         self.inner.synced.store(true, Ordering::Release);
         self.inner.synced_signal.notify_all();
     }

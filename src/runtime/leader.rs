@@ -173,10 +173,7 @@ impl LeaderGate {
     }
 
     fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner.state)
     }
 }
 

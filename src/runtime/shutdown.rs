@@ -22,11 +22,12 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::clock::later;
+use crate::sync::lock;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 /// How often the signal thread looks at the flag the signal handler sets.
@@ -65,10 +66,7 @@ impl Shutdown {
     pub fn trigger(&self) {
         self.triggered.store(true, Ordering::SeqCst);
         // Dropping the sender disconnects the channel: every receiver wakes.
-        self.sender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        lock(&self.sender).take();
     }
 
     /// Whether the signal has fired.

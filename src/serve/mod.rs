@@ -53,12 +53,13 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::clock::later;
 use crate::runtime::{LeaderGate, Leadership};
+use crate::sync::lock;
 
 /// Largest request head (request line + headers) read; bigger requests get 431.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -133,18 +134,12 @@ impl Health {
     /// `service: reason` until [`Health::set_available`]. Set by the
     /// start-up checks.
     pub fn set_unavailable(&self, service: &'static str, reason: String) {
-        self.unavailable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(service, reason);
+        lock(&self.unavailable).insert(service, reason);
     }
 
     /// `service` can be used again.
     pub fn set_available(&self, service: &'static str) {
-        self.unavailable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(service);
+        lock(&self.unavailable).remove(service);
     }
 
     /// Shutdown began: /readyz fails from now on.
@@ -168,13 +163,7 @@ impl Health {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(NotReady::ShuttingDown);
         }
-        if let Some((service, reason)) = self
-            .unavailable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .next()
-        {
+        if let Some((service, reason)) = lock(&self.unavailable).iter().next() {
             return Err(NotReady::Unavailable {
                 service,
                 reason: reason.clone(),

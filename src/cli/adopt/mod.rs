@@ -424,13 +424,8 @@ fn adopt(
             },
             "resourceVersion": m.metadata.resource_version,
         }});
-        kube.patch_merge(
-            &resources::MAAS_MACHINES,
-            Some(&m.metadata.namespace),
-            &m.metadata.name,
-            &patch,
-        )
-        .map_err(|e| format!("writing the identity annotation: {e}"))?;
+        patch_machine(kube, m, &patch)
+            .map_err(|e| format!("writing the identity annotation: {e}"))?;
     }
     identity::write(maas, &host.system_id, identity).map_err(|e| {
         let hint = if e.is_conflict() {
@@ -449,14 +444,20 @@ fn adopt(
 
 fn mark_adopted(kube: &kube::Client, m: &MaasMachine, identity: &Identity) -> Result<(), String> {
     let patch = json!({"metadata": {"annotations": {ADOPTED: identity.as_str()}}});
+    patch_machine(kube, m, &patch).map_err(|e| {
+        format!("adopted in MAAS, but marking the MaasMachine failed (run again): {e}")
+    })
+}
+
+fn patch_machine(kube: &kube::Client, m: &MaasMachine, patch: &Value) -> Result<(), kube::Error> {
+    let meta = &m.metadata;
     kube.patch_merge(
         &resources::MAAS_MACHINES,
-        Some(&m.metadata.namespace),
-        &m.metadata.name,
-        &patch,
+        Some(&meta.namespace),
+        &meta.name,
+        patch,
     )
-    .map(|_| ())
-    .map_err(|e| format!("adopted in MAAS, but marking the MaasMachine failed (run again): {e}"))
+    .map(drop)
 }
 
 /// The MAAS of the MaasMachine's cluster, as the controller would use it.

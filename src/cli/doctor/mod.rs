@@ -98,6 +98,18 @@ impl Report {
         });
     }
 
+    fn ok(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+        self.push(Outcome::Ok, name, detail);
+    }
+
+    fn warn(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+        self.push(Outcome::Warn, name, detail);
+    }
+
+    fn fail(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+        self.push(Outcome::Fail, name, detail);
+    }
+
     /// No check failed.
     pub fn is_healthy(&self) -> bool {
         self.checks.iter().all(|c| c.outcome != Outcome::Fail)
@@ -172,8 +184,7 @@ pub fn run(
     let user = connection.username.clone();
     let objects = match Objects::list(kube) {
         Ok(objects) => {
-            report.push(
-                Outcome::Ok,
+            report.ok(
                 "Kubernetes objects",
                 format!(
                     "{} MaasClusters, {} MaasMachines, {} MaasMachineTemplates in all namespaces",
@@ -185,9 +196,8 @@ pub fn run(
             objects
         }
         Err(e) => {
-            report.push(Outcome::Fail, "Kubernetes objects", e);
-            report.push(
-                Outcome::Fail,
+            report.fail("Kubernetes objects", e);
+            report.fail(
                 "orphans",
                 "not checked: every MaasMachine must be listed to tell an orphan",
             );
@@ -289,17 +299,12 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<Connection> {
     };
     match maas.whoami() {
         Ok(user) => {
-            report.push(Outcome::Ok, "MAAS reachable", format!("{root} ({tls})"));
-            report.push(
-                Outcome::Ok,
-                "API key",
-                format!("valid, MAAS user {:?}", user.username),
-            );
+            report.ok("MAAS reachable", format!("{root} ({tls})"));
+            report.ok("API key", format!("valid, MAAS user {:?}", user.username));
             if user.is_superuser {
-                report.push(Outcome::Ok, "rights", "MAAS administrator");
+                report.ok("rights", "MAAS administrator");
             } else {
-                report.push(
-                    Outcome::Warn,
+                report.warn(
                     "rights",
                     format!(
                         "{:?} is not a MAAS administrator: it sees only the pools it is \
@@ -311,10 +316,10 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<Connection> {
             let version = version(report, maas);
             let warnings = maas.security_warnings();
             if warnings.is_empty() {
-                report.push(Outcome::Ok, "transport", "the API key travels over TLS");
+                report.ok("transport", "the API key travels over TLS");
             }
             for w in warnings {
-                report.push(Outcome::Warn, "transport", w);
+                report.warn("transport", w);
             }
             Some(Connection {
                 username: user.username,
@@ -323,10 +328,8 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<Connection> {
             })
         }
         Err(e) if e.is_unauthorized() || e.is_forbidden() => {
-            report.push(Outcome::Ok, "MAAS reachable", format!("{root} ({tls})"));
-            report.push(
-                Outcome::Fail,
-                "API key",
+            report.ok("MAAS reachable", format!("{root} ({tls})"));
+            report.fail("API key",
                 format!("MAAS refused it: {e} (MAAS_API_KEY: create a key in MAAS under the user's API keys)"),
             );
             None
@@ -341,11 +344,7 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<Connection> {
                 }
                 _ => "",
             };
-            report.push(
-                Outcome::Fail,
-                "MAAS reachable",
-                format!("{root}: {e}{hint}"),
-            );
+            report.fail("MAAS reachable", format!("{root}: {e}{hint}"));
             None
         }
     }
@@ -356,11 +355,11 @@ fn connect(report: &mut Report, maas: &maas::Client) -> Option<Connection> {
 fn version(report: &mut Report, maas: &maas::Client) -> Option<VersionInfo> {
     match maas.version() {
         Ok(version) => {
-            report.push(Outcome::Ok, "MAAS version", version.version.clone());
+            report.ok("MAAS version", version.version.clone());
             Some(version)
         }
         Err(e) => {
-            report.push(Outcome::Warn, "MAAS version", format!("not read: {e}"));
+            report.warn("MAAS version", format!("not read: {e}"));
             None
         }
     }
@@ -385,8 +384,8 @@ fn cluster_credentials(
             identity.name
         );
         match credentials.for_cluster(&meta.namespace, Some(identity)) {
-            Ok(_) => report.push(Outcome::Ok, name, "valid"),
-            Err(e) => report.push(Outcome::Fail, name, e.message()),
+            Ok(_) => report.ok(name, "valid"),
+            Err(e) => report.fail(name, e.message()),
         }
         let cluster = meta
             .label(CLUSTER_NAME_LABEL)
@@ -463,11 +462,7 @@ fn images(report: &mut Report, inventory: &Inventory, specs: &[(String, &MaasMac
     let resources = match &inventory.images {
         Ok(resources) => resources,
         Err(e) => {
-            report.push(
-                Outcome::Fail,
-                "images",
-                format!("listing boot resources: {e}"),
-            );
+            report.fail("images", format!("listing boot resources: {e}"));
             return;
         }
     };
@@ -476,8 +471,7 @@ fn images(report: &mut Report, inventory: &Inventory, specs: &[(String, &MaasMac
         let name = format!("image {image}");
         if check.exists {
             let canonical = check.canonical.unwrap_or_else(|| image.to_string());
-            report.push(
-                Outcome::Ok,
+            report.ok(
                 name,
                 format!("in MAAS as {canonical} (used by {})", some_of(&users)),
             );
@@ -487,8 +481,7 @@ fn images(report: &mut Report, inventory: &Inventory, specs: &[(String, &MaasMac
             } else {
                 format!("; did you mean {}?", check.closest.join(" or "))
             };
-            report.push(
-                Outcome::Fail,
+            report.fail(
                 name,
                 format!(
                     "not among MAAS's boot resources (used by {}){closest}",
@@ -513,38 +506,41 @@ fn named(
             wanted.entry(n).or_default().push(object.clone());
         }
     }
+    let missing = "does not exist in MAAS or this MAAS user cannot see it";
+    exists(report, what, existing, wanted, missing);
+}
+
+/// One line per name `wanted` (with the objects that use it): Ok when
+/// MAAS lists it, else `missing`.
+fn exists(
+    report: &mut Report,
+    what: &str,
+    existing: &Result<Vec<String>, maas::Error>,
+    wanted: BTreeMap<String, Vec<String>>,
+    missing: &str,
+) {
     if wanted.is_empty() {
         return;
     }
     let existing = match existing {
         Ok(existing) => existing,
         Err(e) => {
-            report.push(
-                Outcome::Fail,
-                format!("{what}s"),
-                format!("listing them: {e}"),
-            );
+            report.fail(format!("{what}s"), format!("listing them: {e}"));
             return;
         }
     };
     for (n, users) in wanted {
-        let name = format!("{what} {n}");
-        if existing.contains(&n) {
-            report.push(
-                Outcome::Ok,
-                name,
-                format!("exists (used by {})", some_of(&users)),
-            );
+        let (outcome, detail) = if existing.contains(&n) {
+            (Outcome::Ok, "exists")
         } else {
-            report.push(
-                Outcome::Fail,
-                name,
-                format!(
-                    "does not exist in MAAS or this MAAS user cannot see it (used by {})",
-                    some_of(&users)
-                ),
-            );
-        }
+            (Outcome::Fail, missing)
+        };
+        let users = some_of(&users);
+        report.push(
+            outcome,
+            format!("{what} {n}"),
+            format!("{detail} (used by {users})"),
+        );
     }
 }
 
@@ -570,8 +566,7 @@ fn deploy_options(
         some_of(&objects.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
     };
     let Some(version) = version else {
-        report.push(
-            Outcome::Warn,
+        report.warn(
             "deploy options",
             format!(
                 "not checked: MAAS's version was not read (asked by {})",
@@ -581,8 +576,7 @@ fn deploy_options(
         return;
     };
     let Some(running) = MaasVersion::parse(&version.version) else {
-        report.push(
-            Outcome::Warn,
+        report.warn(
             "deploy options",
             format!(
                 "not checked: MAAS reports version {:?}, not a release number (asked by {})",
@@ -599,8 +593,7 @@ fn deploy_options(
         }
     }
     if missing.is_empty() {
-        report.push(
-            Outcome::Ok,
+        report.ok(
             "deploy options",
             format!(
                 "MAAS {} has every option asked (by {})",
@@ -610,8 +603,7 @@ fn deploy_options(
         );
     }
     for (option, objects) in missing {
-        report.push(
-            Outcome::Fail,
+        report.fail(
             "deploy options",
             format!(
                 "{option}; this MAAS is {}, which would ignore it: their machines are not \
@@ -683,8 +675,7 @@ fn pool_rights(
         };
         let users = some_of(&users);
         match (maas.allocate(&request), ready) {
-            (Ok(picked), _) => report.push(
-                Outcome::Ok,
+            (Ok(picked), _) => report.ok(
                 name,
                 format!(
                     "may allocate from {place}: a dry run picked {} and allocated nothing \
@@ -692,8 +683,7 @@ fn pool_rights(
                     picked.hostname
                 ),
             ),
-            (Err(e), Some(ready)) if e.is_conflict() && ready > 0 => report.push(
-                Outcome::Fail,
+            (Err(e), Some(ready)) if e.is_conflict() && ready > 0 => report.fail(
                 name,
                 format!(
                     "cannot allocate from {place}: {ready} Ready machines are visible there, \
@@ -701,16 +691,14 @@ fn pool_rights(
                      its groups can_deploy_machines on {grant} (used by {users})"
                 ),
             ),
-            (Err(e), _) if e.is_conflict() => report.push(
-                Outcome::Warn,
+            (Err(e), _) if e.is_conflict() => report.warn(
                 name,
                 format!(
                     "cannot tell: no Ready machine is visible in {place}, and MAAS answers a \
                      missing can_deploy_machines right and an empty pool alike (used by {users})"
                 ),
             ),
-            (Err(e), _) => report.push(
-                Outcome::Warn,
+            (Err(e), _) => report.warn(
                 name,
                 format!("not checked: dry-run allocation: {e} (used by {users})"),
             ),
@@ -719,7 +707,7 @@ fn pool_rights(
 }
 
 fn domains(report: &mut Report, inventory: &Inventory, clusters: &[MaasCluster]) {
-    let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for c in clusters {
         // A cluster in VIP mode, or with the user's endpoint
         // (custom-dns-provided), makes no record: its domain is not used.
@@ -730,40 +718,13 @@ fn domains(report: &mut Report, inventory: &Inventory, clusters: &[MaasCluster])
             && !c.spec.dns_domain.is_empty()
         {
             wanted
-                .entry(c.spec.dns_domain.as_str())
+                .entry(c.spec.dns_domain.clone())
                 .or_default()
                 .push(object_name("MaasCluster", &c.metadata));
         }
     }
-    if wanted.is_empty() {
-        return;
-    }
-    let existing = match &inventory.domains {
-        Ok(existing) => existing,
-        Err(e) => {
-            report.push(Outcome::Fail, "DNS domains", format!("listing them: {e}"));
-            return;
-        }
-    };
-    for (domain, users) in wanted {
-        let name = format!("DNS domain {domain}");
-        if existing.iter().any(|d| d == domain) {
-            report.push(
-                Outcome::Ok,
-                name,
-                format!("exists (used by {})", some_of(&users)),
-            );
-        } else {
-            report.push(
-                Outcome::Fail,
-                name,
-                format!(
-                    "not a MAAS domain: the API server record cannot be created (used by {})",
-                    some_of(&users)
-                ),
-            );
-        }
-    }
+    let missing = "not a MAAS domain: the API server record cannot be created";
+    exists(report, "DNS domain", &inventory.domains, wanted, missing);
 }
 
 /// Per template: free machines matching its constraints against the
@@ -786,7 +747,7 @@ fn capacity(
     let machines = match &inventory.machines {
         Ok(machines) => machines,
         Err(e) => {
-            report.push(Outcome::Fail, "capacity", format!("listing machines: {e}"));
+            report.fail("capacity", format!("listing machines: {e}"));
             return;
         }
     };
@@ -819,13 +780,9 @@ fn capacity(
              {needed} to allocate"
         );
         if free >= needed {
-            report.push(Outcome::Ok, name, detail);
+            report.ok(name, detail);
         } else {
-            report.push(
-                Outcome::Fail,
-                name,
-                format!("{detail}: short by {}", needed - free),
-            );
+            report.fail(name, format!("{detail}: short by {}", needed - free));
         }
     }
 }
@@ -878,8 +835,7 @@ fn orphans(
         let machines = match listed {
             Ok(machines) => machines,
             Err(e) => {
-                report.push(
-                    Outcome::Fail,
+                report.fail(
                     format!("orphans of MAAS user {username:?}"),
                     format!("listing its machines: {e}"),
                 );
@@ -910,18 +866,15 @@ fn orphans(
         .filter(|o| matches!(o.released, Some(Ok(()))))
         .count();
     match (unclaimed, released) {
-        (0, _) => report.push(
-            Outcome::Ok,
+        (0, _) => report.ok(
             "orphans",
             "every machine under a capmaas identity is claimed by a MaasMachine",
         ),
-        (n, r) if r == n => report.push(
-            Outcome::Ok,
+        (n, r) if r == n => report.ok(
             "orphans",
             format!("{n} machines under a capmaas identity no MaasMachine claims: released"),
         ),
-        (n, r) => report.push(
-            Outcome::Fail,
+        (n, r) => report.fail(
             "orphans",
             format!(
                 "{} machines under a capmaas identity no MaasMachine claims (listed below)",
@@ -930,8 +883,7 @@ fn orphans(
         ),
     }
     if !unmarked.is_empty() {
-        report.push(
-            Outcome::Warn,
+        report.warn(
             "unmarked machines",
             format!(
                 "{} allocated to capmaas's MAAS users without a capmaas identity ({}): the Go \

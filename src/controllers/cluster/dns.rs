@@ -36,10 +36,9 @@ use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster as mc_api;
 use crate::api::maas_machine::{self as mm_api, MaasMachineStatus};
-use crate::api::Desired;
 use crate::api::{MaasCluster, MaasMachine};
 use crate::controllers::identity::{Identity, Recorded};
-use crate::controllers::ports::{EventType, KubeApi};
+use crate::controllers::ports::KubeApi;
 use crate::controllers::Error;
 use crate::maas::DnsResource;
 
@@ -59,17 +58,11 @@ pub(super) fn ensure_name(r: &mut ClusterReconciling, cluster: &Cluster) -> Resu
                 "DNS name {name} is already the API endpoint of MaasCluster {other}; \
                  this cluster will not use or change its record"
             );
-            let reported = r
-                .condition(mc_api::LOAD_BALANCER_READY)
-                .is_some_and(|c| c.message == message);
-            if !reported {
-                r.event(EventType::Warning, mc_api::DNS_NAME_IN_USE, &message);
-            }
-            r.set(Desired::false_(
+            r.report(
                 mc_api::LOAD_BALANCER_READY,
                 mc_api::DNS_NAME_IN_USE,
-                message.clone(),
-            ));
+                &message,
+            );
             return Err(Error::Retry(format!("{}: {message}", r.key())));
         }
         if adopting {
@@ -142,17 +135,11 @@ fn not_ours(r: &mut ClusterReconciling, fqdn: &str) -> Error {
          {}...): it is not this cluster's, and capmaas will not use, change or delete it",
         mark::DNS_MARK_PREFIX
     );
-    let reported = r
-        .condition(mc_api::LOAD_BALANCER_READY)
-        .is_some_and(|c| c.message == message);
-    if !reported {
-        r.event(EventType::Warning, mc_api::DNS_RECORD_NOT_OURS, &message);
-    }
-    r.set(Desired::false_(
+    r.report(
         mc_api::LOAD_BALANCER_READY,
         mc_api::DNS_RECORD_NOT_OURS,
-        message.clone(),
-    ));
+        &message,
+    );
     Error::Retry(format!("{}: {message}", r.key()))
 }
 
@@ -231,8 +218,7 @@ pub(super) fn ensure_record(
     match found.len() {
         0 => {
             let record = r.maas()?.create_dns_resource(fqdn, TTL_SECONDS, ips)?;
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "DNSRecordCreated",
                 &format!("Created DNS record {fqdn} (TTL {TTL_SECONDS})"),
             );
@@ -249,8 +235,7 @@ pub(super) fn ensure_record(
                 // marks).
                 Owner::Unmarked => {
                     mark_record(r, fqdn, &mark)?;
-                    r.event(
-                        EventType::Normal,
+                    r.normal_event(
                         "DNSRecordMarked",
                         &format!("Marked DNS record {fqdn} as this cluster's"),
                     );
@@ -437,7 +422,7 @@ pub(super) fn update_attachments(
         desired.join(", "),
         current.join(", ")
     );
-    r.event(EventType::Normal, "DNSRecordUpdated", &message);
+    r.normal_event("DNSRecordUpdated", &message);
     Ok(true)
 }
 
@@ -453,8 +438,7 @@ pub(super) fn delete_record(
     let Some(fqdn) = name else { return Ok(()) };
     let adopting = r.object.dns_name().is_none();
     if let Some(other) = claimed_elsewhere(r, &fqdn, adopting) {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             mc_api::DNS_NAME_IN_USE,
             &format!("DNS record {fqdn} is MaasCluster {other}'s; left alone"),
         );
@@ -477,19 +461,14 @@ pub(super) fn delete_record(
             Owner::Other => false,
         };
         if !ours {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 mc_api::DNS_RECORD_NOT_OURS,
                 &format!("DNS record {fqdn} is not this cluster's (no mark of it): left alone"),
             );
             continue;
         }
         match r.maas()?.delete_dns_resource(record.id) {
-            Ok(()) => r.event(
-                EventType::Normal,
-                "DNSRecordDeleted",
-                &format!("Deleted DNS record {fqdn}"),
-            ),
+            Ok(()) => r.normal_event("DNSRecordDeleted", &format!("Deleted DNS record {fqdn}")),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }

@@ -17,7 +17,6 @@ use serde_json::json;
 
 use super::ClusterReconciling;
 use crate::controllers::identity::{self, Identity, Recorded};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 
 /// The cluster's identity, chosen and persisted (guarded by
@@ -35,8 +34,7 @@ pub(super) fn ensure_identity(r: &mut ClusterReconciling) -> Result<Identity, Er
         )));
     };
     if let Some(foreign) = foreign {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             "IdentityReplaced",
             &format!(
                 "annotation {} named another object ({foreign:?}); this MaasCluster's identity \
@@ -61,16 +59,7 @@ pub(super) fn ensure_identity(r: &mut ClusterReconciling) -> Result<Identity, Er
 /// (locally administered, unicast, so never a real NIC's), the first six
 /// bytes of SHA-256 (rustls's ring provider; no crate of its own).
 pub(super) fn reservation_mac(identity: &Identity) -> Result<String, Error> {
-    let digest = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
-        .tls13()
-        .map(|suite| {
-            suite
-                .common
-                .hash_provider
-                .hash(identity.as_str().as_bytes())
-        })
-        .ok_or_else(|| Error::Retry("no SHA-256 for the reservation mark".into()))?;
-    let bytes = digest.as_ref();
+    let bytes = sha256(identity, "reservation mark")?;
     let (Some(first), Some(rest)) = (bytes.first(), bytes.get(1..6)) else {
         return Err(Error::Retry(
             "short SHA-256 for the reservation mark".into(),
@@ -85,15 +74,16 @@ pub(super) fn reservation_mac(identity: &Identity) -> Result<String, Error> {
 
 /// The TXT data that marks a DNS record as `identity`'s.
 pub(super) fn dns_mark(identity: &Identity) -> Result<String, Error> {
-    let bytes = sha256(identity)?;
+    let bytes = sha256(identity, "ownership mark")?;
     let hex: String = bytes.iter().take(16).map(|b| format!("{b:02x}")).collect();
     Ok(format!("{DNS_MARK_PREFIX}{hex}"))
 }
 
 pub(super) const DNS_MARK_PREFIX: &str = "capmaas-owner=";
 
-/// SHA-256 from rustls's ring provider (no crate of its own).
-fn sha256(identity: &Identity) -> Result<Vec<u8>, Error> {
+/// SHA-256 from rustls's ring provider (no crate of its own), for the
+/// mark `what`.
+fn sha256(identity: &Identity, what: &str) -> Result<Vec<u8>, Error> {
     rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
         .tls13()
         .map(|suite| {
@@ -104,7 +94,7 @@ fn sha256(identity: &Identity) -> Result<Vec<u8>, Error> {
                 .as_ref()
                 .to_vec()
         })
-        .ok_or_else(|| Error::Retry("no SHA-256 for the ownership mark".into()))
+        .ok_or_else(|| Error::Retry(format!("no SHA-256 for the {what}")))
 }
 
 #[cfg(test)]

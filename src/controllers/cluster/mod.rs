@@ -27,7 +27,7 @@ pub(crate) use dns::{is_running, role, Role};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ports::{EventType, Kind};
+use super::ports::Kind;
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
@@ -111,11 +111,11 @@ impl ClusterReconciling<'_> {
                 "{}: waiting for Cluster API to set the owner Cluster",
                 self.key()
             );
-            self.set(Desired::false_(
+            self.set_false(
                 mc_api::LOAD_BALANCER_READY,
                 mc_api::WAITING_FOR_CLUSTER,
                 "waiting for the owner Cluster",
-            ));
+            );
             return Ok(Action::Done);
         };
         if self.object.lxd_hosts_enabled() {
@@ -143,24 +143,17 @@ impl ClusterReconciling<'_> {
                 Ok(record) => record,
                 Err(e) if e.is_maas_unavailable() => return Err(e),
                 Err(e) => {
-                    self.event(
-                        EventType::Warning,
-                        mc_api::LOAD_BALANCER_FAILED,
-                        &e.to_string(),
-                    );
-                    self.set(Desired::false_(
+                    self.warning_event(mc_api::LOAD_BALANCER_FAILED, &e.to_string());
+                    self.set_false(
                         mc_api::LOAD_BALANCER_READY,
                         mc_api::LOAD_BALANCER_FAILED,
                         e.to_string(),
-                    ));
+                    );
                     return Err(e);
                 }
             };
         self.ensure_endpoint(&cluster, &dns_name)?;
-        self.set(Desired::true_(
-            mc_api::LOAD_BALANCER_READY,
-            mc_api::LOAD_BALANCER_READY,
-        ));
+        self.set_true(mc_api::LOAD_BALANCER_READY, mc_api::LOAD_BALANCER_READY);
         self.provisioned();
 
         let (ns, name) = (
@@ -228,13 +221,13 @@ impl ClusterReconciling<'_> {
         let message = "spec.lxdConfig.enabled asks for LXD VM hosts; capmaas deploys \
                        bare-metal MAAS machines only: remove the field (nothing was made in MAAS)";
         if self.condition_reason(mc_api::LOAD_BALANCER_READY) != Some(mc_api::UNSUPPORTED_FIELD) {
-            self.event(EventType::Warning, mc_api::UNSUPPORTED_FIELD, message);
+            self.warning_event(mc_api::UNSUPPORTED_FIELD, message);
         }
-        self.set(Desired::false_(
+        self.set_false(
             mc_api::LOAD_BALANCER_READY,
             mc_api::UNSUPPORTED_FIELD,
             message,
-        ));
+        );
         Action::Done
     }
 
@@ -260,14 +253,14 @@ impl ClusterReconciling<'_> {
             (true, _) => {}
             (false, Some(host)) => self.ensure_endpoint(cluster, &host)?,
             (false, None) => {
-                self.set(Desired::false_(
+                self.set_false(
                     mc_api::LOAD_BALANCER_READY,
                     mc_api::WAITING_FOR_CUSTOM_ENDPOINT,
                     format!(
                         "{} is set: waiting for spec.controlPlaneEndpoint (no DNS record is made)",
                         mc_api::CUSTOM_DNS_ANNOTATION
                     ),
-                ));
+                );
                 return Ok(Action::Done);
             }
         }
@@ -328,31 +321,29 @@ impl ClusterReconciling<'_> {
         let identity = self.object.spec.identity_ref.clone();
         match self.connect_maas(identity.as_ref()) {
             Ok(()) => {
-                self.set(Desired::true_(
-                    mc_api::CREDENTIALS_READY,
-                    mc_api::CREDENTIALS_READY,
-                ));
+                self.set_true(mc_api::CREDENTIALS_READY, mc_api::CREDENTIALS_READY);
                 Ok(())
             }
             Err(e) => {
-                let reported = self
-                    .condition(mc_api::CREDENTIALS_READY)
-                    .is_some_and(|c| c.message == e.message());
-                if !reported {
-                    self.event(
-                        EventType::Warning,
-                        mc_api::CREDENTIALS_UNAVAILABLE,
-                        e.message(),
-                    );
-                }
-                self.set(Desired::false_(
+                self.report(
                     mc_api::CREDENTIALS_READY,
                     mc_api::CREDENTIALS_UNAVAILABLE,
                     e.message(),
-                ));
+                );
                 Err(e.into())
             }
         }
+    }
+
+    /// Condition `type_` False for `reason`, with a Warning event (of the
+    /// same reason) when the message is new: a failure every reconcile
+    /// repeats is one Event, not one per reconcile.
+    fn report(&mut self, type_: &str, reason: &str, message: &str) {
+        let reported = self.condition(type_).is_some_and(|c| c.message == message);
+        if !reported {
+            self.warning_event(reason, message);
+        }
+        self.set_false(type_, reason, message);
     }
 
     /// Another MaasCluster of this controller for which `is` holds, as
@@ -454,23 +445,19 @@ impl ClusterReconciling<'_> {
             self.object.metadata.name.clone(),
         );
         if self.ctx.api_watch.take_online(&ns, &name) {
-            self.set(Desired::true_(
-                mc_api::API_SERVER_AVAILABLE,
-                mc_api::API_SERVER_AVAILABLE,
-            ));
-            self.event(
-                EventType::Normal,
+            self.set_true(mc_api::API_SERVER_AVAILABLE, mc_api::API_SERVER_AVAILABLE);
+            self.normal_event(
                 "APIServerAvailable",
                 "The workload cluster's API server answers",
             );
             return;
         }
         self.ctx.api_watch.watch(&ns, &name, &cluster.metadata.name);
-        self.set(Desired::false_(
+        self.set_false(
             mc_api::API_SERVER_AVAILABLE,
             mc_api::API_SERVER_NOT_READY,
             "waiting for the workload API server to answer",
-        ));
+        );
     }
 
     fn delete(&mut self, owner_name: Option<String>) -> Result<Action, Error> {
@@ -499,11 +486,7 @@ impl ClusterReconciling<'_> {
             if remaining > 0 {
                 let message = format!("waiting for {remaining} MaasMachines to be deleted");
                 self.summarize = false;
-                self.set(Desired::false_(
-                    conditions::READY,
-                    mc_api::DELETING,
-                    message,
-                ));
+                self.set_false(conditions::READY, mc_api::DELETING, message);
                 return Ok(Action::RequeueAfter(DELETE_WAIT));
             }
         }
@@ -517,7 +500,7 @@ impl ClusterReconciling<'_> {
             dns::delete_record(self, cluster_name.as_deref())?;
             "DNS record deleted"
         };
-        self.set(Desired::false_(conditions::READY, mc_api::DELETING, done));
+        self.set_false(conditions::READY, mc_api::DELETING, done);
         self.finish_deletion()
     }
 }

@@ -29,8 +29,6 @@ use crate::api::maas_cluster::{
     self as mc_api, ControlPlaneVip, ControlPlaneVipStatus, VIP_EXTERNAL, VIP_RESERVED,
     VIP_RESERVING,
 };
-use crate::api::Desired;
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{IpReservation, ReserveFrom};
 
@@ -69,8 +67,7 @@ fn keep(
         return Ok(rec.address);
     }
     if rec.phase != VIP_RESERVING {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             "ControlPlaneVIPLost",
             &format!(
                 "control-plane VIP {} is no longer reserved in MAAS (released outside \
@@ -146,8 +143,7 @@ fn marked_in_subnet(
 fn adopt(r: &mut ClusterReconciling, address: &str, ours: bool) -> Result<(), Error> {
     if ours {
         record(r, address, VIP_RESERVED, &[])?;
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "ControlPlaneVIPReserved",
             &format!(
                 "control-plane VIP {address}, reserved in MAAS with this cluster's mark (a \
@@ -157,8 +153,7 @@ fn adopt(r: &mut ClusterReconciling, address: &str, ours: bool) -> Result<(), Er
         return Ok(());
     }
     record(r, address, VIP_EXTERNAL, &[])?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "ControlPlaneVIPAdopted",
         &format!(
             "control-plane VIP {address} was already reserved in MAAS for this MAAS user, not \
@@ -249,8 +244,7 @@ fn reserve(r: &mut ClusterReconciling, from: ReserveFrom, mark: &str) -> Result<
 }
 
 fn reserved_event(r: &ClusterReconciling, address: &str) {
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "ControlPlaneVIPReserved",
         &format!("Reserved control-plane VIP {address} in MAAS"),
     );
@@ -302,29 +296,23 @@ fn refuse_if_claimed(r: &mut ClusterReconciling, address: &str) -> Result<(), Er
         "control-plane VIP {address} is already the endpoint of MaasCluster {other}; this \
          cluster will not reserve, use or release it"
     );
-    report(r, mc_api::CONTROL_PLANE_VIP_IN_USE, &message);
+    r.report(
+        mc_api::LOAD_BALANCER_READY,
+        mc_api::CONTROL_PLANE_VIP_IN_USE,
+        &message,
+    );
     Err(Error::Retry(format!("{}: {message}", r.key())))
 }
 
 /// `LoadBalancerReady=False` with MAAS's words, a Warning event when the
 /// message is new; the error to retry with backoff.
 pub(super) fn failed(r: &mut ClusterReconciling, message: String) -> Error {
-    report(r, mc_api::CONTROL_PLANE_VIP_FAILED, &message);
-    Error::Retry(format!("{}: {message}", r.key()))
-}
-
-fn report(r: &mut ClusterReconciling, reason: &str, message: &str) {
-    let reported = r
-        .condition(mc_api::LOAD_BALANCER_READY)
-        .is_some_and(|c| c.message == message);
-    if !reported {
-        r.event(EventType::Warning, reason, message);
-    }
-    r.set(Desired::false_(
+    r.report(
         mc_api::LOAD_BALANCER_READY,
-        reason,
-        message.to_string(),
-    ));
+        mc_api::CONTROL_PLANE_VIP_FAILED,
+        &message,
+    );
+    Error::Retry(format!("{}: {message}", r.key()))
 }
 
 /// On deletion (the machines are gone): releases what this cluster
@@ -335,8 +323,7 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
         return Ok(());
     };
     let address = if rec.phase == VIP_EXTERNAL {
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "ControlPlaneVIPKept",
             &format!(
                 "control-plane VIP {} was reserved in MAAS before this cluster: left reserved",
@@ -362,18 +349,13 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
             [ip] => ip.clone(),
             several => {
                 let message = ambiguous(several);
-                r.event(
-                    EventType::Warning,
-                    mc_api::CONTROL_PLANE_VIP_FAILED,
-                    &message,
-                );
+                r.warning_event(mc_api::CONTROL_PLANE_VIP_FAILED, &message);
                 return Ok(());
             }
         }
     };
     if let Some(other) = claimed_by(r, &address) {
-        r.event(
-            EventType::Warning,
+        r.warning_event(
             mc_api::CONTROL_PLANE_VIP_IN_USE,
             &format!("control-plane VIP {address} is MaasCluster {other}'s; left reserved"),
         );
@@ -383,8 +365,7 @@ pub(super) fn release(r: &mut ClusterReconciling) -> Result<(), Error> {
         return Ok(());
     }
     r.maas()?.client().release_ip(&address)?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "ControlPlaneVIPReleased",
         &format!("Released control-plane VIP {address} in MAAS"),
     );

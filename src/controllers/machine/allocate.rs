@@ -32,7 +32,6 @@ use crate::api::capi;
 use crate::api::maas_machine::{self as mm_api, provider_id};
 use crate::api::MaasCluster;
 use crate::controllers::identity::{self, Identity, Ownership};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::watch::Lookup;
 use crate::maas::{self, check_image, AllocateRequest, ReleaseRequest};
@@ -94,11 +93,11 @@ pub(super) fn find_or_allocate(
         };
     }
     if r.condition_reason(mm_api::MACHINE_DEPLOYED) != Some(mm_api::MACHINE_DEPLOY_FAILED) {
-        r.set(crate::api::Desired::false_(
+        r.set_false(
             mm_api::MACHINE_DEPLOYED,
             mm_api::MACHINE_DEPLOY_STARTED,
             "allocating a machine",
-        ));
+        );
     }
     // A VM is composed for this object alone: never a reused machine.
     let reused = match (maas_cluster, reuse_owner.as_deref()) {
@@ -106,11 +105,10 @@ pub(super) fn find_or_allocate(
             match reuse::allocate(r, cluster, owner, &request)? {
                 reuse::Reuse::Took(host) => Some(*host),
                 reuse::Reuse::Releasing(system_id) => {
-                    r.set(crate::api::Desired::false_(
+                    r.set_false(
                         mm_api::MACHINE_DEPLOYED,
                         mm_api::MACHINE_DEPLOY_STARTED,
-                        format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"),
-                    ));
+                        format!("waiting for MAAS machine {system_id} to be released, to reuse it (spec.nodeReuse)"));
                     return Ok(Step::Stop(Action::RequeueAfter(REUSE_WAIT)));
                 }
                 reuse::Reuse::Nothing => None,
@@ -140,14 +138,14 @@ pub(super) fn find_or_allocate(
                 "Allocated MAAS machine {} ({}) in zone {:?}",
                 host.system_id, host.hostname, host.zone
             );
-            r.event(EventType::Normal, "MachineAllocated", &message);
+            r.normal_event("MachineAllocated", &message);
             if r.object.spec.options().failure_domain_fallback
                 && request.zone.as_ref() == Some(&host.zone)
             {
-                r.set(crate::api::Desired::true_(
+                r.set_true(
                     mm_api::FAILURE_DOMAIN_MATCHED,
                     mm_api::FAILURE_DOMAIN_MATCHED,
-                ));
+                );
             }
             record_allocation(r, &host)?;
             reuse::settle(r, maas_cluster, reuse_owner.as_deref(), &host.system_id)?;
@@ -205,16 +203,12 @@ fn allocate_elsewhere(
                      instead (spec.failureDomainFallback)",
                     host.system_id, host.zone
                 );
-                r.event(
-                    EventType::Warning,
-                    mm_api::FAILURE_DOMAIN_FALLBACK,
-                    &message,
-                );
-                r.set(crate::api::Desired::false_(
+                r.warning_event(mm_api::FAILURE_DOMAIN_FALLBACK, &message);
+                r.set_false(
                     mm_api::FAILURE_DOMAIN_MATCHED,
                     mm_api::FAILURE_DOMAIN_FALLBACK,
                     message,
-                ));
+                );
                 return Ok(host);
             }
             Err(e) if e.is_conflict() => continue,
@@ -325,13 +319,13 @@ fn released_out_of_band(r: &mut MachineReconciling, host: &maas::Machine) -> Ste
 fn gone_from_maas(r: &mut MachineReconciling, system_id: &str) -> Step<maas::Machine> {
     let message = format!("MAAS machine {system_id} no longer exists");
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
-        r.event(EventType::Warning, "NoMachineFound", &message);
+        r.warning_event("NoMachineFound", &message);
     }
-    r.set(crate::api::Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_NOT_FOUND,
         message.clone(),
-    ));
+    );
     r.status.failure_reason = Some(mm_api::UPDATE_MACHINE_ERROR.into());
     r.status.failure_message = Some(message);
     Step::Stop(Action::Done)
@@ -466,8 +460,7 @@ fn release_duplicate(r: &MachineReconciling, host: &maas::Machine) {
         Err(e) => Err(e),
     };
     match released {
-        Ok(()) => r.event(
-            EventType::Normal,
+        Ok(()) => r.normal_event(
             "SuccessfulRelease",
             &format!("Released duplicate instance {:?}", host.system_id),
         ),

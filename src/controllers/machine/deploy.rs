@@ -11,9 +11,7 @@ use std::time::Duration;
 use super::allocate::require_image;
 use super::{retry, MachineReconciling, Step};
 use crate::api::maas_machine as mm_api;
-use crate::api::Desired;
 use crate::controllers::identity::Identity;
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, DeployRequest, MaasVersion, MachineStatus};
 use crate::runtime::Action;
@@ -158,16 +156,16 @@ pub(super) fn ensure_deploying(
             let message = format!(
                 "bootstrap data Secret {namespace}/{bootstrap_secret} has no key \"value\" (yet)"
             );
-            r.event(EventType::Warning, "FailedGetBootstrapData", &message);
-            r.set(Desired::false_(
+            r.warning_event("FailedGetBootstrapData", &message);
+            r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::WAITING_FOR_BOOTSTRAP_DATA,
                 message.clone(),
-            ));
+            );
             return Err(Error::Retry(message));
         }
         Err(e) => {
-            r.event(EventType::Warning, "FailedGetBootstrapData", &e.to_string());
+            r.warning_event("FailedGetBootstrapData", &e.to_string());
             return Err(e.into());
         }
     };
@@ -196,7 +194,7 @@ pub(super) fn ensure_deploying(
                 "Deploying MAAS machine {system_id} with image {:?}",
                 r.object.spec.image
             );
-            r.event(EventType::Normal, "MachineDeployStarted", &message);
+            r.normal_event("MachineDeployStarted", &message);
             Ok(Step::Continue(deploying))
         }
         Err(e) if e.is_refused() => deploy_failed(
@@ -265,15 +263,15 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
         .disable_swap
         .unwrap_or(!r.ctx.options.no_swap_update);
     if !wanted {
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::SWAP_DISABLED,
             mm_api::SWAP_UPDATE_DISABLED,
             "swap left as MAAS has it (spec.disableSwap: false or --no-swap-update)",
-        ));
+        );
         return Ok(None);
     }
     if host.swap_size == Some(0) {
-        r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
+        r.set_true(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED);
         return Ok(None);
     }
     let swap_off = [("swap_size", "0")];
@@ -281,7 +279,7 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
         client.update_machine(&host.system_id, &swap_off).map(drop)
     }) {
         Ok(()) => {
-            r.set(Desired::true_(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED));
+            r.set_true(mm_api::SWAP_DISABLED, mm_api::SWAP_DISABLED);
             Ok(None)
         }
         Err(e) if e.is_forbidden() => {
@@ -292,13 +290,9 @@ fn disable_swap(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Opti
                 e.message()
             );
             if r.condition_reason(mm_api::SWAP_DISABLED) != Some(mm_api::SWAP_UPDATE_SKIPPED) {
-                r.event(EventType::Warning, mm_api::SWAP_UPDATE_SKIPPED, &message);
+                r.warning_event(mm_api::SWAP_UPDATE_SKIPPED, &message);
             }
-            r.set(Desired::false_(
-                mm_api::SWAP_DISABLED,
-                mm_api::SWAP_UPDATE_SKIPPED,
-                message,
-            ));
+            r.set_false(mm_api::SWAP_DISABLED, mm_api::SWAP_UPDATE_SKIPPED, message);
             Ok(None)
         }
         Err(e) if e.is_transient() => Err(e.into()),

@@ -38,11 +38,11 @@ pub(super) fn check_attachment(
     let deleting = r.object.metadata.is_being_deleted() || r.facts.leaving;
     let Some(fqdn) = maas_cluster.and_then(|c| c.dns_name()).map(str::to_string) else {
         if !deleting {
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::DNS_ATTACHED,
                 mm_api::DNS_ATTACH_PENDING,
                 "waiting for the cluster's DNS name",
-            ));
+            );
         }
         return Ok(None);
     };
@@ -50,11 +50,11 @@ pub(super) fn check_attachment(
     let needs_read = deleting || (running && !attached_now) || (!running && r.status.dns_attached);
     if !needs_read {
         if !running && !deleting {
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::DNS_ATTACHED,
                 mm_api::DNS_ATTACH_PENDING,
                 "machine is not running",
-            ));
+            );
         }
         return Ok(None);
     }
@@ -70,23 +70,23 @@ pub(super) fn check_attachment(
     r.status.dns_attached = registered;
     match (running && !deleting, registered) {
         (true, true) => {
-            r.set(Desired::true_(mm_api::DNS_ATTACHED, mm_api::DNS_ATTACHED));
+            r.set_true(mm_api::DNS_ATTACHED, mm_api::DNS_ATTACHED);
             Ok(None)
         }
         (true, false) => {
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::DNS_ATTACHED,
                 mm_api::DNS_ATTACH_PENDING,
                 format!("waiting to join {fqdn} (added once its API server answers)"),
-            ));
+            );
             Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)))
         }
         (false, true) => {
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::DNS_ATTACHED,
                 mm_api::DNS_DETACH_PENDING,
                 format!("waiting to leave {fqdn}"),
-            ));
+            );
             Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)))
         }
         (false, false) => {
@@ -95,11 +95,7 @@ pub(super) fn check_attachment(
             } else {
                 "machine is not running"
             };
-            r.set(Desired::false_(
-                mm_api::DNS_ATTACHED,
-                mm_api::DNS_ATTACH_PENDING,
-                why,
-            ));
+            r.set_false(mm_api::DNS_ATTACHED, mm_api::DNS_ATTACH_PENDING, why);
             Ok(None)
         }
     }

@@ -35,9 +35,8 @@ use serde_json::{json, Value};
 use super::{MachineReconciling, Owners, DNS_PENDING_REQUEUE};
 use crate::api::capi::{Cluster, Machine};
 use crate::api::maas_machine as mm_api;
-use crate::api::{Desired, MaasCluster};
+use crate::api::MaasCluster;
 use crate::controllers::cluster::{is_running, role, Role};
-use crate::controllers::ports::EventType;
 use crate::controllers::{Context, Error};
 use crate::kube::time;
 use crate::runtime::Action;
@@ -143,8 +142,7 @@ pub(super) fn hold_drain(
     };
     let Some(fqdn) = fqdn.filter(|_| nothing_to_wait_for.is_none()) else {
         let why = nothing_to_wait_for.unwrap_or_default();
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "DrainAllowed",
             &format!("pre-drain hook removed at once: {why}"),
         );
@@ -173,8 +171,7 @@ pub(super) fn hold_drain(
         .filter(|at| *at <= now);
     if in_record {
         if !others_serving(r, owners) {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "DrainAllowed",
                 &format!(
                     "the last control plane keeps its address in {fqdn}; \
@@ -186,14 +183,14 @@ pub(super) fn hold_drain(
         }
         // Back in the record (a hand edit): its TTL wait starts again.
         r.status.left_dns_at = None;
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::DNS_ATTACHED,
             LEAVING_DNS,
             format!(
                 "Machine is being deleted: leaving {fqdn} once another control plane's \
                  API server answers; the drain waits"
             ),
-        ));
+        );
         return Ok(Some(Action::RequeueAfter(DNS_PENDING_REQUEUE)));
     }
 
@@ -206,8 +203,7 @@ pub(super) fn hold_drain(
         Some(at) => at,
         None => {
             r.status.left_dns_at = Some(time::time_of_unix_seconds(now));
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 LEFT_DNS,
                 &format!(
                     "left {fqdn}; waiting {ttl} s (the record's TTL) for resolvers' caches \
@@ -219,20 +215,19 @@ pub(super) fn hold_drain(
     };
     let drain_at = left_at.saturating_add(ttl);
     if now < drain_at {
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::DNS_ATTACHED,
             LEFT_DNS,
             format!(
                 "left {fqdn}; waiting {} s more (the record's TTL, {ttl} s) before the drain",
                 drain_at - now
             ),
-        ));
+        );
         return Ok(Some(Action::RequeueAfter(Duration::from_secs(
             drain_at - now,
         ))));
     }
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "DrainAllowed",
         &format!(
             "left {fqdn} {} s ago (TTL {ttl} s); pre-drain hook removed",

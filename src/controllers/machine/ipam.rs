@@ -28,9 +28,8 @@ use super::{poll_interval, retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::ipam::{self, IpAddress, IpAddressClaim, IpAddressSpec, PoolRef};
 use crate::api::maas_machine::{self as mm_api, MachineNetwork, StaticIp};
-use crate::api::{maas_cluster, Desired, MaasCluster, MaasMachine};
+use crate::api::{maas_cluster, MaasCluster, MaasMachine};
 use crate::controllers::identity::{self, Identity, Ownership};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, LinkMode, MachineStatus};
 use crate::runtime::Action;
@@ -113,18 +112,9 @@ pub(super) fn ensure_static_addresses(
         // Set after allocation (the address filled in late): said here.
         Some(StaticAddress::Refused(message)) => {
             if r.condition_reason(STATIC_ADDRESSES_READY) != Some(STATIC_ADDRESS_FAILED) {
-                r.event(EventType::Warning, STATIC_ADDRESS_FAILED, &message);
+                r.warning_event(STATIC_ADDRESS_FAILED, &message);
             }
-            r.set(Desired::false_(
-                STATIC_ADDRESSES_READY,
-                STATIC_ADDRESS_FAILED,
-                message.clone(),
-            ));
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                STATIC_ADDRESS_FAILED,
-                message,
-            ));
+            not_ready(r, STATIC_ADDRESS_FAILED, message);
             return Ok(Step::Stop(Action::Done));
         }
     };
@@ -135,16 +125,7 @@ pub(super) fn ensure_static_addresses(
         }
         (Blocked(waiting_for), _) | (_, Blocked(waiting_for)) => {
             let message = format!("waiting for {waiting_for}");
-            r.set(Desired::false_(
-                STATIC_ADDRESSES_READY,
-                WAITING_FOR_IP_ADDRESS,
-                message.clone(),
-            ));
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                WAITING_FOR_IP_ADDRESS,
-                message,
-            ));
+            not_ready(r, WAITING_FOR_IP_ADDRESS, message);
             let age = r.condition_age(STATIC_ADDRESSES_READY);
             return Ok(Step::Stop(Action::RequeueAfter(poll_interval(age))));
         }
@@ -160,13 +141,9 @@ pub(super) fn ensure_static_addresses(
         .filter(|name| !name.is_empty());
     match link_addresses(r, &host, interface.as_deref(), &addresses)? {
         Done(linked) => {
-            r.set(Desired::true_(
-                STATIC_ADDRESSES_READY,
-                STATIC_ADDRESSES_LINKED,
-            ));
+            r.set_true(STATIC_ADDRESSES_READY, STATIC_ADDRESSES_LINKED);
             if !linked.is_empty() {
-                r.event(
-                    EventType::Normal,
+                r.normal_event(
                     STATIC_ADDRESSES_LINKED,
                     &format!(
                         "Linked {} STATIC on MAAS machine {}",
@@ -178,11 +155,11 @@ pub(super) fn ensure_static_addresses(
             Ok(Step::Continue(host))
         }
         Blocked(message) => {
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
                 message.clone(),
-            ));
+            );
             Ok(Step::Stop(retry::refused(
                 r,
                 STATIC_ADDRESS_FAILED,
@@ -190,6 +167,12 @@ pub(super) fn ensure_static_addresses(
             )))
         }
     }
+}
+
+/// The addresses are not ready, and so the machine is not deployed.
+fn not_ready(r: &mut MachineReconciling, reason: &str, message: String) {
+    r.set_false(STATIC_ADDRESSES_READY, reason, message.clone());
+    r.set_false(mm_api::MACHINE_DEPLOYED, reason, message);
 }
 
 /// How a part of the address work ended: done, or blocked, with why (a
@@ -318,11 +301,11 @@ fn claimed_addresses(
                 "IPAddressClaim {namespace}/{name} exists and is not this MaasMachine's; \
                  delete it or rename the MaasMachine"
             );
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 STATIC_ADDRESS_FAILED,
                 message.clone(),
-            ));
+            );
             return Err(Error::Retry(message));
         }
         if claim.metadata.is_being_deleted() {
@@ -403,8 +386,7 @@ fn create_claim(
         Err(e) if e.is_already_exists() => Ok(()),
         Err(e) => Err(e.into()),
         Ok(()) => {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "IPAddressClaimCreated",
                 &format!("Claimed an address from {} {}", pool.kind, pool.name),
             );
@@ -614,8 +596,7 @@ pub(super) fn release_static_addresses(
     }
     for name in claims {
         r.ctx.kube.delete_ip_address_claim(&namespace, &name)?;
-        r.event(
-            EventType::Normal,
+        r.normal_event(
             "IPAddressClaimDeleted",
             &format!("Deleted IPAddressClaim {name}"),
         );
@@ -654,11 +635,11 @@ fn unlink_addresses(
     match unlink_decision(&host.status, owned_now, observed) {
         Unlink::Now => {}
         Unlink::AfterRelease => {
-            r.set(Desired::false_(
+            r.set_false(
                 STATIC_ADDRESSES_READY,
                 mm_api::DELETED,
                 format!("waiting for MAAS to release {system_id} to unlink its static addresses"),
-            ));
+            );
             return Ok(Some(Action::RequeueAfter(RELEASE_WAIT)));
         }
         Unlink::Never => {
@@ -667,8 +648,7 @@ fn unlink_addresses(
             } else {
                 "was never this MaasMachine's".to_string()
             };
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 STATIC_ADDRESS_FAILED,
                 &format!(
                     "MAAS machine {system_id} {whose}: its static addresses {} stay linked",
@@ -683,8 +663,7 @@ fn unlink_addresses(
             client.unlink_subnet(system_id, interface_id, link_id)
         }) {
             Ok(()) => {}
-            Err(e) if e.is_refused() => r.event(
-                EventType::Warning,
+            Err(e) if e.is_refused() => r.warning_event(
                 STATIC_ADDRESS_FAILED,
                 &format!(
                     "unlinking {ip} from MAAS machine {system_id}: {}",

@@ -31,7 +31,7 @@ pub mod ipam;
 mod ipam_tests;
 mod node;
 pub(crate) use deploy::{asks_versioned_options, options_missing_from};
-pub(crate) use node::node_names;
+pub(crate) use node::find_node;
 mod observe;
 mod release;
 mod retry;
@@ -48,11 +48,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::identity::{self, Identity, Recorded};
-use super::ports::{EventType, Kind};
+use super::ports::Kind;
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Cluster};
-use crate::api::conditions::{Condition, Desired};
+use crate::api::conditions::Condition;
 use crate::api::maas_machine::{self as mm_api, FINALIZER};
 use crate::api::{MaasCluster, MaasMachine, MaasMachineStatus, ObjectMeta};
 use crate::runtime::Action;
@@ -205,11 +205,11 @@ impl MachineReconciling<'_> {
             .as_ref()
             .and_then(|c| c.spec.identity_ref.clone());
         if let Err(e) = self.connect_maas(identity_ref.as_ref()) {
-            self.set(Desired::false_(
+            self.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::CREDENTIALS_UNAVAILABLE,
                 e.message(),
-            ));
+            );
             return Err(e.into());
         }
         if let Some(action) = drain::hold_drain(self, machine, cluster, &owners)? {
@@ -222,19 +222,19 @@ impl MachineReconciling<'_> {
             self.maas()?.chose_identity(identity.as_str());
         }
         if !cluster.infrastructure_provisioned() {
-            self.set(Desired::false_(
+            self.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
                 "",
-            ));
+            );
             return Ok(Action::Done);
         }
         let Some(bootstrap_secret) = machine.bootstrap_secret() else {
-            self.set(Desired::false_(
+            self.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::WAITING_FOR_BOOTSTRAP_DATA,
                 "",
-            ));
+            );
             return Ok(Action::Done);
         };
         // Checked before allocating (a machine with nothing under it yet);
@@ -313,9 +313,9 @@ impl MachineReconciling<'_> {
             .condition(mm_api::MACHINE_DEPLOYED)
             .is_some_and(|c| c.reason == reason && c.message == message);
         if !reported {
-            self.event(EventType::Warning, event_reason, &message);
+            self.warning_event(event_reason, &message);
         }
-        self.set(Desired::false_(mm_api::MACHINE_DEPLOYED, reason, message));
+        self.set_false(mm_api::MACHINE_DEPLOYED, reason, message);
     }
 
     /// The object's identity (see `controllers::identity`), chosen and
@@ -340,17 +340,15 @@ impl MachineReconciling<'_> {
         let Some(identity) = Identity::new_for(&self.object.metadata) else {
             let message = "the namespace and name are too long for a MAAS identity \
                            (at most 255 characters with the UID)";
-            self.set(Desired::false_(
+            self.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_DEPLOY_FAILED,
                 message,
-            ));
+            );
             return Err(Error::Retry(format!("{}: {message}", self.key())));
         };
         if let Some(foreign) = foreign {
-            self.event(
-                EventType::Warning,
-                "IdentityReplaced",
+            self.warning_event("IdentityReplaced",
                 &format!(
                     "annotation {} named another object ({foreign:?}); this MaasMachine's identity is {identity}",
                     identity::ANNOTATION

@@ -19,11 +19,11 @@ use crate::api::capi::Cluster;
 use crate::api::conditions;
 use crate::api::maas_cluster::API_SERVER_AVAILABLE;
 use crate::api::maas_machine as mm_api;
-use crate::api::{Desired, MaasCluster};
-use crate::controllers::ports::EventType;
+use crate::api::MaasCluster;
+use crate::controllers::ports::{NodeInfo, WorkloadApi};
 use crate::controllers::Error;
-use crate::maas;
 use crate::runtime::Action;
+use crate::{kube, maas};
 
 /// The well-known label for the machine's failure domain.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -48,44 +48,37 @@ pub(super) fn ensure_provider_id(
         maas_cluster.is_some_and(|mc| conditions::is_true(mc.conditions(), API_SERVER_AVAILABLE));
     if !api_up {
         // The MaasCluster's update re-queues us when the API comes up.
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::NODE_PROVIDER_ID_SET,
             mm_api::WAITING_FOR_NODE,
             "waiting for the workload API server",
-        ));
+        );
         return Ok(None);
     }
 
     let namespace = r.object.metadata.namespace.clone();
     let cluster_name = cluster.metadata.name.clone();
-    let mut node = None;
-    for candidate in node_names(hostname) {
-        match r.ctx.workload.node(&namespace, &cluster_name, &candidate) {
-            Ok(Some(found)) => {
-                node = Some(found);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                r.set(Desired::false_(
-                    mm_api::NODE_PROVIDER_ID_SET,
-                    mm_api::WAITING_FOR_NODE,
-                    e.to_string(),
-                ));
-                return Ok(Some(wait(r)));
-            }
+    let node = match find_node(r.ctx.workload.as_ref(), &namespace, &cluster_name, hostname) {
+        Ok(node) => node,
+        Err(e) => {
+            r.set_false(
+                mm_api::NODE_PROVIDER_ID_SET,
+                mm_api::WAITING_FOR_NODE,
+                e.to_string(),
+            );
+            return Ok(Some(wait(r)));
         }
-    }
+    };
     let Some(node) = node else {
         let message = format!(
             "no Node named {:?} in the workload cluster yet",
             hostname.to_lowercase()
         );
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::NODE_PROVIDER_ID_SET,
             mm_api::WAITING_FOR_NODE,
             message,
-        ));
+        );
         return Ok(Some(wait(r)));
     };
     match node.provider_id.as_deref().filter(|p| !p.is_empty()) {
@@ -98,13 +91,13 @@ pub(super) fn ensure_provider_id(
             if r.condition_reason(mm_api::NODE_PROVIDER_ID_SET)
                 != Some(mm_api::NODE_PROVIDER_ID_MISMATCH)
             {
-                r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
+                r.warning_event("NodeProviderUpdateFailed", &message);
             }
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::NODE_PROVIDER_ID_SET,
                 mm_api::NODE_PROVIDER_ID_MISMATCH,
                 message,
-            ));
+            );
             return Ok(None);
         }
         None => {
@@ -115,20 +108,17 @@ pub(super) fn ensure_provider_id(
                 &provider_id,
             ) {
                 let message = e.to_string();
-                r.event(EventType::Warning, "NodeProviderUpdateFailed", &message);
-                r.set(Desired::false_(
+                r.warning_event("NodeProviderUpdateFailed", &message);
+                r.set_false(
                     mm_api::NODE_PROVIDER_ID_SET,
                     mm_api::WAITING_FOR_NODE,
                     message,
-                ));
+                );
                 return Err(Error::Workload(e));
             }
         }
     }
-    r.set(Desired::true_(
-        mm_api::NODE_PROVIDER_ID_SET,
-        mm_api::NODE_PROVIDER_ID_SET,
-    ));
+    r.set_true(mm_api::NODE_PROVIDER_ID_SET, mm_api::NODE_PROVIDER_ID_SET);
     Ok(None)
 }
 
@@ -151,20 +141,18 @@ pub(super) fn ensure_node_labels(
     }
     let namespace = r.object.metadata.namespace.clone();
     let cluster_name = cluster.metadata.name.clone();
-    let mut node = None;
-    for candidate in node_names(&host.hostname) {
-        match r.ctx.workload.node(&namespace, &cluster_name, &candidate) {
-            Ok(Some(found)) => {
-                node = Some(found);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                log::info!("{}: labelling the Node waits: {e}", r.key());
-                return Ok(Some(wait(r)));
-            }
+    let node = match find_node(
+        r.ctx.workload.as_ref(),
+        &namespace,
+        &cluster_name,
+        &host.hostname,
+    ) {
+        Ok(node) => node,
+        Err(e) => {
+            log::info!("{}: labelling the Node waits: {e}", r.key());
+            return Ok(Some(wait(r)));
         }
-    }
+    };
     // The Node is gone (deleted by hand, or being replaced): nothing to
     // label; the providerID step notices a recreated one.
     let Some(node) = node else {
@@ -184,8 +172,7 @@ pub(super) fn ensure_node_labels(
         .label_node(&namespace, &cluster_name, &node.name, &patch)
     {
         Ok(()) => {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "NodeLabelled",
                 &format!(
                     "Node {} labelled with MAAS's zone, pool and tags ({} labels)",
@@ -197,8 +184,7 @@ pub(super) fn ensure_node_labels(
             Ok(None)
         }
         Err(e) => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 "NodeLabelsFailed",
                 &format!("labelling Node {}: {e}", node.name),
             );
@@ -242,8 +228,24 @@ fn wait(r: &MachineReconciling) -> Action {
     Action::RequeueAfter(poll_interval(r.condition_age(mm_api::NODE_PROVIDER_ID_SET)))
 }
 
+/// The workload cluster's Node of the MAAS machine `hostname` (see
+/// [`node_names`]); the first error ends the search.
+pub(crate) fn find_node(
+    workload: &dyn WorkloadApi,
+    namespace: &str,
+    cluster: &str,
+    hostname: &str,
+) -> Result<Option<NodeInfo>, kube::Error> {
+    for candidate in node_names(hostname) {
+        if let Some(node) = workload.node(namespace, cluster, &candidate)? {
+            return Ok(Some(node));
+        }
+    }
+    Ok(None)
+}
+
 /// The Node is named after the MAAS hostname: exactly, else its short name.
-pub(crate) fn node_names(hostname: &str) -> Vec<String> {
+fn node_names(hostname: &str) -> Vec<String> {
     let exact = hostname.to_lowercase();
     let mut names = vec![exact.clone()];
     if let Some((short, _domain)) = exact.split_once('.') {

@@ -12,7 +12,6 @@ use std::time::Duration;
 use super::{dns, next_look, node, poll_interval, MachineReconciling, Owners};
 use crate::api::maas_machine::{self as mm_api, AddressSelector};
 use crate::api::{Desired, Initialization, MachineAddress};
-use crate::controllers::ports::EventType;
 use crate::controllers::{remediation, Error};
 use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -36,10 +35,7 @@ pub(super) fn observe(
 
     let mut next = match (&host.status, powered) {
         (MachineStatus::Deployed, true) => {
-            r.set(Desired::true_(
-                mm_api::MACHINE_DEPLOYED,
-                mm_api::MACHINE_DEPLOYED,
-            ));
+            r.set_true(mm_api::MACHINE_DEPLOYED, mm_api::MACHINE_DEPLOYED);
             r.status.initialization = Some(Initialization {
                 provisioned: Some(true),
             });
@@ -50,11 +46,11 @@ pub(super) fn observe(
         }
         (MachineStatus::Deployed, false) if remediating.is_some() => {
             let message = remediating.unwrap_or_default();
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_POWERED_OFF,
                 message,
-            ));
+            );
             Action::RequeueAfter(POWER_ON_REQUEUE)
         }
         (MachineStatus::Deployed, false) if host.power_state == PowerState::Off => {
@@ -67,19 +63,15 @@ pub(super) fn observe(
             } else {
                 mm_api::MACHINE_POWERED_OFF
             };
-            r.set(Desired::false_(
-                mm_api::MACHINE_DEPLOYED,
-                reason,
-                status_message(host),
-            ));
+            r.set_false(mm_api::MACHINE_DEPLOYED, reason, status_message(host));
             transitional(r)
         }
         (MachineStatus::Allocated | MachineStatus::Ready, _) if !provisioned => {
-            r.set(Desired::false_(
+            r.set_false(
                 mm_api::MACHINE_DEPLOYED,
                 mm_api::MACHINE_DEPLOYING,
                 status_message(host),
-            ));
+            );
             transitional(r)
         }
         (
@@ -249,16 +241,15 @@ fn power_on(r: &mut MachineReconciling, host: &maas::Machine) -> Result<Action, 
             .power_on_with_comment(&host.system_id, Some(comment))
             .map(drop)
     })?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "MachinePoweredOn",
         &format!("Powering on deployed instance {:?}", host.system_id),
     );
-    r.set(Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_POWERED_OFF,
         POWERING_ON,
-    ));
+    );
     Ok(Action::RequeueAfter(POWER_ON_REQUEUE))
 }
 
@@ -274,17 +265,11 @@ fn power_state_unknown(r: &mut MachineReconciling, host: &maas::Machine) -> Acti
         host.power_state.as_str(),
         host.system_id
     );
-    let said = r
-        .condition(mm_api::MACHINE_DEPLOYED)
-        .is_some_and(|c| c.reason == mm_api::MACHINE_POWER_STATE_UNKNOWN && c.message == message);
-    if !said {
-        r.event(EventType::Warning, "PowerStateUnknown", &message);
-    }
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
+    r.not_deployed(
         mm_api::MACHINE_POWER_STATE_UNKNOWN,
+        "PowerStateUnknown",
         message,
-    ));
+    );
     Action::RequeueAfter(POWER_ON_REQUEUE)
 }
 
@@ -297,7 +282,7 @@ pub(super) fn failed(
     message: String,
 ) {
     if r.status.failure_message.as_deref() != Some(message.as_str()) {
-        r.event(EventType::Warning, event_reason, &message);
+        r.warning_event(event_reason, &message);
     }
     let desired = if reason == mm_api::MACHINE_STATE_UNDEFINED {
         Desired::unknown(mm_api::MACHINE_DEPLOYED, reason, message.clone())

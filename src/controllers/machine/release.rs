@@ -10,10 +10,9 @@
 use std::time::Duration;
 
 use super::{dns, drain, reuse, MachineReconciling, Owners};
+use crate::api::conditions;
 use crate::api::maas_machine::{self as mm_api, DiskErase};
-use crate::api::{conditions, Desired};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, MachineStatus, ReleaseRequest};
 use crate::runtime::Action;
@@ -39,11 +38,11 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         .as_ref()
         .and_then(|c| c.spec.identity_ref.clone());
     if let Err(e) = r.connect_maas(identity_ref.as_ref()) {
-        r.set(Desired::false_(
+        r.set_false(
             mm_api::MACHINE_DEPLOYED,
             mm_api::CREDENTIALS_UNAVAILABLE,
             format!("cannot release the MAAS machine: {e}"),
-        ));
+        );
         return Err(e.into());
     }
 
@@ -69,11 +68,7 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         ToRelease::Machines(ids) => ids,
         ToRelease::AwaitingAdoption(message) => {
             r.summarize = false;
-            r.set(Desired::false_(
-                conditions::READY,
-                mm_api::MACHINE_NOT_OWNED,
-                message,
-            ));
+            r.set_false(conditions::READY, mm_api::MACHINE_NOT_OWNED, message);
             return Ok(Action::RequeueAfter(ADOPTION_WAIT));
         }
     };
@@ -114,17 +109,9 @@ pub(super) fn delete(r: &mut MachineReconciling, owners: &Owners) -> Result<Acti
         return Ok(wait);
     }
 
-    r.set(Desired::false_(
-        mm_api::MACHINE_DEPLOYED,
-        mm_api::DELETED,
-        "",
-    ));
+    r.set_false(mm_api::MACHINE_DEPLOYED, mm_api::DELETED, "");
     r.status.ready = false;
-    r.set(Desired::false_(
-        conditions::READY,
-        mm_api::DELETED,
-        "MAAS machine released",
-    ));
+    r.set_false(conditions::READY, mm_api::DELETED, "MAAS machine released");
     r.finish_deletion()
 }
 
@@ -166,8 +153,7 @@ fn machines_to_release(
     let host = match r.maas()?.machine(&recorded) {
         Ok(host) => host,
         Err(e) if e.is_not_found() => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 "NoMachineFound",
                 &format!("MAAS machine {recorded:?} no longer exists"),
             );
@@ -175,8 +161,7 @@ fn machines_to_release(
         }
         // Another MAAS user's machine: not ours to release.
         Err(e) if e.is_forbidden() => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 mm_api::MACHINE_NOT_OWNED,
                 &identity::not_ours_message(&recorded, None),
             );
@@ -189,9 +174,7 @@ fn machines_to_release(
         // Released already by an earlier reconcile (that waits for MAAS to
         // finish, e.g. to unlink static addresses): not again.
         Some(Ownership::Ours) if being_released(&host) => {}
-        Some(Ownership::Ours) if host.status == MachineStatus::Broken => r.event(
-            EventType::Normal,
-            "MachineLeftBroken",
+        Some(Ownership::Ours) if host.status == MachineStatus::Broken => r.normal_event("MachineLeftBroken",
             &format!(
                 "MAAS machine {recorded} is Broken: not released, so that nobody allocates it before an administrator marks it fixed"
             ),
@@ -210,9 +193,7 @@ fn machines_to_release(
                 Some(&host),
             )));
         }
-        _ => r.event(
-            EventType::Warning,
-            mm_api::MACHINE_NOT_OWNED,
+        _ => r.warning_event(mm_api::MACHINE_NOT_OWNED,
             &identity::not_ours_message(&recorded, Some(&host)),
         ),
     }
@@ -263,16 +244,14 @@ fn release(r: &mut MachineReconciling, system_id: &str, mark: Option<&str>) -> R
             } else {
                 ""
             };
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "SuccessfulRelease",
                 &format!("Released instance {system_id:?}{how}"),
             );
             Ok(())
         }
         Err(e) if e.is_not_found() => {
-            r.event(
-                EventType::Warning,
+            r.warning_event(
                 "NoMachineFound",
                 &format!("MAAS machine {system_id:?} no longer exists"),
             );
@@ -289,7 +268,7 @@ fn release(r: &mut MachineReconciling, system_id: &str, mark: Option<&str>) -> R
             }
             Err(get) if get.is_not_found() => Ok(()),
             _ => {
-                r.event(EventType::Warning, "MachineReleaseFailed", &e.message());
+                r.warning_event("MachineReleaseFailed", &e.message());
                 Err(e.into())
             }
         },

@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use super::MachineReconciling;
 use crate::api::maas_machine as mm_api;
-use crate::api::Desired;
-use crate::controllers::ports::EventType;
 use crate::kube::time;
 use crate::runtime::Action;
 
@@ -41,8 +39,8 @@ pub(super) fn refused(r: &mut MachineReconciling, event_reason: &str, message: &
         None => FIRST_RETRY,
     };
     let at = r.ctx.clock.now().saturating_add(delay.as_secs());
-    r.event(EventType::Warning, event_reason, message);
-    r.set(Desired::false_(
+    r.warning_event(event_reason, message);
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_DEPLOY_FAILED,
         format!(
@@ -50,7 +48,7 @@ pub(super) fn refused(r: &mut MachineReconciling, event_reason: &str, message: &
             time::time_of_unix_seconds(at),
             delay.as_secs()
         ),
-    ));
+    );
     Action::RequeueAfter(delay)
 }
 

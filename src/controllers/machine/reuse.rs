@@ -29,7 +29,7 @@ use serde_json::json;
 use super::MachineReconciling;
 use crate::api::capi::{self, Machine};
 use crate::api::{MaasCluster, MaasMachine};
-use crate::controllers::ports::{EventType, Kind};
+use crate::controllers::ports::Kind;
 use crate::controllers::Error;
 use crate::maas::{self, AllocateRequest, MachineStatus};
 
@@ -174,9 +174,7 @@ pub(super) fn allocate(
         };
         match r.maas()?.allocate(&attempt) {
             Ok(host) => {
-                r.event(
-                    EventType::Normal,
-                    "MachineReused",
+                r.normal_event("MachineReused",
                     &format!(
                         "Allocated MAAS machine {system_id} again (spec.nodeReuse, released by {owner} without erase)"
                     ),

@@ -26,9 +26,7 @@ use serde_json::json;
 use super::{retry, MachineReconciling, Step};
 use crate::api::capi;
 use crate::api::maas_machine as mm_api;
-use crate::api::Desired;
 use crate::controllers::identity::Identity;
-use crate::controllers::ports::EventType;
 use crate::controllers::Error;
 use crate::maas::{self, ComposeRequest, MachineStatus, VmHost};
 use crate::runtime::Action;
@@ -121,11 +119,11 @@ pub(super) fn ready_vm(
 }
 
 fn commissioning(r: &mut MachineReconciling, system_id: &str, hostname: &str) -> Step<String> {
-    r.set(Desired::false_(
+    r.set_false(
         mm_api::MACHINE_DEPLOYED,
         mm_api::MACHINE_DEPLOY_STARTED,
         format!("VM {system_id} ({hostname}) commissioning"),
-    ));
+    );
     Step::Stop(Action::RequeueAfter(COMMISSIONING_POLL))
 }
 
@@ -204,8 +202,7 @@ fn compose(
     };
     match r.maas()?.client().compose(host.id, &request) {
         Ok(system_id) => {
-            r.event(
-                EventType::Normal,
+            r.normal_event(
                 "VMComposed",
                 &format!(
                     "Composed VM {system_id} ({hostname}) on VM host {:?}",
@@ -305,11 +302,7 @@ pub(super) fn decompose_ours(
             continue;
         }
         match r.maas()?.write(&id, |client| client.delete_machine(&id)) {
-            Ok(()) => r.event(
-                EventType::Normal,
-                "VMDecomposed",
-                &format!("Deleted VM {id:?}"),
-            ),
+            Ok(()) => r.normal_event("VMDecomposed", &format!("Deleted VM {id:?}")),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }

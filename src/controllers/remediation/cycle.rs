@@ -22,7 +22,7 @@ use crate::api::capi::Machine;
 use crate::api::conditions::Desired;
 use crate::api::maas_remediation::{self as api, History};
 use crate::controllers::identity::{self, Identity, Ownership, Recorded};
-use crate::controllers::ports::{EventType, Kind};
+use crate::controllers::ports::Kind;
 use crate::controllers::Error;
 use crate::maas::{self, MachineStatus, PowerState};
 use crate::runtime::Action;
@@ -47,14 +47,10 @@ pub(super) fn start(r: &mut RemediationReconciling, target: &Target) -> Result<A
         r.object.retry_limit(),
         host.system_id
     );
-    r.set(Desired::false_(
-        api::POWER_CYCLED,
-        api::POWERING_OFF,
-        message.clone(),
-    ));
+    r.set_false(api::POWER_CYCLED, api::POWERING_OFF, message.clone());
     r.write_status()?;
     record_history(r, target)?;
-    r.event(EventType::Normal, "PowerCycleStarted", &message);
+    r.normal_event("PowerCycleStarted", &message);
     power_off(r, &host)
 }
 
@@ -65,12 +61,8 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
             "MAAS did not power-cycle the machine within {}",
             describe(r.object.timeout())
         );
-        r.event(EventType::Warning, api::POWER_CYCLE_TIMED_OUT, &message);
-        r.set(Desired::false_(
-            api::POWER_CYCLED,
-            api::POWER_CYCLE_TIMED_OUT,
-            message,
-        ));
+        r.warning_event(api::POWER_CYCLE_TIMED_OUT, &message);
+        r.set_false(api::POWER_CYCLED, api::POWER_CYCLE_TIMED_OUT, message);
         r.status.phase = api::PHASE_WAITING.into();
         return r.wait(target);
     }
@@ -101,11 +93,11 @@ pub(super) fn step(r: &mut RemediationReconciling, target: &Target) -> Result<Ac
         }
         _ if host.power_state == PowerState::Off => {
             super::node::take_out_of_service(r, target, &host)?;
-            r.set(Desired::false_(
+            r.set_false(
                 api::POWER_CYCLED,
                 api::POWERING_ON,
                 format!("MAAS reports {} off; powering it on", host.system_id),
-            ));
+            );
             r.write_status()?;
             power_on(r, &host)
         }
@@ -121,27 +113,26 @@ fn power_off(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Act
             .power_off_with_comment(&host.system_id, Some(&comment))
             .map(drop)
     })?;
-    r.set(Desired::false_(
+    r.set_false(
         api::POWER_CYCLED,
         api::POWER_OFF_REQUESTED,
         format!("asked MAAS to power off {}", host.system_id),
-    ));
+    );
     Ok(poll(r))
 }
 
 fn power_on(r: &mut RemediationReconciling, host: &maas::Machine) -> Result<Action, Error> {
     let comment = format!("capmaas: {} power cycle", r.key());
     power_on_with(r, host, &comment)?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "PoweringOn",
         &format!("MAAS machine {} is off; powering it on", host.system_id),
     );
-    r.set(Desired::false_(
+    r.set_false(
         api::POWER_CYCLED,
         api::POWER_ON_REQUESTED,
         format!("asked MAAS to power on {}", host.system_id),
-    ));
+    );
     Ok(poll(r))
 }
 
@@ -159,7 +150,7 @@ fn powered_on(
     );
     r.set(Desired::true_(api::POWER_CYCLED, api::POWER_CYCLED).with_message(&message));
     r.status.phase = api::PHASE_WAITING.into();
-    r.event(EventType::Normal, "PowerCycled", &message);
+    r.normal_event("PowerCycled", &message);
     let ns = r.object.metadata.namespace.clone();
     r.ctx
         .machine_queue
@@ -192,8 +183,7 @@ pub(super) fn power_on_after_cut(
     };
     let comment = format!("capmaas: {} ended during a power cycle", r.key());
     power_on_with(r, &host, &comment)?;
-    r.event(
-        EventType::Normal,
+    r.normal_event(
         "PoweringOn",
         &format!(
             "MaasRemediation deleted during a power cycle; powering on MAAS machine {}",
@@ -236,7 +226,7 @@ pub(super) fn mark_broken(
         host.system_id
     );
     r.set(Desired::true_(api::MARKED_BROKEN, api::MARKED_BROKEN).with_message(&message));
-    r.event(EventType::Warning, "MachineMarkedBroken", &message);
+    r.warning_event("MachineMarkedBroken", &message);
     Ok(())
 }
 

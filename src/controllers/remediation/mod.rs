@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ports::CredentialsError;
-use super::ports::{EventType, Kind};
+use super::ports::Kind;
 use super::reconciling::{OwnKind, Reconciling};
 use super::{Context, Error};
 use crate::api::capi::{self, Machine};
@@ -156,8 +156,7 @@ impl RemediationReconciling<'_> {
         if machine.metadata.is_being_deleted() {
             // Its owner is replacing it already: nothing to power-cycle.
             self.status.phase = api::PHASE_DELETING_MACHINE.into();
-            self.event(
-                EventType::Normal,
+            self.normal_event(
                 "MachineDeleting",
                 &format!("Machine {ns}/{} is being deleted", machine.metadata.name),
             );
@@ -166,7 +165,7 @@ impl RemediationReconciling<'_> {
         self.ensure_finalizer()?;
         if let Err(e) = self.connect(&machine) {
             let message = format!("MAAS credentials of the cluster: {}", e.message());
-            self.event(EventType::Warning, api::CREDENTIALS_UNAVAILABLE, &message);
+            self.warning_event(api::CREDENTIALS_UNAVAILABLE, &message);
             return Err(e.into());
         }
         let target = Target {
@@ -226,7 +225,7 @@ impl RemediationReconciling<'_> {
             earlier.last_remediated
         );
         self.set(Desired::true_(api::POWER_CYCLED, api::POWER_CYCLED).with_message(&message));
-        self.event(EventType::Normal, "RemediationContinued", &message);
+        self.normal_event("RemediationContinued", &message);
         self.wait(target)
     }
 
@@ -266,14 +265,19 @@ impl RemediationReconciling<'_> {
     /// Time left of the current attempt: a power cycle and the Node's
     /// recovery share `timeout` from `lastRemediated` (CAPM3's clock).
     fn attempt_left(&self) -> Duration {
-        let started = self
-            .status
+        let ends = self
+            .cycle_started()
+            .saturating_add(self.object.timeout().as_secs());
+        Duration::from_secs(ends.saturating_sub(self.ctx.clock.now()))
+    }
+
+    /// When the current power cycle started (Unix seconds; 0 before any).
+    fn cycle_started(&self) -> u64 {
+        self.status
             .last_remediated
             .as_deref()
             .and_then(kube::time::unix_seconds)
-            .unwrap_or(0);
-        let ends = started.saturating_add(self.object.timeout().as_secs());
-        Duration::from_secs(ends.saturating_sub(self.ctx.clock.now()))
+            .unwrap_or(0)
     }
 
     /// Gives the Machine back to its owner: `OwnerRemediated=False` on the
@@ -308,8 +312,7 @@ impl RemediationReconciling<'_> {
         }
         self.set(Desired::true_(api::OWNER_REMEDIATION_REQUESTED, reason).with_message(&message));
         self.status.phase = api::PHASE_DELETING_MACHINE.into();
-        self.event(
-            EventType::Warning,
+        self.warning_event(
             "MachineHandedBack",
             &format!("{message}: Machine {ns}/{machine} handed back to its owner for replacement"),
         );
@@ -319,14 +322,10 @@ impl RemediationReconciling<'_> {
     /// Nothing capmaas may act on: phase `Failed`, once.
     fn fail(&mut self, reason: &str, message: String) -> Action {
         if self.phase() != api::PHASE_FAILED {
-            self.event(EventType::Warning, "RemediationFailed", &message);
+            self.warning_event("RemediationFailed", &message);
         }
         self.status.phase = api::PHASE_FAILED.into();
-        self.set(Desired::false_(
-            api::OWNER_REMEDIATION_REQUESTED,
-            reason,
-            message,
-        ));
+        self.set_false(api::OWNER_REMEDIATION_REQUESTED, reason, message);
         Action::Done
     }
 
@@ -360,8 +359,7 @@ impl RemediationReconciling<'_> {
             }
         }
         let count = self.status.retry_count;
-        self.event(
-            EventType::Normal,
+        self.normal_event(
             "RemediationEnded",
             &format!("MaasRemediation deleted after {count} power cycle(s)"),
         );

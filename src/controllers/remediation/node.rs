@@ -20,8 +20,8 @@ use std::time::Duration;
 use super::{RemediationReconciling, Target};
 use crate::api::conditions::Desired;
 use crate::api::maas_remediation::{self as api, SavedNode};
-use crate::controllers::machine::node_names;
-use crate::controllers::ports::{EventType, NodeInfo, OUT_OF_SERVICE_TAINT};
+use crate::controllers::machine::find_node;
+use crate::controllers::ports::{NodeInfo, OUT_OF_SERVICE_TAINT};
 use crate::controllers::Error;
 use crate::{kube, maas};
 
@@ -40,60 +40,43 @@ pub(super) fn take_out_of_service(
     }
     let ns = r.object.metadata.namespace.clone();
     let cluster = target.machine.spec.cluster_name.clone();
-    let mut failure = None;
-    for candidate in node_names(&host.hostname) {
-        match r.ctx.workload.node(&ns, &cluster, &candidate) {
-            Ok(Some(info)) => {
-                // Recorded first: a crash after the taint still takes it off.
-                r.status.out_of_service_node = Some(candidate.clone());
-                r.status.saved_node = Some(save(info));
-                r.write_status()?;
-                match r
-                    .ctx
-                    .workload
-                    .set_node_out_of_service(&ns, &cluster, &candidate, true)
-                {
-                    Ok(()) => {
-                        let message = format!(
-                            "Node {candidate} tainted {}: its pods are deleted and their volumes detached while MAAS machine {} is off",
-                            OUT_OF_SERVICE_TAINT,
-                            host.system_id
-                        );
-                        r.set(
-                            Desired::true_(
-                                api::NODE_OUT_OF_SERVICE,
-                                api::OUT_OF_SERVICE_TAINT_ADDED,
-                            )
+    let message = match find_node(r.ctx.workload.as_ref(), &ns, &cluster, &host.hostname) {
+        Ok(Some(info)) => {
+            let candidate = info.name.clone();
+            // Recorded first: a crash after the taint still takes it off.
+            r.status.out_of_service_node = Some(candidate.clone());
+            r.status.saved_node = Some(save(info));
+            r.write_status()?;
+            match r
+                .ctx
+                .workload
+                .set_node_out_of_service(&ns, &cluster, &candidate, true)
+            {
+                Ok(()) => {
+                    let message = format!(
+                        "Node {candidate} tainted {}: its pods are deleted and their volumes detached while MAAS machine {} is off",
+                        OUT_OF_SERVICE_TAINT,
+                        host.system_id
+                    );
+                    r.set(
+                        Desired::true_(api::NODE_OUT_OF_SERVICE, api::OUT_OF_SERVICE_TAINT_ADDED)
                             .with_message(&message),
-                        );
-                        r.event(EventType::Normal, "NodeOutOfService", &message);
-                        return Ok(());
-                    }
-                    Err(e) => {
-                        failure = Some(format!("tainting Node {candidate}: {e}"));
-                        break;
-                    }
+                    );
+                    r.normal_event("NodeOutOfService", &message);
+                    return Ok(());
                 }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                failure = Some(format!("reading the Node of {}: {e}", host.hostname));
-                break;
+                Err(e) => format!("tainting Node {candidate}: {e}"),
             }
         }
-    }
-    let message =
-        failure.unwrap_or_else(|| format!("no Node named after MAAS hostname {:?}", host.hostname));
-    r.set(Desired::false_(
+        Ok(None) => format!("no Node named after MAAS hostname {:?}", host.hostname),
+        Err(e) => format!("reading the Node of {}: {e}", host.hostname),
+    };
+    r.set_false(
         api::NODE_OUT_OF_SERVICE,
         api::OUT_OF_SERVICE_TAINT_FAILED,
         format!("{message}; the power cycle goes on"),
-    ));
-    r.event(
-        EventType::Warning,
-        api::OUT_OF_SERVICE_TAINT_FAILED,
-        &message,
     );
+    r.warning_event(api::OUT_OF_SERVICE_TAINT_FAILED, &message);
     Ok(())
 }
 
@@ -125,12 +108,7 @@ pub(super) fn bring_back(
             .workload
             .node(&ns, target_cluster, &node)
             .map_err(Error::Workload)?;
-        let cycle_started = r
-            .status
-            .last_remediated
-            .as_deref()
-            .and_then(kube::time::unix_seconds)
-            .unwrap_or(0);
+        let cycle_started = r.cycle_started();
         let back = |info: &NodeInfo| {
             info.ready_since
                 .as_deref()
@@ -163,12 +141,12 @@ pub(super) fn bring_back(
     }
     r.status.out_of_service_node = None;
     let message = format!("Node {node}: out-of-service taint removed");
-    r.set(Desired::false_(
+    r.set_false(
         api::NODE_OUT_OF_SERVICE,
         api::NODE_BACK_IN_SERVICE,
         message.clone(),
-    ));
-    r.event(EventType::Normal, api::NODE_BACK_IN_SERVICE, &message);
+    );
+    r.normal_event(api::NODE_BACK_IN_SERVICE, &message);
     Ok(None)
 }
 
@@ -236,6 +214,6 @@ fn restore(r: &mut RemediationReconciling, cluster: &str, now: &NodeInfo) -> Res
         labels.len(),
         annotations.len()
     );
-    r.event(EventType::Normal, "NodeMetadataRestored", &message);
+    r.normal_event("NodeMetadataRestored", &message);
     Ok(())
 }
