@@ -44,8 +44,9 @@
 //! client they wrap (`operator::credentials` keeps one per Secret
 //! version, and one controller-wide).
 
+use crate::sync::lock;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::ports::{Clock, SystemClock};
@@ -127,10 +128,6 @@ pub struct MaasView {
     new_identities: Mutex<HashSet<String>>,
     /// The time the caches above are kept by (the unit tests' is fixed).
     clock: Arc<dyn Clock>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl MaasView {

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::lock;
 use crate::api::capi::{self, Cluster};
 use crate::api::ipam::{IpAddress, IpAddressClaim};
 use crate::api::{Condition, MaasCluster, MaasMachine, MaasRemediation};
@@ -25,6 +24,7 @@ use crate::kube::resources::{
 };
 use crate::kube::{self, Resource};
 use crate::runtime::{EventRecorder, ObjectKey, WorkQueue};
+use crate::sync::lock;
 
 pub struct Kube {
     pub client: kube::Client,

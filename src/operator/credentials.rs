@@ -43,7 +43,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::adapters::{resource_version, secret_bytes, ClientCache};
-use super::lock;
 use crate::api::maas_cluster::IDENTITY_KIND_SECRET;
 use crate::api::IdentityRef;
 use crate::controllers::maas_view::{MaasView, SourceView};
@@ -51,6 +50,7 @@ use crate::controllers::ports::{CredentialsError, MaasClients};
 use crate::kube::{self, resources::SECRETS};
 use crate::maas::watch::{SourceId, WatchHandle};
 use crate::maas::{self, StartCheck};
+use crate::sync::lock;
 
 pub const ENDPOINT_KEY: &str = "MAAS_ENDPOINT";
 pub const API_KEY_KEY: &str = "MAAS_API_KEY";

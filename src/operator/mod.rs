@@ -52,7 +52,7 @@ pub mod mappers;
 pub mod template_capacity;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -619,11 +619,6 @@ fn informer_config(config: &Config, resource: kube::Resource) -> InformerConfig 
         informer = informer.label_selector(format!("{WATCH_FILTER_LABEL}={filter}"));
     }
     informer
-}
-
-/// A mutex's guard; a holder that panicked does not lock the others out.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Everything [`run`] started, to stop in order.
