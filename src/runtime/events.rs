@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -167,8 +167,7 @@ impl EventRecorder {
                 return false;
             }
         }
-        let writers =
-            std::mem::take(&mut *self.writers.lock().unwrap_or_else(PoisonError::into_inner));
+        let writers = std::mem::take(&mut *crate::sync::lock(&self.writers));
         writers.is_empty()
             || join_within(writers, deadline.saturating_duration_since(Instant::now()))
     }
