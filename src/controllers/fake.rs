@@ -56,8 +56,6 @@ pub struct FakeKube {
     pub stale: Mutex<HashMap<StoredKey, Value>>,
     /// IPAddressClaim creates and deletes, in order (`create <name>`).
     pub ipam_calls: Mutex<Vec<String>>,
-    /// Merge patches of Cluster API Machines: (name, patch).
-    pub machine_patches: Mutex<Vec<(String, Value)>>,
 }
 
 const CLUSTER: &str = "Cluster";
@@ -327,13 +325,6 @@ impl KubeApi for FakeKube {
         conditions.retain(|c| c["type"] != entry["type"]);
         conditions.push(entry);
         machine["status"]["conditions"] = Value::Array(conditions);
-        Ok(())
-    }
-    fn patch_machine(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), kube::Error> {
-        lock(&self.machine_patches).push((name.to_string(), patch.clone()));
-        let key = (MACHINE, namespace.to_string(), name.to_string());
-        let mut objects = lock(&self.objects);
-        crate::kube::merge_patch::apply(stored(&mut objects, &key)?, patch);
         Ok(())
     }
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
@@ -1430,26 +1421,31 @@ impl WorkloadApi for FakeWorkload {
                 }
             }))
     }
-    fn restore_node_metadata(
+    /// Merge patch of the Node's labels and annotations.
+    fn patch_node_metadata(
         &self,
         _namespace: &str,
         cluster: &str,
         node_name: &str,
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
+        metadata: &Value,
     ) -> Result<(), kube::Error> {
         let key = (cluster.to_string(), node_name.to_string());
         if !lock(&self.nodes).contains_key(&key) {
             return Err(no_node(node_name));
         }
-        lock(&self.node_labels)
-            .entry(key.clone())
-            .or_default()
-            .extend(labels.clone());
-        lock(&self.node_annotations)
-            .entry(key)
-            .or_default()
-            .extend(annotations.clone());
+        for (field, stored) in [
+            ("labels", &self.node_labels),
+            ("annotations", &self.node_annotations),
+        ] {
+            let mut all = lock(stored);
+            let node = all.entry(key.clone()).or_default();
+            for (k, v) in metadata[field].as_object().into_iter().flatten() {
+                match v.as_str() {
+                    Some(v) => node.insert(k.clone(), v.to_string()),
+                    None => node.remove(k),
+                };
+            }
+        }
         Ok(())
     }
     fn set_node_out_of_service(
@@ -1496,26 +1492,6 @@ impl WorkloadApi for FakeWorkload {
             });
         }
         *p = provider_id.into();
-        Ok(())
-    }
-    fn label_node(
-        &self,
-        _namespace: &str,
-        cluster: &str,
-        node_name: &str,
-        labels: &BTreeMap<String, Option<String>>,
-    ) -> Result<(), kube::Error> {
-        if !lock(&self.nodes).contains_key(&(cluster.into(), node_name.into())) {
-            return Err(no_node(node_name));
-        }
-        let mut all = lock(&self.node_labels);
-        let node = all.entry((cluster.into(), node_name.into())).or_default();
-        for (key, value) in labels {
-            match value {
-                Some(v) => node.insert(key.clone(), v.clone()),
-                None => node.remove(key),
-            };
-        }
         Ok(())
     }
 }
@@ -1672,7 +1648,8 @@ impl World {
             labels["cluster.x-k8s.io/control-plane"] = json!("");
         }
         self.kube.put(MACHINE, json!({
-            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-m-{name}"), "labels": labels},
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-m-{name}"), "labels": labels,
+                         "finalizers": ["machine.cluster.x-k8s.io"]},
             "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
                      "infrastructureRef": {"kind": "MaasMachine", "name": name}}
         }));

@@ -78,12 +78,14 @@ impl fmt::Display for CredentialsError {
 
 impl std::error::Error for CredentialsError {}
 
-/// Our own kinds, the only objects the controllers write.
+/// The objects the controllers patch: our own kinds, and the Cluster API
+/// Machine (only its pre-drain hook annotation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     MaasCluster,
     MaasMachine,
     MaasRemediation,
+    Machine,
 }
 
 impl Kind {
@@ -92,6 +94,7 @@ impl Kind {
             Kind::MaasCluster => crate::api::maas_cluster::KIND,
             Kind::MaasMachine => crate::api::maas_machine::KIND,
             Kind::MaasRemediation => crate::api::maas_remediation::KIND,
+            Kind::Machine => crate::kube::resources::MACHINES.kind,
         }
     }
 }
@@ -183,10 +186,6 @@ pub trait KubeApi: Send + Sync {
         condition: &Condition,
     ) -> Result<(), kube::Error>;
 
-    /// JSON merge patch of a Cluster API Machine's metadata: capmaas only
-    /// adds and removes its own pre-drain hook annotation.
-    fn patch_machine(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), kube::Error>;
-
     /// Records a core/v1 Event; failures are logged, never returned.
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str);
 }
@@ -244,23 +243,15 @@ pub trait WorkloadApi: Send + Sync {
         node_name: &str,
         provider_id: &str,
     ) -> Result<(), kube::Error>;
-    /// Sets (`Some`) or removes (`None`) these labels on the Node.
-    fn label_node(
+    /// JSON merge patch of the Node's `metadata` (`labels` and
+    /// `annotations`: a string sets the key, null removes it; keys not
+    /// named are left as they are).
+    fn patch_node_metadata(
         &self,
         namespace: &str,
         cluster: &str,
         node_name: &str,
-        labels: &BTreeMap<String, Option<String>>,
-    ) -> Result<(), kube::Error>;
-    /// Adds these labels and annotations to the Node (merge patch; what it
-    /// has already is left as it is by the caller's choice of keys).
-    fn restore_node_metadata(
-        &self,
-        namespace: &str,
-        cluster: &str,
-        node_name: &str,
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
+        metadata: &Value,
     ) -> Result<(), kube::Error>;
     /// Adds (`true`) or removes (`false`) the [`OUT_OF_SERVICE_TAINT`],
     /// keeping the Node's other taints; a Node already so is not written.

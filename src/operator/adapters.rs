@@ -40,6 +40,7 @@ fn resource(kind: Kind) -> &'static Resource {
         Kind::MaasCluster => &MAAS_CLUSTERS,
         Kind::MaasMachine => &MAAS_MACHINES,
         Kind::MaasRemediation => &MAAS_REMEDIATIONS,
+        Kind::Machine => &MACHINES,
     }
 }
 
@@ -187,15 +188,9 @@ impl KubeApi for Kube {
             .map(|_| ())
     }
 
-    fn patch_machine(&self, namespace: &str, name: &str, patch: &Value) -> Result<(), kube::Error> {
-        self.client
-            .patch_merge(&MACHINES, Some(namespace), name, patch)
-            .map(|_| ())
-    }
-
     fn event(&self, target: &EventTarget, type_: EventType, reason: &str, message: &str) {
         let obj = json!({
-            "apiVersion": crate::api::API_VERSION,
+            "apiVersion": resource(target.kind).api_version(),
             "kind": target.kind.as_str(),
             "metadata": {"name": target.name, "namespace": target.namespace, "uid": target.uid}
         });
@@ -421,26 +416,14 @@ impl WorkloadApi for Workload {
         patch_node(&self.client(namespace, cluster)?, node_name, &patch)
     }
 
-    fn label_node(
+    fn patch_node_metadata(
         &self,
         namespace: &str,
         cluster: &str,
         node_name: &str,
-        labels: &std::collections::BTreeMap<String, Option<String>>,
+        metadata: &Value,
     ) -> Result<(), kube::Error> {
-        let patch = json!({"metadata": {"labels": labels}});
-        patch_node(&self.client(namespace, cluster)?, node_name, &patch)
-    }
-
-    fn restore_node_metadata(
-        &self,
-        namespace: &str,
-        cluster: &str,
-        node_name: &str,
-        labels: &std::collections::BTreeMap<String, String>,
-        annotations: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), kube::Error> {
-        let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+        let patch = json!({ "metadata": metadata });
         patch_node(&self.client(namespace, cluster)?, node_name, &patch)
     }
 

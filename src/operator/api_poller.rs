@@ -408,15 +408,6 @@ mod tests {
         ) -> Result<(), kube::Error> {
             Ok(())
         }
-        fn label_node(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &std::collections::BTreeMap<String, Option<String>>,
-        ) -> Result<(), kube::Error> {
-            unreachable!("the poller never labels Nodes")
-        }
         fn set_node_out_of_service(
             &self,
             _: &str,
@@ -426,13 +417,12 @@ mod tests {
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never taints Nodes")
         }
-        fn restore_node_metadata(
+        fn patch_node_metadata(
             &self,
             _: &str,
             _: &str,
             _: &str,
-            _: &std::collections::BTreeMap<String, String>,
-            _: &std::collections::BTreeMap<String, String>,
+            _: &serde_json::Value,
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never writes Nodes")
         }
@@ -495,15 +485,6 @@ mod tests {
             ) -> Result<(), kube::Error> {
                 Ok(())
             }
-            fn label_node(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: &std::collections::BTreeMap<String, Option<String>>,
-            ) -> Result<(), kube::Error> {
-                unreachable!("the poller never labels Nodes")
-            }
             fn set_node_out_of_service(
                 &self,
                 _: &str,
@@ -513,13 +494,12 @@ mod tests {
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never taints Nodes")
             }
-            fn restore_node_metadata(
+            fn patch_node_metadata(
                 &self,
                 _: &str,
                 _: &str,
                 _: &str,
-                _: &std::collections::BTreeMap<String, String>,
-                _: &std::collections::BTreeMap<String, String>,
+                _: &serde_json::Value,
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never writes Nodes")
             }
@@ -685,15 +665,6 @@ mod tests {
         ) -> Result<(), kube::Error> {
             Ok(())
         }
-        fn label_node(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &std::collections::BTreeMap<String, Option<String>>,
-        ) -> Result<(), kube::Error> {
-            unreachable!("the poller never labels Nodes")
-        }
         fn set_node_out_of_service(
             &self,
             _: &str,
@@ -703,13 +674,12 @@ mod tests {
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never taints Nodes")
         }
-        fn restore_node_metadata(
+        fn patch_node_metadata(
             &self,
             _: &str,
             _: &str,
             _: &str,
-            _: &std::collections::BTreeMap<String, String>,
-            _: &std::collections::BTreeMap<String, String>,
+            _: &serde_json::Value,
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never writes Nodes")
         }
@@ -799,15 +769,6 @@ mod tests {
             ) -> Result<(), kube::Error> {
                 Ok(())
             }
-            fn label_node(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: &std::collections::BTreeMap<String, Option<String>>,
-            ) -> Result<(), kube::Error> {
-                unreachable!("the poller never labels Nodes")
-            }
             fn set_node_out_of_service(
                 &self,
                 _: &str,
@@ -817,13 +778,12 @@ mod tests {
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never taints Nodes")
             }
-            fn restore_node_metadata(
+            fn patch_node_metadata(
                 &self,
                 _: &str,
                 _: &str,
                 _: &str,
-                _: &std::collections::BTreeMap<String, String>,
-                _: &std::collections::BTreeMap<String, String>,
+                _: &serde_json::Value,
             ) -> Result<(), kube::Error> {
                 unreachable!("the poller never writes Nodes")
             }

@@ -37,6 +37,7 @@ use crate::api::capi::{Cluster, Machine};
 use crate::api::maas_machine as mm_api;
 use crate::api::MaasCluster;
 use crate::controllers::cluster::{is_running, role, Role};
+use crate::controllers::ports::Kind;
 use crate::controllers::{Context, Error};
 use crate::kube::time;
 use crate::runtime::Action;
@@ -83,7 +84,8 @@ pub(super) fn ensure_hook(
     match (r.facts.is_control_plane && keeps_dns, has_hook(machine)) {
         (true, false) => {
             let meta = &machine.metadata;
-            r.ctx.kube.patch_machine(
+            r.ctx.kube.patch(
+                Kind::Machine,
                 &meta.namespace,
                 &meta.name,
                 &hook_patch(json!(HOOK_OWNER)),
@@ -260,11 +262,13 @@ pub(super) fn release_hook(ctx: &Context, machine: &Machine) -> Result<(), Error
         return Ok(());
     }
     let meta = &machine.metadata;
-    match ctx
-        .kube
-        .patch_machine(&meta.namespace, &meta.name, &hook_patch(Value::Null))
-    {
-        Ok(()) => {
+    match ctx.kube.patch(
+        Kind::Machine,
+        &meta.namespace,
+        &meta.name,
+        &hook_patch(Value::Null),
+    ) {
+        Ok(_) => {
             log::info!(
                 "Machine {}/{}: pre-drain hook {PRE_DRAIN_HOOK} removed",
                 meta.namespace,

@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::json;
+
 use super::{poll_interval, MachineReconciling};
 use crate::api::capi::Cluster;
 use crate::api::conditions;
@@ -166,11 +168,12 @@ pub(super) fn ensure_node_labels(
         .map(|k| (k.clone(), None))
         .collect();
     patch.extend(wanted.iter().map(|(k, v)| (k.clone(), Some(v.clone()))));
-    match r
-        .ctx
-        .workload
-        .label_node(&namespace, &cluster_name, &node.name, &patch)
-    {
+    match r.ctx.workload.patch_node_metadata(
+        &namespace,
+        &cluster_name,
+        &node.name,
+        &json!({ "labels": patch }),
+    ) {
         Ok(()) => {
             r.normal_event(
                 "NodeLabelled",

@@ -17,6 +17,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde_json::json;
+
 use super::{RemediationReconciling, Target};
 use crate::api::conditions::Desired;
 use crate::api::maas_remediation::{self as api, SavedNode};
@@ -206,7 +208,12 @@ fn restore(r: &mut RemediationReconciling, cluster: &str, now: &NodeInfo) -> Res
     let ns = r.object.metadata.namespace.clone();
     r.ctx
         .workload
-        .restore_node_metadata(&ns, cluster, &now.name, &labels, &annotations)
+        .patch_node_metadata(
+            &ns,
+            cluster,
+            &now.name,
+            &json!({"labels": labels, "annotations": annotations}),
+        )
         .map_err(Error::Workload)?;
     let message = format!(
         "Node {} was registered anew while its machine was down: {} label(s) and {} annotation(s) it had before put back",
