@@ -308,12 +308,7 @@ impl WorkQueue {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // The state is only ever changed in whole steps under the lock, and
-        // nothing under it panics, so a poisoned lock still holds good data.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner.state)
     }
 
     fn add_locked(&self, state: &mut State, key: ObjectKey, now: Instant) {
