@@ -35,7 +35,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::join_within;
-use crate::clock::later;
+use crate::clock::{later, system_later};
 use crate::kube::{self, resources::EVENTS, Client};
 
 /// Repeats closer together than this are aggregated into one Event.
@@ -455,6 +455,10 @@ impl Writer {
         series: &Series,
         timestamp: &str,
     ) -> Result<(), kube::Error> {
+        // Nanoseconds since the epoch in a u64 reach the year 2554, within
+        // what SystemTime holds; the fallback only keeps the lint honest.
+        let first_at = system_later(UNIX_EPOCH, Duration::from_nanos(series.first_at))
+            .unwrap_or(UNIX_EPOCH);
         let event = json!({
             "apiVersion": "v1",
             "kind": "Event",
@@ -467,7 +471,7 @@ impl Writer {
             "reason": occ.reason,
             "message": occ.message,
             "count": series.count,
-            "firstTimestamp": kube::time::time(UNIX_EPOCH + Duration::from_nanos(series.first_at)),
+            "firstTimestamp": kube::time::time(first_at),
             "lastTimestamp": timestamp,
             "source": {"component": self.component, "host": self.instance},
             "reportingComponent": self.component,
