@@ -457,6 +457,7 @@ impl FakeMaas {
                 mode: maas::LinkMode::Auto,
                 ip: None,
                 subnet_id: Some(1),
+                ..maas::InterfaceLink::default()
             }],
         }];
         let host = maas::Machine {
@@ -1133,6 +1134,7 @@ impl MaasApi for FakeMaas {
             mode: maas::LinkMode::Static,
             ip: Some(ip.into()),
             subnet_id: Some(subnet_id),
+            ..maas::InterfaceLink::default()
         });
         Ok(())
     }
