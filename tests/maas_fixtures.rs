@@ -68,6 +68,8 @@ fn allocated_machine() {
             mode: capmaas::maas::LinkMode::Auto,
             ip: None,
             subnet_id: Some(2),
+            subnet_cidr: "172.16.2.0/24".into(),
+            subnet_name: "name-v5djzQ".into(),
         }]
     );
     let vlan = &m.interfaces[4].links[0];

@@ -238,8 +238,11 @@ impl OwnerReference {
 macro_rules! cached_kinds {
     ($($kind:ty $(=> |$obj:ident| $trim:block)?),* $(,)?) => {$(
         impl crate::runtime::Object for $kind {
-            fn key(&self) -> Option<ObjectKey> {
-                self.metadata.key()
+            fn namespace(&self) -> &str {
+                &self.metadata.namespace
+            }
+            fn name(&self) -> &str {
+                &self.metadata.name
             }
             fn resource_version(&self) -> &str {
                 &self.metadata.resource_version

@@ -448,6 +448,7 @@ impl FakeMaas {
                 mode: maas::LinkMode::Auto,
                 ip: None,
                 subnet_id: Some(1),
+                ..maas::InterfaceLink::default()
             }],
         }];
         let host = maas::Machine {
@@ -1124,6 +1125,7 @@ impl MaasApi for FakeMaas {
             mode: maas::LinkMode::Static,
             ip: Some(ip.into()),
             subnet_id: Some(subnet_id),
+            ..maas::InterfaceLink::default()
         });
         Ok(())
     }

@@ -308,11 +308,10 @@ mod tests {
     #[test]
     fn a_control_plane_deletion_requeues_the_cluster() {
         let caches = Caches::new();
-        caches.clusters.upsert(
-            ObjectKey::new("ns", "c1"),
-            typed(json!({"metadata": {"name": "c1", "namespace": "ns"},
-                         "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}})),
-        );
+        caches
+            .clusters
+            .upsert(typed(json!({"metadata": {"name": "c1", "namespace": "ns"},
+                         "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}})));
         let machine = |control_plane: bool, deleting: bool| {
             let mut v = json!({"metadata": {"name": "m1", "namespace": "ns", "generation": 1, "labels": {}},
                                "spec": {"clusterName": "c1", "infrastructureRef": {"kind": "MaasMachine", "name": "mm1"}}});
@@ -400,9 +399,7 @@ mod realistic {
         let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c1", "namespace": "ns", "generation": 2},
             "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster", "name": "c1"}}});
-        caches
-            .clusters
-            .upsert(ObjectKey::new("ns", "c1"), typed(cluster));
+        caches.clusters.upsert(typed(cluster));
         let mm = |state: &str| {
             json!({"metadata": {"name": "c1-cp-0", "namespace": "ns", "generation": 1,
                                 "labels": {"cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/cluster-name": "c1"}},
@@ -421,9 +418,7 @@ mod realistic {
         let caches = Caches::new();
         let cluster = json!({"metadata": {"name": "c1", "namespace": "ns"},
             "spec": {"infrastructureRef": {"kind": "MaasCluster", "name": "mc1"}}});
-        caches
-            .clusters
-            .upsert(ObjectKey::new("ns", "c1"), typed(cluster));
+        caches.clusters.upsert(typed(cluster));
         let mm = |state: &str| {
             json!({"metadata": {"name": "m1", "namespace": "ns",
                                 "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
@@ -440,9 +435,7 @@ mod realistic {
             "a worker"
         );
         let machine = json!({"metadata": {"name": "m1", "namespace": "ns", "labels": {"cluster.x-k8s.io/control-plane": ""}}});
-        caches
-            .machines
-            .upsert(ObjectKey::new("ns", "m1"), typed(machine));
+        caches.machines.upsert(typed(machine));
         assert_eq!(
             on_maas_machine(&event, &caches).maas_clusters,
             vec![ObjectKey::new("ns", "mc1")]

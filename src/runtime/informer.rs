@@ -51,7 +51,6 @@
 //! [`Informer::stop`] closes them: the blocked read returns at once and the
 //! thread ends.
 
-use std::collections::HashMap;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
@@ -496,7 +495,7 @@ impl<T: Object> Watcher<T> {
 
     /// Replaces the store with a fresh list and reports the difference.
     fn apply_list(&mut self, items: Vec<Listed<T>>) {
-        let mut objects = HashMap::with_capacity(items.len());
+        let mut objects = Vec::with_capacity(items.len());
         // Added (no old version) or modified (with the old version).
         let mut changed: Vec<(Option<Arc<T>>, Arc<T>)> = Vec::new();
         for (key, obj) in items {
@@ -509,7 +508,7 @@ impl<T: Object> Watcher<T> {
                 }
                 Some(_) => {}
             }
-            objects.insert(key, obj);
+            objects.push(obj);
         }
         let gone = self.store.replace(objects);
         self.store.mark_synced();
@@ -550,7 +549,7 @@ impl<T: Object> Watcher<T> {
                 None => return resource_version,
             }
         } else {
-            match self.store.upsert(key, Arc::clone(&obj)) {
+            match self.store.upsert(Arc::clone(&obj)) {
                 None => Event::Added(obj),
                 Some(old) if old.resource_version() == obj.resource_version() => {
                     return resource_version
@@ -682,8 +681,11 @@ mod tests {
     }
 
     impl Object for Thing {
-        fn key(&self) -> Option<ObjectKey> {
-            ObjectKey::from_parts(&self.metadata.namespace, &self.metadata.name)
+        fn namespace(&self) -> &str {
+            &self.metadata.namespace
+        }
+        fn name(&self) -> &str {
+            &self.metadata.name
         }
         fn resource_version(&self) -> &str {
             &self.metadata.resource_version

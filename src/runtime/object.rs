@@ -61,8 +61,14 @@ impl fmt::Display for ObjectKey {
 
 /// A Kubernetes object as an informer decodes and caches it.
 pub trait Object: DeserializeOwned + Send + Sync + 'static {
+    /// `metadata.namespace` (empty for a cluster-scoped object).
+    fn namespace(&self) -> &str;
+    /// `metadata.name` (empty if missing).
+    fn name(&self) -> &str;
     /// `metadata.namespace`/`metadata.name`; `None` without a name.
-    fn key(&self) -> Option<ObjectKey>;
+    fn key(&self) -> Option<ObjectKey> {
+        ObjectKey::from_parts(self.namespace(), self.name())
+    }
     /// `metadata.resourceVersion` (empty if missing): an event whose version
     /// equals the cached one is a repeat.
     fn resource_version(&self) -> &str;
@@ -76,6 +82,14 @@ pub trait Object: DeserializeOwned + Send + Sync + 'static {
 /// JSON text), so the controllers watch typed objects; this is for tools
 /// and tests that watch a kind they have no type for.
 impl Object for Value {
+    fn namespace(&self) -> &str {
+        kube::meta::namespace(self).unwrap_or("")
+    }
+
+    fn name(&self) -> &str {
+        kube::meta::name(self).unwrap_or("")
+    }
+
     fn key(&self) -> Option<ObjectKey> {
         ObjectKey::of(self)
     }

@@ -192,7 +192,7 @@ impl Worker {
 /// Re-queues the key of every object in `store` once every `period`, so
 /// drift nobody was told about (a machine changed in MAAS, a missed event)
 /// is noticed eventually. Ends when `shutdown` fires.
-pub fn spawn_resync<T: Send + Sync + 'static>(
+pub fn spawn_resync<T: super::Object>(
     store: Store<T>,
     queue: WorkQueue,
     period: Duration,
@@ -304,8 +304,10 @@ mod tests {
     #[test]
     fn resync_requeues_every_cached_key() {
         let store = Store::new();
-        store.upsert(ObjectKey::new("a", "x"), Arc::new(serde_json::json!({})));
-        store.upsert(ObjectKey::new("b", "y"), Arc::new(serde_json::json!({})));
+        for (namespace, name) in [("a", "x"), ("b", "y")] {
+            let meta = serde_json::json!({"metadata": {"namespace": namespace, "name": name}});
+            store.upsert(Arc::new(meta));
+        }
         let queue = WorkQueue::new("test-resync");
         let shutdown = Shutdown::new();
         let handle = spawn_resync(

@@ -370,6 +370,7 @@ fn deleting_a_maas_machine_naming_a_machine_never_ours_unlinks_nothing() {
         mode: LinkMode::Static,
         ip: Some("10.0.0.77".into()),
         subnet_id: Some(1),
+        ..maas::InterfaceLink::default()
     };
     w.maas
         .machines

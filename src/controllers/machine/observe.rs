@@ -181,8 +181,7 @@ pub(super) fn own_ips(selector: Option<&AddressSelector>, host: &maas::Machine) 
         return host.ip_addresses.clone();
     };
     let mut ips: Vec<String> = host
-        .addresses
-        .iter()
+        .addresses()
         .filter(|a| {
             selector
                 .subnet
@@ -193,7 +192,7 @@ pub(super) fn own_ips(selector: Option<&AddressSelector>, host: &maas::Machine) 
                     .as_ref()
                     .is_none_or(|i| *i == a.interface)
         })
-        .map(|a| a.ip.clone())
+        .map(|a| a.ip.to_owned())
         .collect();
     ips.dedup();
     ips

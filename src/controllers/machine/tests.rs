@@ -1550,16 +1550,20 @@ fn a_refused_swap_edit_waits_for_the_next_try_before_deploying() {
 #[test]
 fn the_address_selector_picks_the_machines_own_addresses() {
     use crate::api::maas_machine::AddressSelector;
-    use crate::maas::InterfaceAddress;
-    let on = |interface: &str, ip: &str, cidr: &str, name: &str| InterfaceAddress {
-        interface: interface.into(),
-        ip: ip.into(),
-        subnet_cidr: cidr.into(),
-        subnet_name: name.into(),
+    use crate::maas::{InterfaceLink, MachineInterface};
+    let on = |interface: &str, ip: &str, cidr: &str, name: &str| MachineInterface {
+        name: interface.into(),
+        links: vec![InterfaceLink {
+            ip: Some(ip.into()),
+            subnet_cidr: cidr.into(),
+            subnet_name: name.into(),
+            ..InterfaceLink::default()
+        }],
+        ..MachineInterface::default()
     };
     let host = crate::maas::Machine {
         ip_addresses: vec!["10.11.130.5".into(), "10.20.0.5".into(), "10.30.0.5".into()],
-        addresses: vec![
+        interfaces: vec![
             on("eth0", "10.11.130.5", "10.11.130.0/24", "pxe"),
             on("eth1", "10.20.0.5", "10.20.0.0/24", "cluster"),
             on("bond0", "10.30.0.5", "10.30.0.0/24", "storage"),

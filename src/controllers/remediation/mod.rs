@@ -292,7 +292,7 @@ impl RemediationReconciling<'_> {
             type_: api::MACHINE_OWNER_REMEDIATED.into(),
             status: Status::False,
             observed_generation: None,
-            last_transition_time: self.now.clone(),
+            last_transition_time: self.now.as_str().into(),
             reason: api::WAITING_FOR_REMEDIATION.into(),
             message: format!("capmaas: {message}; replace the Machine"),
         };

@@ -2,12 +2,83 @@
 //! appeared, changed (and in which fields) or vanished. Pure functions over
 //! plain data; the watch thread calls them under the snapshot's lock.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::{ListedMachine, MachineChange, SourceId};
 use crate::maas::{Machine, MachineStatus};
+
+/// A source's machines by system_id. Each entry is its own key: a map from
+/// a separate key would hold a second copy of every system_id (about 40
+/// bytes a machine, 1,000 machines in a big source).
+#[derive(Default, Debug)]
+pub struct Machines(HashSet<Entry>);
+
+/// An entry of [`Machines`], hashed and compared by its machine's
+/// system_id, and found by it (`Borrow<str>` hashes as the `str` does).
+#[derive(Debug)]
+struct Entry(ListedMachine);
+
+impl Entry {
+    fn system_id(&self) -> &str {
+        &self.0.machine.system_id
+    }
+}
+
+impl Borrow<str> for Entry {
+    fn borrow(&self) -> &str {
+        self.system_id()
+    }
+}
+
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.system_id().hash(state);
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.system_id() == other.system_id()
+    }
+}
+
+impl Eq for Entry {}
+
+impl Machines {
+    pub fn with_capacity(capacity: usize) -> Machines {
+        Machines(HashSet::with_capacity(capacity))
+    }
+
+    pub fn get(&self, system_id: &str) -> Option<&ListedMachine> {
+        self.0.get(system_id).map(|entry| &entry.0)
+    }
+
+    pub fn contains(&self, system_id: &str) -> bool {
+        self.0.contains(system_id)
+    }
+
+    /// Adds the machine, or replaces the entry of its system_id.
+    pub fn insert(&mut self, listed: ListedMachine) {
+        self.0.replace(Entry(listed));
+    }
+
+    pub fn remove(&mut self, system_id: &str) -> Option<ListedMachine> {
+        self.0.take(system_id).map(|entry| entry.0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The machines, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &ListedMachine> {
+        self.0.iter().map(|entry| &entry.0)
+    }
+}
 
 /// States in which MAAS is working on a machine (or about to: Allocated
 /// waits for its deploy), so its event log tells a story worth following.
@@ -68,11 +139,11 @@ pub fn changed_hands(old: &Machine, new: &Machine) -> bool {
 /// may predate the write. Everything else follows the list.
 pub fn apply_list(
     source: &SourceId,
-    old: &HashMap<String, ListedMachine>,
+    old: &Machines,
     list: Vec<Arc<Machine>>,
     listed_at: Instant,
-) -> (HashMap<String, ListedMachine>, Vec<MachineChange>) {
-    let mut next = HashMap::with_capacity(list.len());
+) -> (Machines, Vec<MachineChange>) {
+    let mut next = Machines::with_capacity(list.len());
     let mut changes = Vec::new();
     for machine in list {
         if machine.system_id.is_empty() {
@@ -116,14 +187,14 @@ pub fn apply_list(
                 }
             }
         };
-        next.insert(entry.machine.system_id.clone(), entry);
+        next.insert(entry);
     }
-    for (system_id, known) in old {
-        if next.contains_key(system_id) {
+    for known in old.values() {
+        if next.contains(&known.machine.system_id) {
             continue;
         }
         if known.observed_at > listed_at {
-            next.insert(system_id.clone(), known.clone());
+            next.insert(known.clone());
         } else {
             changes.push(MachineChange::Vanished {
                 source: source.clone(),
@@ -155,20 +226,16 @@ mod tests {
         }
     }
 
-    fn snapshot(machines: &[Machine], at: Instant) -> HashMap<String, ListedMachine> {
-        machines
-            .iter()
-            .map(|m| {
-                (
-                    m.system_id.clone(),
-                    ListedMachine {
-                        machine: Arc::new(m.clone()),
-                        observed_at: at,
-                        first_seen: at,
-                    },
-                )
-            })
-            .collect()
+    fn snapshot(machines: &[Machine], at: Instant) -> Machines {
+        let mut snapshot = Machines::default();
+        for m in machines {
+            snapshot.insert(ListedMachine {
+                machine: Arc::new(m.clone()),
+                observed_at: at,
+                first_seen: at,
+            });
+        }
+        snapshot
     }
 
     fn shared(list: Vec<Machine>) -> Vec<Arc<Machine>> {
@@ -217,11 +284,19 @@ mod tests {
         let (next, changes) = apply_list(&source(), &old, shared(list), t1);
         assert_eq!(kinds(&changes), ["+new", "-gone", "~off power_state"]);
         assert_eq!(next.len(), 4);
-        assert_eq!(next["same"].first_seen, t0, "first sight is kept");
-        assert_eq!(next["same"].observed_at, t1);
-        assert_eq!(next["new"].first_seen, t1);
         assert_eq!(
-            next["chatty"].machine.status_message.as_deref(),
+            next.get("same").unwrap().first_seen,
+            t0,
+            "first sight is kept"
+        );
+        assert_eq!(next.get("same").unwrap().observed_at, t1);
+        assert_eq!(next.get("new").unwrap().first_seen, t1);
+        assert_eq!(
+            next.get("chatty")
+                .unwrap()
+                .machine
+                .status_message
+                .as_deref(),
             Some("Installing OS"),
             "unreported fields are still refreshed"
         );
@@ -250,10 +325,13 @@ mod tests {
         let list = shared(vec![machine("same", MachineStatus::Deployed), chatty]);
         let (next, changes) = apply_list(&source(), &old, list.clone(), t0);
         assert!(changes.is_empty(), "{:?}", kinds(&changes));
-        assert!(Arc::ptr_eq(&next["same"].machine, &old["same"].machine));
-        assert!(!Arc::ptr_eq(&next["same"].machine, &list[0]));
+        assert!(Arc::ptr_eq(
+            &next.get("same").unwrap().machine,
+            &old.get("same").unwrap().machine
+        ));
+        assert!(!Arc::ptr_eq(&next.get("same").unwrap().machine, &list[0]));
         assert!(
-            Arc::ptr_eq(&next["chatty"].machine, &list[1]),
+            Arc::ptr_eq(&next.get("chatty").unwrap().machine, &list[1]),
             "any difference, reported or not, takes the new one"
         );
     }
@@ -296,6 +374,38 @@ mod tests {
     }
 
     #[test]
+    fn machines_are_found_and_replaced_by_system_id() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let mut machines = snapshot(
+            &[
+                machine("abc", MachineStatus::Deployed),
+                machine("def", MachineStatus::Ready),
+            ],
+            t0,
+        );
+        machines.insert(ListedMachine {
+            machine: Arc::new(machine("abc", MachineStatus::Releasing)),
+            observed_at: t1,
+            first_seen: t0,
+        });
+        assert_eq!(machines.len(), 2, "the same system_id is one entry");
+        let abc = machines.get("abc").unwrap();
+        assert_eq!(
+            (&abc.machine.status, abc.observed_at),
+            (&MachineStatus::Releasing, t1)
+        );
+        assert!(machines.contains("def") && !machines.contains("ab"));
+        assert_eq!(machines.remove("def").unwrap().machine.system_id, "def");
+        assert!(machines.get("def").is_none());
+        let ids: Vec<&str> = machines
+            .values()
+            .map(|m| m.machine.system_id.as_str())
+            .collect();
+        assert_eq!(ids, ["abc"]);
+    }
+
+    #[test]
     fn an_entry_recorded_after_the_list_was_sent_wins() {
         let t0 = Instant::now();
         let list_sent = t0 + Duration::from_secs(1);
@@ -303,14 +413,11 @@ mod tests {
         let mut old = snapshot(&[machine("kept", MachineStatus::Deployed)], t0);
         // The controller allocated `fresh` and recorded MAAS's answer while
         // the list (sent before the allocation) was on its way.
-        old.insert(
-            "fresh".into(),
-            ListedMachine {
-                machine: Arc::new(machine("fresh", MachineStatus::Allocated)),
-                observed_at: recorded_at,
-                first_seen: recorded_at,
-            },
-        );
+        old.insert(ListedMachine {
+            machine: Arc::new(machine("fresh", MachineStatus::Allocated)),
+            observed_at: recorded_at,
+            first_seen: recorded_at,
+        });
         let (next, changes) = apply_list(
             &source(),
             &old,
@@ -318,7 +425,7 @@ mod tests {
             list_sent,
         );
         assert!(changes.is_empty(), "{:?}", kinds(&changes));
-        assert_eq!(next["fresh"].observed_at, recorded_at);
+        assert_eq!(next.get("fresh").unwrap().observed_at, recorded_at);
         // A later list without it reports it gone.
         let (_, changes) = apply_list(
             &source(),

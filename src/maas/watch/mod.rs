@@ -386,7 +386,7 @@ impl Shared {
 /// One source's machines.
 #[derive(Default)]
 struct View {
-    machines: HashMap<String, ListedMachine>,
+    machines: diff::Machines,
     last_success: Option<Instant>,
     last_error: Option<String>,
 }
@@ -503,14 +503,11 @@ impl WatchHandle {
             .machines
             .get(&machine.system_id)
             .map_or(now, |known| known.first_seen);
-        view.machines.insert(
-            machine.system_id.clone(),
-            ListedMachine {
-                machine: Arc::new(machine),
-                observed_at: now,
-                first_seen,
-            },
-        );
+        view.machines.insert(ListedMachine {
+            machine: Arc::new(machine),
+            observed_at: now,
+            first_seen,
+        });
     }
 
     /// Machines of the source carrying a capmaas identity nobody claims,
@@ -833,7 +830,11 @@ impl Lister {
             .filter(|m| in_transit(&m.machine.status))
             .map(|m| m.machine.system_id.clone())
             .collect();
-        let listed = view.machines.keys().cloned().collect();
+        let listed = view
+            .machines
+            .values()
+            .map(|m| m.machine.system_id.clone())
+            .collect();
         let newcomers = changes
             .iter()
             .filter_map(|change| match change {

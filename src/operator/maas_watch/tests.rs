@@ -56,9 +56,7 @@ struct Setup {
 fn setup(objects: &[Arc<MaasMachine>]) -> Setup {
     let caches = Caches::new();
     for mm in objects {
-        caches
-            .maas_machines
-            .upsert(mm.metadata.key().unwrap(), mm.clone());
+        caches.maas_machines.upsert(mm.clone());
     }
     let queue = Arc::new(FakeMachineQueue::default());
     let kube = Arc::new(FakeKube::default());
