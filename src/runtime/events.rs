@@ -457,8 +457,8 @@ impl Writer {
     ) -> Result<(), kube::Error> {
         // Nanoseconds since the epoch in a u64 reach the year 2554, within
         // what SystemTime holds; the fallback only keeps the lint honest.
-        let first_at = system_later(UNIX_EPOCH, Duration::from_nanos(series.first_at))
-            .unwrap_or(UNIX_EPOCH);
+        let first_at =
+            system_later(UNIX_EPOCH, Duration::from_nanos(series.first_at)).unwrap_or(UNIX_EPOCH);
         let event = json!({
             "apiVersion": "v1",
             "kind": "Event",
