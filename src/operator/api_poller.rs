@@ -379,22 +379,21 @@ mod tests {
     use crate::controllers::ports::NodeInfo;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    struct Probe {
-        answers_after: usize,
-        calls: AtomicUsize,
+    /// What the poller asks of a workload cluster: the fakes below answer
+    /// only that, and the poller touches nothing else.
+    trait Answers: Send + Sync {
+        fn probe(&self, cluster: &str) -> Result<(), kube::Error>;
+        fn probe_address(&self, address: &str) -> Result<(), kube::Error> {
+            Err(refused(address))
+        }
     }
 
-    impl WorkloadApi for Probe {
+    impl<T: Answers> WorkloadApi for T {
         fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
-            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            if cluster == "up" && n > self.answers_after {
-                Ok(())
-            } else {
-                Err(refused(cluster))
-            }
+            Answers::probe(self, cluster)
         }
-        fn probe_address(&self, _: &str, _: &str, _: &str) -> Result<(), kube::Error> {
-            Err(refused("address"))
+        fn probe_address(&self, _: &str, _: &str, address: &str) -> Result<(), kube::Error> {
+            Answers::probe_address(self, address)
         }
         fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
             Ok(None)
@@ -425,6 +424,22 @@ mod tests {
             _: &serde_json::Value,
         ) -> Result<(), kube::Error> {
             unreachable!("the poller never writes Nodes")
+        }
+    }
+
+    struct Probe {
+        answers_after: usize,
+        calls: AtomicUsize,
+    }
+
+    impl Answers for Probe {
+        fn probe(&self, cluster: &str) -> Result<(), kube::Error> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if cluster == "up" && n > self.answers_after {
+                Ok(())
+            } else {
+                Err(refused(cluster))
+            }
         }
     }
 
@@ -462,46 +477,16 @@ mod tests {
     #[test]
     fn an_address_is_marked_once_its_api_answers_until_dropped() {
         struct Machines;
-        impl WorkloadApi for Machines {
-            fn probe(&self, _: &str, cluster: &str) -> Result<(), kube::Error> {
+        impl Answers for Machines {
+            fn probe(&self, cluster: &str) -> Result<(), kube::Error> {
                 Err(refused(cluster))
             }
-            fn probe_address(&self, _: &str, _: &str, address: &str) -> Result<(), kube::Error> {
+            fn probe_address(&self, address: &str) -> Result<(), kube::Error> {
                 if address == "10.0.0.2" {
                     Ok(())
                 } else {
                     Err(refused(address))
                 }
-            }
-            fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
-                Ok(None)
-            }
-            fn set_node_provider_id(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: &str,
-            ) -> Result<(), kube::Error> {
-                Ok(())
-            }
-            fn set_node_out_of_service(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: bool,
-            ) -> Result<(), kube::Error> {
-                unreachable!("the poller never taints Nodes")
-            }
-            fn patch_node_metadata(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: &serde_json::Value,
-            ) -> Result<(), kube::Error> {
-                unreachable!("the poller never writes Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
@@ -639,8 +624,8 @@ mod tests {
         most_at_once: AtomicUsize,
     }
 
-    impl WorkloadApi for Hanging {
-        fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
+    impl Answers for Hanging {
+        fn probe(&self, cluster: &str) -> Result<(), kube::Error> {
             if cluster == "healthy" {
                 return Ok(());
             }
@@ -649,39 +634,6 @@ mod tests {
             let _ = self.release.recv_timeout(Duration::from_secs(60));
             self.hanging.fetch_sub(1, Ordering::SeqCst);
             Err(refused(cluster))
-        }
-        fn probe_address(&self, _: &str, _: &str, _: &str) -> Result<(), kube::Error> {
-            Err(refused("address"))
-        }
-        fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
-            Ok(None)
-        }
-        fn set_node_provider_id(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &str,
-        ) -> Result<(), kube::Error> {
-            Ok(())
-        }
-        fn set_node_out_of_service(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: bool,
-        ) -> Result<(), kube::Error> {
-            unreachable!("the poller never taints Nodes")
-        }
-        fn patch_node_metadata(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &serde_json::Value,
-        ) -> Result<(), kube::Error> {
-            unreachable!("the poller never writes Nodes")
         }
     }
 
@@ -746,46 +698,13 @@ mod tests {
     #[ignore]
     fn bench_healthy_cluster_behind_50_dead_ones() {
         struct Slow;
-        impl WorkloadApi for Slow {
-            fn probe(&self, _ns: &str, cluster: &str) -> Result<(), kube::Error> {
+        impl Answers for Slow {
+            fn probe(&self, cluster: &str) -> Result<(), kube::Error> {
                 if cluster == "healthy" {
                     return Ok(());
                 }
                 std::thread::sleep(Duration::from_secs(5));
                 Err(refused(cluster))
-            }
-            fn probe_address(&self, _: &str, _: &str, _: &str) -> Result<(), kube::Error> {
-                Err(refused("address"))
-            }
-            fn node(&self, _: &str, _: &str, _: &str) -> Result<Option<NodeInfo>, kube::Error> {
-                Ok(None)
-            }
-            fn set_node_provider_id(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: &str,
-            ) -> Result<(), kube::Error> {
-                Ok(())
-            }
-            fn set_node_out_of_service(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: bool,
-            ) -> Result<(), kube::Error> {
-                unreachable!("the poller never taints Nodes")
-            }
-            fn patch_node_metadata(
-                &self,
-                _: &str,
-                _: &str,
-                _: &str,
-                _: &serde_json::Value,
-            ) -> Result<(), kube::Error> {
-                unreachable!("the poller never writes Nodes")
             }
         }
         let (enqueued_tx, enqueued) = crossbeam_channel::unbounded();
